@@ -1,0 +1,76 @@
+//! Bad input: one clear sentence on stderr and a non-zero exit status.
+
+use std::process::Command;
+
+use crate::harness::{compile_c, root_or_skip, Target, TRACER};
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(TRACER).args(args).output().expect("run memtrace-bpf");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn unused_pid() -> u32 {
+    (4_000_000..4_194_304)
+        .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .expect("a free pid")
+}
+
+#[test]
+fn nonexistent_pid_is_an_error_naming_it() {
+    if !root_or_skip("nonexistent_pid_is_an_error_naming_it") {
+        return;
+    }
+    let pid = unused_pid();
+    let (code, err) = run(&["--pid", &pid.to_string()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("no process with pid {pid}")), "{err}");
+}
+
+#[test]
+fn kernel_thread_is_refused() {
+    if !root_or_skip("kernel_thread_is_refused") {
+        return;
+    }
+    // pid 2 is kthreadd on Linux.
+    let (code, err) = run(&["--pid", "2"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("pid 2 is a kernel thread"), "{err}");
+}
+
+#[test]
+fn statically_linked_target_is_refused_with_the_reason() {
+    if !root_or_skip("statically_linked_target_is_refused_with_the_reason") {
+        return;
+    }
+    let bin = compile_c("sites", "static", &["-O1", "-static"]);
+    let target = Target::start(&bin, &[]);
+    let (code, err) = run(&["--pid", &target.pid().to_string()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("maps no libc") && err.contains("statically linked"), "{err}");
+}
+
+#[test]
+fn without_capabilities_it_says_how_to_get_them() {
+    if !root_or_skip("without_capabilities_it_says_how_to_get_them") {
+        return;
+    }
+    let out = Command::new("setpriv")
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--", TRACER, "--pid", "1"])
+        .output()
+        .expect("run setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("lacks CAP_BPF and CAP_PERFMON"), "{err}");
+    assert!(err.contains("run it as root"), "{err}");
+}
+
+#[test]
+fn bad_command_lines_exit_with_status_2() {
+    // No BPF involved: runs without root too.
+    let (code, err) = run(&[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--pid"), "{err}");
+    let (code, err) = run(&["--pid", "1", "--ringbuf-mb", "3"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("power of two"), "{err}");
+}

@@ -1,0 +1,236 @@
+//! Running target programs and the tracer, with timeouts so nothing hangs.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, ExitStatus, Stdio},
+    sync::mpsc::{self, Receiver},
+    thread::{self, JoinHandle},
+    time::Duration,
+};
+
+pub const TRACER: &str = env!("CARGO_BIN_EXE_memtrace-bpf");
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// True when BPF tests can run. Panics when they must run but cannot.
+pub fn root_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    let required = std::env::var_os("MEMTRACE_REQUIRE_ROOT_TESTS").is_some()
+        || std::env::var_os("CI").is_some();
+    assert!(!required, "{test} needs root to load BPF programs; run the tests as root");
+    eprintln!("skipping test {test} - not root: BPF programs cannot be loaded");
+    false
+}
+
+/// Compiles tests/targets/NAME.c with `flags` into a binary unique to `tag`.
+pub fn compile_c(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/targets")
+        .join(format!("{name}.c"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{tag}"));
+    let status = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .arg("-pthread")
+        .status()
+        .expect("run cc (install gcc: cargo xtask setup)");
+    assert!(status.success(), "compiling {} failed", src.display());
+    out
+}
+
+/// Lines of a child's pipe, delivered through a channel by a thread.
+pub struct Lines {
+    rx: Receiver<String>,
+    seen: Vec<String>,
+    _thread: JoinHandle<()>,
+}
+
+impl Lines {
+    fn new(pipe: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = mpsc::channel();
+        let thread = thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+            _thread: thread,
+        }
+    }
+
+    /// Waits for a line containing `needle`; panics with what was seen.
+    pub fn wait_for(&mut self, needle: &str, what: &str) -> String {
+        loop {
+            match self.rx.recv_timeout(TIMEOUT) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "{what}: no line containing {needle:?} within {TIMEOUT:?}; saw:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Everything up to end of stream.
+    pub fn rest(&mut self) -> String {
+        while let Ok(line) = self.rx.recv_timeout(TIMEOUT) {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+}
+
+/// A compiled target program, killed on drop.
+pub struct Target {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines,
+}
+
+impl Target {
+    /// Starts `bin` and waits until it prints "ready".
+    pub fn start(bin: &Path, args: &[&str]) -> Target {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        let stdin = child.stdin.take();
+        let stdout = Lines::new(child.stdout.take().expect("stdout piped"));
+        let mut t = Target {
+            child,
+            stdin,
+            stdout,
+        };
+        t.stdout.wait_for("ready", "target start");
+        t
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lets the target run its allocations and waits until it is done.
+    pub fn run_sites(&mut self) {
+        let stdin = self.stdin.as_mut().expect("target stdin open");
+        stdin.write_all(b"go\n").expect("write to target");
+        stdin.flush().expect("flush target stdin");
+        self.stdout.wait_for("done", "target sites");
+    }
+
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        self.child.wait().expect("wait for target")
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `memtrace-bpf`, killed on drop if still running.
+pub struct Tracer {
+    child: Child,
+    pub stderr: Lines,
+    stdout: Option<JoinHandle<String>>,
+}
+
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Tracer {
+    /// Starts the tracer and waits until its probes are attached.
+    pub fn start(args: &[&str]) -> Tracer {
+        let mut t = Tracer::spawn(args);
+        t.stderr.wait_for("tracing pid", "tracer attach");
+        t
+    }
+
+    pub fn spawn(args: &[&str]) -> Tracer {
+        let mut child = Command::new(TRACER)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start memtrace-bpf");
+        let mut out = child.stdout.take().expect("stdout piped");
+        let stdout = thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let stderr = Lines::new(child.stderr.take().expect("stderr piped"));
+        Tracer {
+            child,
+            stderr,
+            stdout: Some(stdout),
+        }
+    }
+
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "signal tracer");
+    }
+
+    /// Waits for the tracer to exit by itself.
+    pub fn finish(mut self) -> Finished {
+        let status = wait_timeout(&mut self.child);
+        let stderr = self.stderr.rest();
+        let stdout = self
+            .stdout
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        Finished {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_timeout(child: &mut Child) -> ExitStatus {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for tracer") {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "tracer did not exit within {TIMEOUT:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A scratch file path unique to `tag`.
+pub fn scratch(tag: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(tag)
+}

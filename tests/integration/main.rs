@@ -1,0 +1,11 @@
+//! Integration tests: the real `memtrace-bpf` binary, run as root against C
+//! programs compiled from tests/targets during the test.
+//!
+//! They need root (BPF). Without root they are skipped with a loud message,
+//! except where MEMTRACE_REQUIRE_ROOT_TESTS or CI is set (xtask test, CI),
+//! where they fail instead.
+
+mod errors;
+mod harness;
+mod lifecycle;
+mod sites;

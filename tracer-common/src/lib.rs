@@ -1,0 +1,165 @@
+//! Types that cross the kernel boundary between the BPF programs in
+//! `tracer-ebpf` and the `memtrace-bpf` binary. Defined once, here.
+//!
+//! Every struct is `#[repr(C)]` with explicit padding so that it is a valid
+//! `aya::Pod` (no implicit padding bytes) on both sides.
+#![no_std]
+
+/// Which allocator entry point a probe sits on. Stored in events and used as
+/// the index of the user-space attach table.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Malloc = 0,
+    Calloc = 1,
+    Realloc = 2,
+    ReallocArray = 3,
+    Free = 4,
+    PosixMemalign = 5,
+    AlignedAlloc = 6,
+    Memalign = 7,
+    Valloc = 8,
+    Pvalloc = 9,
+}
+
+impl Role {
+    pub const ALL: [Role; 10] = [
+        Role::Malloc,
+        Role::Calloc,
+        Role::Realloc,
+        Role::ReallocArray,
+        Role::Free,
+        Role::PosixMemalign,
+        Role::AlignedAlloc,
+        Role::Memalign,
+        Role::Valloc,
+        Role::Pvalloc,
+    ];
+
+    pub fn from_u32(v: u32) -> Option<Role> {
+        Role::ALL.get(v as usize).copied()
+    }
+}
+
+/// An allocation that was recorded: the address is now in the LIVE map.
+pub const EVENT_ALLOC: u32 = 1;
+/// A recorded allocation was freed (by free, realloc or realloc(p, 0)).
+pub const EVENT_FREE: u32 = 2;
+
+/// One record in the EVENTS ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    /// `EVENT_ALLOC` or `EVENT_FREE`.
+    pub kind: u32,
+    /// Process id (tgid) of the caller.
+    pub pid: u32,
+    /// Thread id of the caller.
+    pub tid: u32,
+    /// Id in the STACKS map, or a negative errno when capture failed
+    /// (ALLOC only; 0 for FREE).
+    pub stack_id: i32,
+    /// Address returned by the allocator (ALLOC) or passed to free (FREE).
+    pub addr: u64,
+    /// Requested size in bytes (ALLOC only).
+    pub size: u64,
+    /// `bpf_ktime_get_ns()` when the event was recorded.
+    pub timestamp_ns: u64,
+    /// The `Role` of the hooked function that produced the event.
+    pub role: u32,
+    pub _pad: u32,
+}
+
+/// Key of the LIVE map: one recorded, not yet freed allocation.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LiveKey {
+    pub pid: u32,
+    pub _pad: u32,
+    pub addr: u64,
+}
+
+/// Value of the LIVE map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveValue {
+    pub size: u64,
+}
+
+/// What the entry probe remembers for the return probe of the same thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// Requested size in bytes.
+    pub size: u64,
+    /// realloc/reallocarray: the old pointer; posix_memalign: `memptr`.
+    pub ptr_arg: u64,
+    /// The `Role` of the outermost hooked function on this thread.
+    pub role: u32,
+    /// Hooked allocator functions called from inside the outermost one
+    /// (glibc's realloc(NULL, n) calls malloc, memalign calls malloc): their
+    /// return probes only decrement this, so each user call counts once.
+    pub depth: u32,
+    /// 1 when this call is recorded. Decided at entry, so sampling can be
+    /// added there without touching the return path.
+    pub record: u32,
+    pub _pad: u32,
+}
+
+/// Indexes of the per-CPU COUNTERS array. Every failure to record is counted;
+/// nothing is dropped silently.
+pub mod counter {
+    /// An event could not be reserved in the ring buffer.
+    pub const RINGBUF_FULL: u32 = 0;
+    /// An allocation could not be inserted into the LIVE map.
+    pub const LIVE_MAP_FULL: u32 = 1;
+    /// `bpf_get_stackid` failed (stack map full or hash bucket taken).
+    pub const STACK_LOST: u32 = 2;
+    /// free() of an address not in the LIVE map: allocated before the trace
+    /// started, or not recorded.
+    pub const UNKNOWN_FREE: u32 = 3;
+    /// A return probe fired without a matching entry (attached mid-call).
+    pub const RETURN_WITHOUT_ENTRY: u32 = 4;
+    /// The entry could not be remembered for the return probe.
+    pub const INFLIGHT_FULL: u32 = 5;
+    /// posix_memalign's result could not be read from `*memptr`.
+    pub const READ_FAILED: u32 = 6;
+    /// Number of counters.
+    pub const COUNT: u32 = 7;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::{Event, InFlight, LiveKey, LiveValue};
+    // SAFETY: all four are #[repr(C)], contain only integers and have no
+    // implicit padding (explicit `_pad` fields fill every gap).
+    unsafe impl aya::Pod for Event {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for LiveKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for LiveValue {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for InFlight {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn boundary_types_have_no_implicit_padding() {
+        assert_eq!(size_of::<Event>(), 48);
+        assert_eq!(size_of::<LiveKey>(), 16);
+        assert_eq!(size_of::<LiveValue>(), 8);
+        assert_eq!(size_of::<InFlight>(), 32);
+    }
+
+    #[test]
+    fn roles_round_trip() {
+        for r in Role::ALL {
+            assert_eq!(Role::from_u32(r as u32), Some(r));
+        }
+        assert_eq!(Role::from_u32(99), None);
+    }
+}

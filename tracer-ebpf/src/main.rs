@@ -1,0 +1,289 @@
+//! memtrace-bpf's BPF programs: uprobes and uretprobes on the allocator.
+//!
+//! Each `#[uprobe]` / `#[uretprobe]` entry point is one line that calls a
+//! shared helper. Entry probes remember {size, pointer argument, record?} per
+//! thread in INFLIGHT; return probes read the result, capture the user stack,
+//! insert the block into LIVE and emit an ALLOC event; free emits a FREE event
+//! only for addresses found in LIVE, so frees of unrecorded blocks cost one
+//! hash lookup.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
+    macros::{map, uprobe, uretprobe},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
+    programs::{tracing::StackIdContext, ProbeContext, RetProbeContext},
+};
+use tracer_common::{counter, Event, InFlight, LiveKey, LiveValue, Role, EVENT_ALLOC, EVENT_FREE};
+
+// Sizes here are defaults; user space sets the real ones with
+// `EbpfLoader::set_max_entries` from --max-live, --stack-storage-size and
+// --ringbuf-mb.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+#[map]
+static LIVE: HashMap<LiveKey, LiveValue> = HashMap::with_max_entries(1 << 20, BPF_F_NO_PREALLOC);
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
+/// Keyed by pid_tgid. LRU so that threads that die inside malloc (or a return
+/// probe lost at detach) cannot fill it.
+#[map]
+static INFLIGHT: LruHashMap<u64, InFlight> = LruHashMap::with_max_entries(16384, 0);
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Ask the kernel not to wake the reader on each event: a wakeup costs
+/// 5–10 µs here (shared/TOOLCHAIN.md). User space polls every 10 ms instead.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+
+#[inline(always)]
+fn count(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot; BPF programs do not migrate CPUs mid-run and
+        // uprobe programs do not nest on one CPU.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[inline(always)]
+fn arg(ctx: &ProbeContext, n: usize) -> u64 {
+    ctx.arg::<u64>(n).unwrap_or(0)
+}
+
+/// The "record this call or not" decision. Exact mode: every call.
+#[inline(always)]
+fn should_record(_size: u64) -> bool {
+    true
+}
+
+#[inline(always)]
+fn on_alloc_enter(role: Role, size: u64, ptr_arg: u64) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    if let Some(inflight) = INFLIGHT.get_ptr_mut(&key) {
+        // SAFETY: the entry belongs to this thread; only this thread's
+        // probes touch it, and they do not run concurrently.
+        unsafe { (*inflight).depth += 1 };
+        return 0;
+    }
+    let value = InFlight {
+        size,
+        ptr_arg,
+        role: role as u32,
+        depth: 0,
+        record: should_record(size) as u32,
+        _pad: 0,
+    };
+    if INFLIGHT.insert(&key, &value, 0).is_err() {
+        count(counter::INFLIGHT_FULL);
+    }
+    0
+}
+
+/// Pops this thread's in-flight call, or returns None for a nested call
+/// (only the outermost hooked function accounts) or a return without entry.
+#[inline(always)]
+fn take_inflight() -> Option<InFlight> {
+    let key = bpf_get_current_pid_tgid();
+    let Some(ptr) = INFLIGHT.get_ptr_mut(&key) else {
+        count(counter::RETURN_WITHOUT_ENTRY);
+        return None;
+    };
+    // SAFETY: this thread's own entry, see on_alloc_enter.
+    let inflight = unsafe { &mut *ptr };
+    if inflight.depth > 0 {
+        inflight.depth -= 1;
+        return None;
+    }
+    let value = *inflight;
+    let _ = INFLIGHT.remove(&key);
+    Some(value)
+}
+
+#[inline(always)]
+fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) {
+    let key = LiveKey { pid, _pad: 0, addr };
+    // One hash delete decides whether this block was recorded.
+    if LIVE.remove(&key).is_err() {
+        if role == Role::Free {
+            count(counter::UNKNOWN_FREE);
+        }
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        count(counter::RINGBUF_FULL);
+        return;
+    };
+    entry.write(Event {
+        kind: EVENT_FREE,
+        pid,
+        tid,
+        stack_id: 0,
+        addr,
+        size: 0,
+        // SAFETY: helper without preconditions.
+        timestamp_ns: unsafe { bpf_ktime_get_ns() },
+        role: role as u32,
+        _pad: 0,
+    });
+    entry.submit(BPF_RB_NO_WAKEUP);
+}
+
+#[inline(always)]
+fn record_alloc(ctx: &RetProbeContext, pid: u32, tid: u32, addr: u64, size: u64, role: Role) {
+    // Reserve first: if the event cannot be sent, the block must not enter
+    // LIVE, or its later free would emit an orphan FREE.
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        count(counter::RINGBUF_FULL);
+        return;
+    };
+    let key = LiveKey { pid, _pad: 0, addr };
+    if LIVE.insert(&key, &LiveValue { size }, 0).is_err() {
+        count(counter::LIVE_MAP_FULL);
+        entry.discard(0);
+        return;
+    }
+    // At the return probe the registers are the caller's: a frame-pointer
+    // walk from here starts at the allocating call site.
+    let stack_id = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => id as i32,
+        Err(err) => {
+            count(counter::STACK_LOST);
+            if err < 0 { err } else { -1 }
+        }
+    };
+    entry.write(Event {
+        kind: EVENT_ALLOC,
+        pid,
+        tid,
+        stack_id,
+        addr,
+        size,
+        // SAFETY: helper without preconditions.
+        timestamp_ns: unsafe { bpf_ktime_get_ns() },
+        role: role as u32,
+        _pad: 0,
+    });
+    entry.submit(BPF_RB_NO_WAKEUP);
+}
+
+/// Return of every allocating function. `ret` is the returned pointer, or
+/// for posix_memalign the int result (0 = success, pointer in *memptr).
+#[inline(always)]
+fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
+    let Some(call) = take_inflight() else { return 0 };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let ret: u64 = ctx.ret();
+    let Some(role) = Role::from_u32(call.role) else { return 0 };
+    let addr = match role {
+        Role::PosixMemalign => {
+            if ret as u32 != 0 {
+                return 0; // failed: *memptr is untouched
+            }
+            // SAFETY: reading user memory through the helper, which faults
+            // safely and returns an error instead.
+            match unsafe { bpf_probe_read_user(call.ptr_arg as *const u64) } {
+                Ok(addr) => addr,
+                Err(_) => {
+                    count(counter::READ_FAILED);
+                    return 0;
+                }
+            }
+        }
+        _ => ret,
+    };
+    if matches!(role, Role::Realloc | Role::ReallocArray) && call.ptr_arg != 0 {
+        // realloc frees the old block when it returns a new one, and
+        // realloc(p, 0) frees p and returns NULL. A failed realloc (NULL for
+        // a non-zero size) leaves the old block alive.
+        if addr != 0 || call.size == 0 {
+            emit_free(pid, tid, call.ptr_arg, role);
+        }
+    }
+    if addr == 0 || call.record == 0 {
+        return 0;
+    }
+    record_alloc(ctx, pid, tid, addr, call.size, role);
+    0
+}
+
+#[inline(always)]
+fn on_free(ctx: &ProbeContext) -> u32 {
+    let addr = arg(ctx, 0);
+    if addr == 0 {
+        return 0; // free(NULL) is a no-op
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    emit_free((pid_tgid >> 32) as u32, pid_tgid as u32, addr, Role::Free);
+    0
+}
+
+#[uprobe]
+pub fn malloc_enter(ctx: ProbeContext) -> u32 {
+    on_alloc_enter(Role::Malloc, arg(&ctx, 0), 0)
+}
+
+#[uprobe]
+pub fn calloc_enter(ctx: ProbeContext) -> u32 {
+    // An overflowing nmemb * size makes calloc fail; the return sees NULL.
+    on_alloc_enter(Role::Calloc, arg(&ctx, 0).wrapping_mul(arg(&ctx, 1)), 0)
+}
+
+#[uprobe]
+pub fn realloc_enter(ctx: ProbeContext) -> u32 {
+    on_alloc_enter(Role::Realloc, arg(&ctx, 1), arg(&ctx, 0))
+}
+
+#[uprobe]
+pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
+    on_alloc_enter(Role::ReallocArray, arg(&ctx, 1).wrapping_mul(arg(&ctx, 2)), arg(&ctx, 0))
+}
+
+#[uprobe]
+pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
+    on_alloc_enter(Role::PosixMemalign, arg(&ctx, 2), arg(&ctx, 0))
+}
+
+#[uprobe]
+pub fn aligned_alloc_enter(ctx: ProbeContext) -> u32 {
+    on_alloc_enter(Role::AlignedAlloc, arg(&ctx, 1), 0)
+}
+
+#[uprobe]
+pub fn memalign_enter(ctx: ProbeContext) -> u32 {
+    on_alloc_enter(Role::Memalign, arg(&ctx, 1), 0)
+}
+
+#[uprobe]
+pub fn valloc_enter(ctx: ProbeContext) -> u32 {
+    on_alloc_enter(Role::Valloc, arg(&ctx, 0), 0)
+}
+
+#[uprobe]
+pub fn pvalloc_enter(ctx: ProbeContext) -> u32 {
+    on_alloc_enter(Role::Pvalloc, arg(&ctx, 0), 0)
+}
+
+/// One return program serves every allocating function: the role comes from
+/// the in-flight entry.
+#[uretprobe]
+pub fn alloc_return(ctx: RetProbeContext) -> u32 {
+    on_alloc_return(&ctx)
+}
+
+#[uprobe]
+pub fn free_enter(ctx: ProbeContext) -> u32 {
+    on_free(&ctx)
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,93 @@
+//! Command line (clap derive).
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::report::View;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Top stacks by in-use bytes, then the loss counters.
+    #[default]
+    Text,
+    /// `root;...;leaf VALUE` lines for speedscope, inferno, flamegraph.pl.
+    Collapsed,
+    /// SVG flamegraph rendered with inferno.
+    Flamegraph,
+    /// The whole profile as JSON (schema in README).
+    Json,
+}
+
+/// Trace the heap allocations of a running process with eBPF uprobes and
+/// report where its outstanding memory was allocated.
+#[derive(Debug, Parser)]
+#[command(name = "memtrace-bpf", version, about)]
+pub struct Cli {
+    /// Process to trace (all of its threads).
+    #[arg(short, long, value_name = "PID")]
+    pub pid: u32,
+
+    /// Stop after this many seconds (default: until Ctrl-C or the target exits).
+    #[arg(short, long, value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// Report format.
+    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// Write the report here instead of stdout.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+
+    /// Number of stacks in the text report.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+
+    /// Which number collapsed stacks and flamegraphs show.
+    #[arg(long, value_enum, default_value_t = View::InuseSpace)]
+    pub view: View,
+
+    /// Most allocations tracked as live at once (BPF map size).
+    #[arg(long, default_value_t = 1 << 20, value_name = "N")]
+    pub max_live: u32,
+
+    /// Most distinct call stacks kept (BPF stack map size).
+    #[arg(long, default_value_t = 16384, value_name = "N")]
+    pub stack_storage_size: u32,
+
+    /// Size of the kernel-to-user event ring buffer in MiB (a power of two).
+    #[arg(long, default_value_t = 16, value_name = "MIB")]
+    pub ringbuf_mb: u32,
+
+    /// Print what is attached where, and progress, on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+impl Cli {
+    /// Checks that clap cannot express; each message says what to do.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(d) = self.duration {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(format!("--duration must be a positive number of seconds, got {d}"));
+            }
+        }
+        if !self.ringbuf_mb.is_power_of_two() || self.ringbuf_mb > 1024 {
+            return Err(format!(
+                "--ringbuf-mb must be a power of two between 1 and 1024, got {}",
+                self.ringbuf_mb
+            ));
+        }
+        if self.max_live == 0 || self.stack_storage_size == 0 {
+            return Err("--max-live and --stack-storage-size must be at least 1".into());
+        }
+        if self.format == Format::Flamegraph && self.output.is_none() {
+            use std::io::IsTerminal;
+            if std::io::stdout().is_terminal() {
+                return Err("--format flamegraph writes SVG: add -o FILE.svg or redirect stdout".into());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,24 @@
+//! Errors the user can act on. Each message is one sentence that says what to
+//! do; `main` prints it and exits with status 1.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TraceError {
+    #[error(
+        "memtrace-bpf lacks {0}: run it as root (sudo memtrace-bpf ...) or grant the capabilities with setcap cap_bpf,cap_perfmon+ep"
+    )]
+    NotPrivileged(String),
+    #[error("this kernel has no uprobe support (no /sys/bus/event_source/devices/uprobe): a kernel built with CONFIG_UPROBE_EVENTS is needed")]
+    NoUprobes,
+    #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
+    NoSuchProcess(u32),
+    #[error("pid {0} is a kernel thread, which has no user-space heap: pass the pid of a user process")]
+    KernelThread(u32),
+    #[error("pid {pid} ({exe}) maps no libc: it is probably statically linked, and statically linked allocators are not supported yet; trace a dynamically linked program")]
+    NoLibc { pid: u32, exe: String },
+    #[error("{path} does not define {symbol}: it is not a usable glibc allocator")]
+    MissingRequired { path: String, symbol: &'static str },
+    #[error("process {0} exited before the probes were attached: nothing was traced")]
+    ExitedBeforeAttach(u32),
+}

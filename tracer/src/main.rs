@@ -1,0 +1,33 @@
+//! memtrace-bpf: trace the heap allocations of a running process with eBPF
+//! uprobes and report where its outstanding memory was allocated.
+
+mod cli;
+mod collector;
+mod error;
+mod heap;
+mod loader;
+mod preflight;
+mod profile;
+mod report;
+mod session;
+mod symbolize;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse(); // exits with status 2 on a bad command line
+    if let Err(msg) = cli.validate() {
+        eprintln!("memtrace-bpf: error: {msg}");
+        return ExitCode::from(2);
+    }
+    match session::run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("memtrace-bpf: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Turns the collector's state into a `report::Profile`: symbolizes every
+//! frame once, sums per-stack totals, and writes the notes a user needs.
+
+use std::time::Duration;
+
+use crate::{
+    collector::Collector,
+    report::{Counts, Frame, Hook, Losses, ProcessInfo, Profile, StackReport},
+    symbolize::Names,
+};
+
+/// What the session knows about the trace besides the collected data.
+pub struct Meta {
+    pub target: String,
+    pub pid: u32,
+    pub command: String,
+    pub exited: bool,
+    pub duration: Duration,
+    pub end_reason: String,
+    pub hooks: Vec<Hook>,
+}
+
+pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
+    let names = Names::resolve(&collector.modules, collector.stacks.all_frames());
+    let mut stacks: Vec<StackReport> = collector
+        .heap
+        .stacks()
+        .filter(|(_, c)| c.alloc_objects > 0)
+        .filter_map(|(h, counts)| {
+            let stack = collector.stacks.get(h)?;
+            let frames = match &stack.frames {
+                Some(frames) => frames.iter().flat_map(|f| names.get(f)).collect(),
+                None => vec![stack_lost_frame()],
+            };
+            Some(StackReport {
+                pid: stack.pid,
+                counts,
+                frames,
+            })
+        })
+        .collect();
+    stacks.sort_by(|a, b| {
+        (b.counts.inuse_bytes, b.counts.alloc_bytes)
+            .cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes))
+            .then_with(|| frame_key(a).cmp(&frame_key(b)))
+    });
+    let totals = stacks.iter().fold(Counts::default(), |t, s| Counts {
+        inuse_bytes: t.inuse_bytes + s.counts.inuse_bytes,
+        inuse_objects: t.inuse_objects + s.counts.inuse_objects,
+        alloc_bytes: t.alloc_bytes + s.counts.alloc_bytes,
+        alloc_objects: t.alloc_objects + s.counts.alloc_objects,
+    });
+    let notes = notes(&meta, collector, &losses);
+    Profile {
+        target: meta.target,
+        duration_secs: meta.duration.as_secs_f64(),
+        end_reason: meta.end_reason,
+        sample_rate: 1,
+        unwind: "fp".into(),
+        processes: vec![ProcessInfo {
+            pid: meta.pid,
+            command: meta.command,
+            exited: meta.exited,
+        }],
+        hooks: meta.hooks,
+        totals,
+        stacks,
+        losses,
+        notes,
+    }
+}
+
+fn frame_key(s: &StackReport) -> Vec<(&str, u64)> {
+    s.frames.iter().map(|f| (f.function.as_str(), f.offset)).collect()
+}
+
+fn stack_lost_frame() -> Frame {
+    Frame {
+        function: "[stack lost]".into(),
+        module: "[unknown]".into(),
+        ..Frame::default()
+    }
+}
+
+fn notes(meta: &Meta, collector: &Collector, losses: &Losses) -> Vec<String> {
+    let mut notes = Vec::new();
+    if meta.exited {
+        notes.push(format!(
+            "process {} exited during the trace: in-use numbers are what it had not freed when it exited",
+            meta.pid
+        ));
+    }
+    if losses.unknown_frees > 0 {
+        notes.push(format!(
+            "{} frees of blocks allocated before tracing started were ignored",
+            losses.unknown_frees
+        ));
+    }
+    if collector.heap.replaced_allocs > 0 {
+        notes.push(format!(
+            "{} allocations reused an address whose free was not seen (lost events)",
+            collector.heap.replaced_allocs
+        ));
+    }
+    if collector.heap.unmatched_frees > 0 || collector.malformed_events > 0 {
+        notes.push(format!(
+            "{} frees without a recorded allocation and {} malformed events reached user space",
+            collector.heap.unmatched_frees, collector.malformed_events
+        ));
+    }
+    notes.push(
+        "stacks are frame-pointer walks: code built without frame pointers shows short stacks"
+            .into(),
+    );
+    notes
+}

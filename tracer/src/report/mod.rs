@@ -1,0 +1,318 @@
+//! The report: one `Profile` value, and renderers that take `&Profile` and
+//! `impl Write`. Renderers know nothing of BPF.
+
+use serde::Serialize;
+
+mod collapsed;
+mod flamegraph;
+mod json;
+mod text;
+
+pub use collapsed::write_collapsed;
+pub use flamegraph::write_flamegraph;
+pub use json::write_json;
+pub use text::{write_losses, write_text};
+
+#[cfg(test)]
+mod tests;
+
+/// Everything a report shows. Built once at the end of a trace.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Profile {
+    /// What was traced, as the user named it (e.g. "pid 4242").
+    pub target: String,
+    /// Wall-clock seconds between attach and the end of the trace.
+    pub duration_secs: f64,
+    /// Why the trace ended: "duration elapsed", "target exited",
+    /// "interrupted (SIGINT)", "terminated (SIGTERM)".
+    pub end_reason: String,
+    /// Mean sampling interval in bytes; 1 = every allocation recorded (exact).
+    pub sample_rate: u64,
+    /// How stacks were captured: "fp" (frame pointers, in the kernel).
+    pub unwind: String,
+    pub processes: Vec<ProcessInfo>,
+    /// The allocator functions that were hooked (or skipped), per object.
+    pub hooks: Vec<Hook>,
+    /// Sum over all stacks.
+    pub totals: Counts,
+    /// One entry per unique (process, call stack), sorted by inuse_bytes
+    /// descending, then alloc_bytes descending.
+    pub stacks: Vec<StackReport>,
+    pub losses: Losses,
+    /// Remarks for the user (skipped optional hooks, limits hit...).
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// Command line, arguments joined by spaces ("" when unknown).
+    pub command: String,
+    /// True when the process exited before the report was made.
+    pub exited: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Hook {
+    /// Allocator function, e.g. "malloc".
+    pub function: String,
+    /// Path of the object file the probe is attached to.
+    pub module: String,
+    /// File offset of the probe in `module` (0 when skipped).
+    pub offset: u64,
+    /// "attached", or why not (e.g. "not defined in this libc").
+    pub status: String,
+}
+
+/// pprof's four sample types, for one stack or for the total.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    /// Bytes allocated during the trace and still live at report time.
+    pub inuse_bytes: u64,
+    pub inuse_objects: u64,
+    /// Bytes allocated during the trace, freed or not.
+    pub alloc_bytes: u64,
+    pub alloc_objects: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct StackReport {
+    pub pid: u32,
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Leaf first: frames[0] is the function that called the allocator,
+    /// the last frame is the root (e.g. `_start`). Inlined functions appear
+    /// as frames of their own, with `inlined: true`.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Frame {
+    /// Demangled function name, or "[unknown]" when it could not be named.
+    pub function: String,
+    /// Path of the object file ("[unknown]" when the address was in no
+    /// mapped file).
+    pub module: String,
+    /// File offset of the (return address - 1) in `module`.
+    pub offset: u64,
+    /// Source file and line when debug info exists.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub inlined: bool,
+}
+
+/// Every way the tracer failed to record something, counted.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Losses {
+    /// Events dropped because the ring buffer was full (raise --ringbuf-mb).
+    pub ringbuf_full: u64,
+    /// Allocations not tracked because the live map was full (raise --max-live).
+    pub live_map_full: u64,
+    /// Allocations recorded without a call stack (raise --stack-storage-size).
+    pub stack_lost: u64,
+    /// free() of addresses never recorded: allocated before tracing started.
+    /// Not a loss of data; shown so the numbers can be checked.
+    pub unknown_frees: u64,
+    /// Return probes without an entry (calls in progress at attach).
+    pub return_without_entry: u64,
+    /// Calls whose entry could not be remembered for the return probe.
+    pub inflight_full: u64,
+    /// posix_memalign results that could not be read from *memptr.
+    pub read_failed: u64,
+}
+
+/// Which of the four numbers a collapsed stack or flamegraph shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum View {
+    #[default]
+    InuseSpace,
+    InuseObjects,
+    AllocSpace,
+    AllocObjects,
+}
+
+impl View {
+    pub fn value(self, c: &Counts) -> u64 {
+        match self {
+            View::InuseSpace => c.inuse_bytes,
+            View::InuseObjects => c.inuse_objects,
+            View::AllocSpace => c.alloc_bytes,
+            View::AllocObjects => c.alloc_objects,
+        }
+    }
+
+    /// Unit name for flamegraph titles and counts.
+    pub fn unit(self) -> &'static str {
+        match self {
+            View::InuseSpace | View::AllocSpace => "bytes",
+            View::InuseObjects | View::AllocObjects => "objects",
+        }
+    }
+}
+
+impl View {
+    /// What the numbers mean, for titles: "in-use bytes", "allocated objects"...
+    pub fn describe(self) -> &'static str {
+        match self {
+            View::InuseSpace => "in-use bytes",
+            View::InuseObjects => "in-use objects",
+            View::AllocSpace => "allocated bytes",
+            View::AllocObjects => "allocated objects",
+        }
+    }
+}
+
+/// The name symbolization gives a frame it could not name.
+const UNKNOWN: &str = "[unknown]";
+
+/// Shown in place of a call stack that was not captured (see
+/// `Losses::stack_lost`), so the bytes still appear somewhere.
+const NO_STACK: &str = "[no stack]";
+
+impl Frame {
+    /// True when the symbolizer could not name this frame.
+    pub fn is_unknown(&self) -> bool {
+        self.function.is_empty() || self.function == UNKNOWN
+    }
+
+    /// The name every renderer shows: the function, or for a frame that
+    /// could not be named `[unknown] libfoo.so+0x1a2b`, so that distinct
+    /// unknown code stays distinct and can be looked up by hand.
+    pub fn display_name(&self) -> String {
+        if !self.is_unknown() {
+            return self.function.clone();
+        }
+        if self.module.is_empty() || self.module == UNKNOWN {
+            format!("{UNKNOWN}+{:#x}", self.offset)
+        } else {
+            format!("{UNKNOWN} {}+{:#x}", basename(&self.module), self.offset)
+        }
+    }
+}
+
+/// Last path component: reports name objects by file name, as perf does.
+pub fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl Profile {
+    /// `redis-server (pid 4242)`: the program name of process `pid`, or
+    /// "pid" when its command line is unknown (also for pids missing from
+    /// `processes`, e.g. children that appeared during the trace).
+    pub fn process_label(&self, pid: u32) -> String {
+        let program = self
+            .processes
+            .iter()
+            .find(|proc| proc.pid == pid)
+            .and_then(|proc| proc.command.split_whitespace().next())
+            .map_or("pid", basename);
+        format!("{program} (pid {pid})")
+    }
+
+    /// True when stacks of several processes are mixed in this profile, so
+    /// renderers must say which process each stack belongs to.
+    pub fn is_multi_process(&self) -> bool {
+        let first = self.stacks.first().map(|s| s.pid);
+        self.processes.len() > 1 || self.stacks.iter().any(|s| Some(s.pid) != first)
+    }
+
+    /// How allocations were chosen, in words.
+    pub fn sampling_description(&self) -> String {
+        // 0 is not a meaningful mean interval: show it like 1 rather than
+        // invent a rate.
+        if self.sample_rate <= 1 {
+            "every allocation (exact)".to_string()
+        } else {
+            format!(
+                "one sample per {} bytes allocated on average (numbers are estimates)",
+                self.sample_rate
+            )
+        }
+    }
+}
+
+/// One loss counter with what it means, for report footers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LossLine {
+    /// Field name in `Losses` (and in the JSON output).
+    pub name: &'static str,
+    pub count: u64,
+    pub meaning: &'static str,
+    /// True when a non-zero count means data is missing from the report.
+    pub is_loss: bool,
+    /// How to avoid the loss next time, for real losses.
+    pub remedy: Option<&'static str>,
+}
+
+impl Losses {
+    /// Every counter, in a fixed order, with its explanation.
+    pub fn lines(&self) -> [LossLine; 7] {
+        let line = |name, count, meaning, is_loss, remedy| LossLine {
+            name,
+            count,
+            meaning,
+            is_loss,
+            remedy,
+        };
+        [
+            line(
+                "ringbuf_full",
+                self.ringbuf_full,
+                "events dropped because the ring buffer was full",
+                true,
+                Some("raise --ringbuf-mb"),
+            ),
+            line(
+                "live_map_full",
+                self.live_map_full,
+                "allocations not tracked because the live map was full",
+                true,
+                Some("raise --max-live"),
+            ),
+            line(
+                "stack_lost",
+                self.stack_lost,
+                "allocations recorded without a call stack",
+                true,
+                Some("raise --stack-storage-size"),
+            ),
+            line(
+                "inflight_full",
+                self.inflight_full,
+                "allocator calls whose entry could not be remembered",
+                true,
+                Some("cause: many threads inside the allocator at once"),
+            ),
+            line(
+                "read_failed",
+                self.read_failed,
+                "posix_memalign results that could not be read",
+                true,
+                None,
+            ),
+            line(
+                "unknown_frees",
+                self.unknown_frees,
+                "frees of memory allocated before tracing started (not a loss)",
+                false,
+                None,
+            ),
+            line(
+                "return_without_entry",
+                self.return_without_entry,
+                "returns of calls already in progress at attach (not a loss)",
+                false,
+                None,
+            ),
+        ]
+    }
+
+    /// Sum of the counters that mean missing data.
+    pub fn lost(&self) -> u64 {
+        self.lines()
+            .iter()
+            .filter(|l| l.is_loss)
+            .fold(0, |sum, l| sum.saturating_add(l.count))
+    }
+}

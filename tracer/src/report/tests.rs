@@ -1,0 +1,380 @@
+//! Golden-file tests for the renderers. Bless with
+//! `MEMTRACE_BLESS=1 cargo test -p memtrace-bpf report`, then read the diff.
+
+use std::fs;
+use std::path::PathBuf;
+
+use super::*;
+
+const BLESS_VAR: &str = "MEMTRACE_BLESS";
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+/// Compares `actual` with the golden file `name`, or rewrites the file when
+/// blessing.
+fn check_golden(name: &str, actual: &[u8]) {
+    let path = golden_dir().join(name);
+    if std::env::var(BLESS_VAR).as_deref() == Ok("1") {
+        fs::create_dir_all(golden_dir()).expect("create golden dir");
+        fs::write(&path, actual).expect("write golden file");
+        return;
+    }
+    let expected = fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read golden file {}: {e}\n\
+             create it with: {BLESS_VAR}=1 cargo test -p memtrace-bpf report",
+            path.display()
+        )
+    });
+    if expected != actual {
+        panic!(
+            "output differs from golden file {}\n--- expected\n{}\n--- actual\n{}\n\
+             if the change is intended, bless it with: \
+             {BLESS_VAR}=1 cargo test -p memtrace-bpf report",
+            path.display(),
+            String::from_utf8_lossy(&expected),
+            String::from_utf8_lossy(actual),
+        );
+    }
+}
+
+fn frame(function: &str, module: &str, offset: u64, file: Option<(&str, u32)>) -> Frame {
+    Frame {
+        function: function.to_string(),
+        module: module.to_string(),
+        offset,
+        file: file.map(|(f, _)| f.to_string()),
+        line: file.map(|(_, l)| l),
+        inlined: false,
+    }
+}
+
+fn inlined(f: Frame) -> Frame {
+    Frame { inlined: true, ..f }
+}
+
+fn counts(inuse_bytes: u64, inuse_objects: u64, alloc_bytes: u64, alloc_objects: u64) -> Counts {
+    Counts {
+        inuse_bytes,
+        inuse_objects,
+        alloc_bytes,
+        alloc_objects,
+    }
+}
+
+const APP: &str = "/opt/demo/bin/server";
+const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+fn libc_hooks() -> Vec<Hook> {
+    let hook = |function: &str, offset, status: &str| Hook {
+        function: function.to_string(),
+        module: LIBC.to_string(),
+        offset,
+        status: status.to_string(),
+    };
+    vec![
+        hook("malloc", 0xa50a0, "attached"),
+        hook("calloc", 0xa6b10, "attached"),
+        hook("realloc", 0xa5bc0, "attached"),
+        hook("free", 0xa56e0, "attached"),
+        hook("posix_memalign", 0xa7300, "attached"),
+        hook("pvalloc", 0, "not defined in this libc"),
+        hook("memalign", 0, "not defined in this libc"),
+    ]
+}
+
+/// Tail shared by the stacks of `server`: main called from libc's start.
+fn server_root() -> Vec<Frame> {
+    vec![
+        frame("main", APP, 0x1890, Some(("src/main.c", 88))),
+        frame("__libc_start_call_main", LIBC, 0x2a1c9, None),
+        frame("_start", APP, 0x10f4, None),
+    ]
+}
+
+fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
+    let mut frames = leaf;
+    frames.extend(server_root());
+    StackReport {
+        pid,
+        counts,
+        frames,
+    }
+}
+
+/// One process, exact counts: an inlined frame, an unknown frame, a frame
+/// whose name holds a ';', two stacks that differ only in an offset, and a
+/// stack whose allocations were all freed.
+fn one_process() -> Profile {
+    let cache = frame("cache_insert", APP, 0x1420, Some(("src/cache.c", 31)));
+    let stacks = vec![
+        stack(
+            4242,
+            counts(40000, 10, 40000, 10),
+            vec![
+                inlined(frame("buf_new", APP, 0x1311, Some(("src/buf.h", 12)))),
+                frame("read_request", APP, 0x1311, Some(("src/net.c", 57))),
+            ],
+        ),
+        stack(
+            4242,
+            counts(4096, 1, 8192, 2),
+            vec![
+                frame("[unknown]", "/opt/demo/lib/libplugin.so", 0x8f3c, None),
+                frame("load_plugins", APP, 0x1702, Some(("src/plugin.c", 20))),
+            ],
+        ),
+        stack(
+            4242,
+            counts(512, 4, 512, 4),
+            vec![cache.clone(), frame("lookup<[u8; 8]>", APP, 0x1600, None)],
+        ),
+        stack(
+            4242,
+            counts(256, 2, 256, 2),
+            vec![
+                Frame {
+                    offset: 0x1428,
+                    ..cache
+                },
+                frame("lookup<[u8; 8]>", APP, 0x1600, None),
+            ],
+        ),
+        stack(
+            4242,
+            counts(0, 0, 1 << 20, 256),
+            vec![frame("parse_config", APP, 0x1a00, None)],
+        ),
+    ];
+    Profile {
+        target: "pid 4242".to_string(),
+        duration_secs: 10.004,
+        end_reason: "duration elapsed".to_string(),
+        sample_rate: 1,
+        unwind: "fp".to_string(),
+        processes: vec![ProcessInfo {
+            pid: 4242,
+            command: "/opt/demo/bin/server --port 8080".to_string(),
+            exited: false,
+        }],
+        hooks: libc_hooks(),
+        totals: counts(44864, 17, 1_097_536, 274),
+        stacks,
+        losses: Losses {
+            unknown_frees: 12,
+            return_without_entry: 1,
+            ..Losses::default()
+        },
+        notes: vec!["pvalloc, memalign: not hooked (optional)".to_string()],
+    }
+}
+
+/// Two processes of one binary, sampled, with real losses and a stack that
+/// was not captured.
+fn two_processes() -> Profile {
+    let stacks = vec![
+        stack(
+            101,
+            counts(1_572_864, 3, 2_097_152, 4),
+            vec![frame("alloc_table", APP, 0x1500, Some(("src/table.c", 9)))],
+        ),
+        stack(
+            102,
+            counts(1_048_576, 2, 1_048_576, 2),
+            vec![frame("alloc_table", APP, 0x1500, Some(("src/table.c", 9)))],
+        ),
+        StackReport {
+            pid: 103,
+            counts: counts(600_000, 1, 600_000, 1),
+            frames: vec![frame("[unknown]", "[unknown]", 0x7f00_dead_beef, None)],
+        },
+        StackReport {
+            pid: 102,
+            counts: counts(524_288, 1, 524_288, 1),
+            frames: Vec::new(),
+        },
+    ];
+    Profile {
+        target: "binary /opt/demo/bin/server".to_string(),
+        duration_secs: 3.25,
+        end_reason: "interrupted (SIGINT)".to_string(),
+        sample_rate: 524_288,
+        unwind: "fp".to_string(),
+        processes: vec![
+            ProcessInfo {
+                pid: 101,
+                command: "/opt/demo/bin/server --worker".to_string(),
+                exited: false,
+            },
+            ProcessInfo {
+                pid: 102,
+                command: "/opt/demo/bin/server --worker".to_string(),
+                exited: true,
+            },
+        ],
+        hooks: libc_hooks()[..5].to_vec(),
+        totals: counts(3_745_728, 7, 4_270_016, 8),
+        stacks,
+        losses: Losses {
+            ringbuf_full: 3,
+            live_map_full: 0,
+            stack_lost: 1,
+            unknown_frees: 40,
+            return_without_entry: 0,
+            inflight_full: 2,
+            read_failed: 0,
+        },
+        notes: Vec::new(),
+    }
+}
+
+/// A trace that saw nothing (e.g. the target exited at once).
+fn empty() -> Profile {
+    Profile {
+        target: "pid 7".to_string(),
+        duration_secs: 0.5,
+        end_reason: "target exited".to_string(),
+        sample_rate: 1,
+        unwind: "fp".to_string(),
+        processes: vec![ProcessInfo {
+            pid: 7,
+            command: String::new(),
+            exited: true,
+        }],
+        ..Profile::default()
+    }
+}
+
+fn fixtures() -> [(&'static str, Profile); 3] {
+    [
+        ("one_process", one_process()),
+        ("two_processes", two_processes()),
+        ("empty", empty()),
+    ]
+}
+
+fn text(p: &Profile, top: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_text(p, top, &mut out).expect("write_text");
+    out
+}
+
+fn collapsed(p: &Profile, view: View) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_collapsed(p, view, &mut out).expect("write_collapsed");
+    out
+}
+
+fn flamegraph(p: &Profile, view: View) -> String {
+    let mut out = Vec::new();
+    write_flamegraph(p, view, &mut out).expect("write_flamegraph");
+    String::from_utf8(out).expect("SVG is UTF-8")
+}
+
+#[test]
+fn text_matches_golden() {
+    for (name, p) in fixtures() {
+        check_golden(&format!("{name}.txt"), &text(&p, 10));
+    }
+}
+
+#[test]
+fn text_truncated_by_top_matches_golden() {
+    check_golden("one_process.top2.txt", &text(&one_process(), 2));
+}
+
+#[test]
+fn text_without_inuse_falls_back_to_allocated() {
+    let mut p = one_process();
+    for stack in &mut p.stacks {
+        stack.counts.inuse_bytes = 0;
+        stack.counts.inuse_objects = 0;
+    }
+    check_golden("all_freed.txt", &text(&p, 3));
+}
+
+#[test]
+fn collapsed_matches_golden() {
+    let views = [
+        (View::InuseSpace, "inuse_space"),
+        (View::AllocObjects, "alloc_objects"),
+    ];
+    for (name, p) in fixtures() {
+        for (view, view_name) in views {
+            check_golden(&format!("{name}.{view_name}.folded"), &collapsed(&p, view));
+        }
+    }
+}
+
+#[test]
+fn json_matches_golden() {
+    for (name, p) in fixtures() {
+        let mut out = Vec::new();
+        write_json(&p, &mut out).expect("write_json");
+        check_golden(&format!("{name}.json"), &out);
+    }
+}
+
+#[test]
+fn flamegraph_is_svg_with_frame_names() {
+    let svg = flamegraph(&one_process(), View::InuseSpace);
+    assert!(
+        svg.starts_with("<?xml"),
+        "not XML: {}",
+        &svg[..svg.len().min(80)]
+    );
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("memtrace-bpf: in-use bytes — pid 4242"));
+    for name in [
+        "main",
+        "read_request",
+        "buf_new",
+        "[unknown] libplugin.so+0x8f3c",
+    ] {
+        assert!(svg.contains(name), "frame {name} missing from SVG");
+    }
+    // C++/Rust generics must be escaped, and ';' must not split the frame.
+    assert!(svg.contains("lookup&lt;[u8: 8]&gt;"));
+    // A stack that exists only in the allocated view is absent here.
+    assert!(!svg.contains("parse_config"));
+}
+
+#[test]
+fn flamegraph_accepts_names_with_spaces() {
+    // inferno reads the count after the last space; names may hold spaces.
+    let mut p = empty();
+    for (leaf, bytes) in [("work", 9), ("work (.cold)", 1)] {
+        p.stacks.push(stack(
+            7,
+            counts(bytes, 1, bytes, 1),
+            vec![frame(leaf, APP, 0x10, None)],
+        ));
+    }
+    assert!(flamegraph(&p, View::InuseSpace).contains("work (.cold)"));
+}
+
+#[test]
+fn flamegraph_is_deterministic() {
+    let p = two_processes();
+    assert_eq!(
+        flamegraph(&p, View::AllocSpace),
+        flamegraph(&p, View::AllocSpace)
+    );
+    assert!(flamegraph(&p, View::AllocSpace).contains("server (pid 101)"));
+}
+
+#[test]
+fn flamegraph_of_empty_profile_is_valid_svg() {
+    let svg = flamegraph(&empty(), View::InuseObjects);
+    assert!(svg.starts_with("<?xml"));
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("no allocations recorded (in-use objects)"));
+    // The target is user input and must be escaped.
+    let p = Profile {
+        target: "<&>".to_string(),
+        ..empty()
+    };
+    assert!(flamegraph(&p, View::InuseSpace).contains("&lt;&amp;&gt;"));
+}

@@ -1,0 +1,295 @@
+//! Text report in the manner of `jeprof --text` and bcc's memleak: what was
+//! traced, totals, the top stacks with their frames, then every loss counter.
+
+use std::io::{self, Write};
+
+use super::{basename, Counts, Frame, Hook, Losses, Profile, StackReport, NO_STACK};
+
+/// Width of the labels in the header, so values line up.
+const LABEL_WIDTH: usize = 12;
+/// Indentation of the frames under a stack's summary line.
+const FRAME_INDENT: &str = "      ";
+
+/// Writes the report, listing at most `top` stacks.
+pub fn write_text(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
+    write_header(p, w)?;
+    writeln!(w)?;
+    write_totals(&p.totals, w)?;
+    writeln!(w)?;
+    write_stacks(p, top, w)?;
+    write_notes(&p.notes, w)?;
+    writeln!(w)?;
+    write_losses(&p.losses, w)
+}
+
+fn write_header(p: &Profile, w: &mut impl Write) -> io::Result<()> {
+    writeln!(w, "memtrace-bpf report: {}", p.target)?;
+    field(w, "processes:", &process_lines(p))?;
+    field(w, "duration:", &[format!("{:.1} s", p.duration_secs)])?;
+    field(w, "ended:", &[p.end_reason.as_str()])?;
+    field(w, "sampling:", &[p.sampling_description()])?;
+    field(w, "unwinding:", &[p.unwind.as_str()])?;
+    let (hooked, skipped) = hook_lines(&p.hooks);
+    if hooked.is_empty() {
+        field(w, "hooked:", &["none"])?;
+    } else {
+        field(w, "hooked:", &hooked)?;
+    }
+    if !skipped.is_empty() {
+        field(w, "skipped:", &skipped)?;
+    }
+    Ok(())
+}
+
+/// `  label:      first value`, further values aligned under the first.
+fn field<S: AsRef<str>>(w: &mut impl Write, label: &str, values: &[S]) -> io::Result<()> {
+    for (i, value) in values.iter().enumerate() {
+        let label = if i == 0 { label } else { "" };
+        writeln!(w, "  {label:<LABEL_WIDTH$}{}", value.as_ref())?;
+    }
+    Ok(())
+}
+
+fn process_lines(p: &Profile) -> Vec<String> {
+    if p.processes.is_empty() {
+        return vec!["none recorded".to_string()];
+    }
+    let width = p
+        .processes
+        .iter()
+        .map(|proc| proc.pid.to_string().len())
+        .max()
+        .unwrap_or(0);
+    p.processes
+        .iter()
+        .map(|proc| {
+            let command = match proc.command.as_str() {
+                "" => "(command unknown)",
+                command => command,
+            };
+            let exited = if proc.exited { " (exited)" } else { "" };
+            format!("{:>width$}  {command}{exited}", proc.pid)
+        })
+        .collect()
+}
+
+/// Hooks grouped per object, `malloc calloc free (libc.so.6)`; skipped ones
+/// grouped per object and reason. Groups keep the order of first appearance.
+fn hook_lines(hooks: &[Hook]) -> (Vec<String>, Vec<String>) {
+    let mut hooked: Vec<((&str, &str), Vec<&str>)> = Vec::new();
+    let mut skipped: Vec<((&str, &str), Vec<&str>)> = Vec::new();
+    for hook in hooks {
+        let groups = if hook.status == "attached" {
+            &mut hooked
+        } else {
+            &mut skipped
+        };
+        let key = (hook.module.as_str(), hook.status.as_str());
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, functions)) => functions.push(&hook.function),
+            None => groups.push((key, vec![&hook.function])),
+        }
+    }
+    let hooked = hooked
+        .into_iter()
+        .map(|((module, _), functions)| format!("{} ({})", functions.join(" "), basename(module)))
+        .collect();
+    let skipped = skipped
+        .into_iter()
+        .map(|((module, status), functions)| {
+            format!("{} ({}): {status}", functions.join(" "), basename(module))
+        })
+        .collect();
+    (hooked, skipped)
+}
+
+fn write_totals(totals: &Counts, w: &mut impl Write) -> io::Result<()> {
+    writeln!(w, "Totals (allocations made during the trace):")?;
+    let inuse = amount(totals.inuse_bytes, totals.inuse_objects);
+    let alloc = amount(totals.alloc_bytes, totals.alloc_objects);
+    field(w, "in use:", &[inuse])?;
+    field(w, "allocated:", &[alloc])
+}
+
+/// `1.5 MiB (1572864 bytes) in 12 objects`.
+fn amount(bytes: u64, objects: u64) -> String {
+    let objects = plural(objects, "object");
+    match human_bytes(bytes) {
+        Some(human) => format!("{human} ({}) in {objects}", plural(bytes, "byte")),
+        None => format!("{} in {objects}", plural(bytes, "byte")),
+    }
+}
+
+/// Binary units with one decimal; None below 1 KiB, where bytes say it best.
+fn human_bytes(bytes: u64) -> Option<String> {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return None;
+    }
+    // Precision loss in the cast is irrelevant at one decimal.
+    let mut value = bytes as f64;
+    let mut unit = "B";
+    for next in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = next;
+    }
+    Some(format!("{value:.1} {unit}"))
+}
+
+fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+fn write_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
+    if p.stacks.is_empty() {
+        return writeln!(w, "No allocations recorded.");
+    }
+    // `p.stacks` is sorted by in-use bytes already.
+    let inuse: Vec<&StackReport> = p
+        .stacks
+        .iter()
+        .filter(|s| s.counts.inuse_bytes > 0)
+        .collect();
+    let listed = if inuse.is_empty() {
+        writeln!(
+            w,
+            "Nothing allocated during the trace is still in use; top stacks by allocated bytes:"
+        )?;
+        by_alloc_bytes(&p.stacks)
+    } else {
+        writeln!(w, "Top stacks by in-use bytes:")?;
+        inuse
+    };
+    for (i, stack) in listed.iter().take(top).enumerate() {
+        writeln!(w)?;
+        write_stack(i + 1, stack, w)?;
+    }
+    let hidden = listed.len().saturating_sub(top);
+    let freed = p.stacks.len() - listed.len();
+    if hidden > 0 || freed > 0 {
+        writeln!(w)?;
+    }
+    if hidden > 0 {
+        let stacks = plural(hidden as u64, "more stack");
+        writeln!(w, "{stacks} not shown (--top)")?;
+    }
+    if freed > 0 {
+        let stacks = plural(freed as u64, "stack");
+        writeln!(w, "{stacks} with nothing left in use not listed")?;
+    }
+    Ok(())
+}
+
+fn by_alloc_bytes(stacks: &[StackReport]) -> Vec<&StackReport> {
+    let mut sorted: Vec<&StackReport> = stacks.iter().collect();
+    // Stable: ties keep the profile's order, so the output is deterministic.
+    sorted.sort_by(|a, b| {
+        (b.counts.alloc_bytes, b.counts.alloc_objects)
+            .cmp(&(a.counts.alloc_bytes, a.counts.alloc_objects))
+    });
+    sorted
+}
+
+fn write_stack(rank: usize, stack: &StackReport, w: &mut impl Write) -> io::Result<()> {
+    let c = &stack.counts;
+    writeln!(
+        w,
+        "#{rank}  {} in {} (allocated: {} in {}) pid {}",
+        plural(c.inuse_bytes, "byte"),
+        plural(c.inuse_objects, "object"),
+        plural(c.alloc_bytes, "byte"),
+        plural(c.alloc_objects, "object"),
+        stack.pid
+    )?;
+    if stack.frames.is_empty() {
+        writeln!(w, "{FRAME_INDENT}{NO_STACK}")?;
+    }
+    for frame in &stack.frames {
+        writeln!(w, "{FRAME_INDENT}{}", frame_line(frame))?;
+    }
+    Ok(())
+}
+
+/// `function (file:line) [module] [inlined]`; an unknown frame already
+/// names its module and offset.
+fn frame_line(f: &Frame) -> String {
+    let mut line = f.display_name();
+    if !f.is_unknown() {
+        match (&f.file, f.line) {
+            (Some(file), Some(n)) => line.push_str(&format!(" ({file}:{n})")),
+            (Some(file), None) => line.push_str(&format!(" ({file})")),
+            (None, _) => {}
+        }
+        if !f.module.is_empty() {
+            line.push_str(&format!(" [{}]", basename(&f.module)));
+        }
+    }
+    if f.inlined {
+        line.push_str(" [inlined]");
+    }
+    line
+}
+
+fn write_notes(notes: &[String], w: &mut impl Write) -> io::Result<()> {
+    if notes.is_empty() {
+        return Ok(());
+    }
+    writeln!(w)?;
+    writeln!(w, "Notes:")?;
+    for note in notes {
+        writeln!(w, "  - {note}")?;
+    }
+    Ok(())
+}
+
+/// Every counter, zero or not, so a clean run is visibly clean (memleak
+/// prints its drops the same way). Public for formats that have no room for
+/// them (collapsed, flamegraph): the caller prints them to stderr.
+pub fn write_losses(losses: &Losses, w: &mut impl Write) -> io::Result<()> {
+    writeln!(w, "Losses:")?;
+    let lines = losses.lines();
+    let name_width = lines.iter().map(|l| l.name.len()).max().unwrap_or(0);
+    let count_width = lines
+        .iter()
+        .map(|l| l.count.to_string().len())
+        .max()
+        .unwrap_or(1);
+    for l in &lines {
+        let remedy = match l.remedy {
+            Some(remedy) if l.is_loss && l.count > 0 => format!(" ({remedy})"),
+            _ => String::new(),
+        };
+        writeln!(
+            w,
+            "  {:<name_width$}  {:>count_width$}  {}{remedy}",
+            l.name, l.count, l.meaning
+        )?;
+    }
+    match losses.lost() {
+        0 => writeln!(w, "no events lost"),
+        n => writeln!(
+            w,
+            "WARNING: {n} events lost: the numbers above are incomplete"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_uses_binary_units() {
+        assert_eq!(human_bytes(1023), None);
+        assert_eq!(human_bytes(1536).as_deref(), Some("1.5 KiB"));
+        assert_eq!(human_bytes(3 << 20).as_deref(), Some("3.0 MiB"));
+        assert_eq!(human_bytes(u64::MAX).as_deref(), Some("16.0 EiB"));
+    }
+}

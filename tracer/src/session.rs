@@ -1,0 +1,201 @@
+//! One tracing session: preflight, attach, collect until the end condition,
+//! detach, drain, report.
+
+use std::{
+    fs::File,
+    io::{BufWriter, Write},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use tokio::{
+    io::unix::AsyncFd,
+    signal::unix::{signal, SignalKind},
+};
+
+use crate::{
+    cli::{Cli, Format},
+    collector::{read_losses, Collector},
+    error::TraceError,
+    loader::{self, Limits, GLIBC_HOOKS},
+    profile::{self, Meta},
+    report,
+    symbolize::Modules,
+    target::Process,
+};
+
+/// How often the ring buffer is drained (BPF submits without wakeups).
+const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+
+pub fn run(cli: &Cli) -> anyhow::Result<()> {
+    crate::preflight::check()?;
+    let pid = cli.pid;
+    let process = Process::inspect(pid)?;
+    let libc = process.libc_path()?;
+    // Opened before attaching, so a reused pid cannot fool the exit check.
+    let pidfd = PidFd::open(pid)?;
+
+    let limits = Limits {
+        max_live: cli.max_live,
+        stack_storage_size: cli.stack_storage_size,
+        ringbuf_bytes: cli.ringbuf_mb << 20,
+    };
+    let mut loaded = loader::load(&limits)?;
+    let mut modules = Modules::default();
+    modules.set_maps(pid, process.mappings.clone());
+    let hooks = loader::attach(&mut loaded, GLIBC_HOOKS, &process.host_path(&libc), &libc, pid)?;
+    if pidfd.has_exited() {
+        return Err(TraceError::ExitedBeforeAttach(pid).into());
+    }
+    let started = Instant::now();
+    let attached: Vec<&str> = hooks
+        .iter()
+        .filter(|h| h.status == "attached")
+        .map(|h| h.function.as_str())
+        .collect();
+    if cli.verbose {
+        for h in &hooks {
+            eprintln!("memtrace-bpf: {} at {}+{:#x}: {}", h.function, h.module, h.offset, h.status);
+        }
+    }
+    eprintln!(
+        "memtrace-bpf: tracing pid {pid} ({}): {} hooked in {libc}; {}",
+        process.command,
+        attached.join(", "),
+        match cli.duration {
+            Some(d) => format!("reporting in {d} s or on Ctrl-C"),
+            None => "press Ctrl-C to stop and report".to_string(),
+        }
+    );
+
+    let loader::Loaded {
+        ebpf,
+        events,
+        stacks,
+        counters,
+    } = loaded;
+    let mut collector = Collector::new(events, stacks, modules);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let end_reason = runtime.block_on(collect(&mut collector, &pidfd, cli.duration))?;
+    // Detach every probe, then drain what they emitted before detaching.
+    drop(ebpf);
+    collector.drain();
+    let duration = started.elapsed();
+    let losses = read_losses(&counters);
+
+    let meta = Meta {
+        target: format!("pid {pid}"),
+        pid,
+        command: process.command.clone(),
+        exited: pidfd.has_exited(),
+        duration,
+        end_reason,
+        hooks,
+    };
+    let profile = profile::build(meta, &collector, losses);
+    write_report(cli, &profile)?;
+    eprintln!(
+        "memtrace-bpf: {} after {:.1} s: {} allocations recorded, {} still live ({} bytes){}",
+        profile.end_reason,
+        profile.duration_secs,
+        profile.totals.alloc_objects,
+        profile.totals.inuse_objects,
+        profile.totals.inuse_bytes,
+        cli.output
+            .as_ref()
+            .map(|p| format!("; report written to {}", p.display()))
+            .unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// Drains events until the duration ends, the target exits, or SIGINT /
+/// SIGTERM arrives. Returns why it stopped.
+async fn collect(
+    collector: &mut Collector,
+    pidfd: &PidFd,
+    duration: Option<f64>,
+) -> anyhow::Result<String> {
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    // SAFETY: the pidfd is borrowed for this whole function, so the raw fd
+    // stays open for as long as the AsyncFd exists.
+    let exit = unsafe { AsyncFd::register(pidfd.fd.as_raw_fd()) }
+        .map_err(|e| anyhow::anyhow!("watching the target for exit: {e}"))?;
+    let deadline = duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
+    let mut tick = tokio::time::interval(DRAIN_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = sigint.recv() => return Ok("interrupted (SIGINT)".into()),
+            _ = sigterm.recv() => return Ok("terminated (SIGTERM)".into()),
+            _ = exit.readable() => return Ok("target exited".into()),
+            _ = sleep_until(deadline) => return Ok("duration elapsed".into()),
+            _ = tick.tick() => { collector.drain(); }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn write_report(cli: &Cli, profile: &report::Profile) -> anyhow::Result<()> {
+    let mut out: Box<dyn Write> = match &cli.output {
+        Some(path) => Box::new(
+            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let mut w = BufWriter::new(&mut out);
+    match cli.format {
+        Format::Text => report::write_text(profile, cli.top, &mut w)?,
+        Format::Json => report::write_json(profile, &mut w)?,
+        Format::Collapsed => report::write_collapsed(profile, cli.view, &mut w)?,
+        Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w)?,
+    }
+    w.flush().context("writing the report")?;
+    if matches!(cli.format, Format::Collapsed | Format::Flamegraph) {
+        // These formats have no place for them: the counters go to stderr.
+        let mut err = std::io::stderr().lock();
+        report::write_losses(&profile.losses, &mut err)?;
+    }
+    Ok(())
+}
+
+/// A pidfd: readable once the process has exited.
+struct PidFd {
+    fd: OwnedFd,
+}
+
+impl PidFd {
+    fn open(pid: u32) -> Result<PidFd, TraceError> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            return Err(TraceError::NoSuchProcess(pid));
+        }
+        // SAFETY: fd is a fresh descriptor that we own from here on.
+        Ok(PidFd {
+            fd: unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) },
+        })
+    }
+
+    fn has_exited(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & libc::POLLIN != 0
+    }
+}
