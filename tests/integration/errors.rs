@@ -5,8 +5,14 @@ use std::process::Command;
 use crate::harness::{compile_c, root_or_skip, Target, TRACER};
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(TRACER).args(args).output().expect("run memtrace-bpf");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(TRACER)
+        .args(args)
+        .output()
+        .expect("run memtrace-bpf");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn unused_pid() -> u32 {
@@ -46,7 +52,10 @@ fn statically_linked_target_is_refused_with_the_reason() {
     let target = Target::start(&bin, &[]);
     let (code, err) = run(&["--pid", &target.pid().to_string()]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("maps no libc") && err.contains("statically linked"), "{err}");
+    assert!(
+        err.contains("maps no libc") && err.contains("statically linked"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -55,7 +64,14 @@ fn without_capabilities_it_says_how_to_get_them() {
         return;
     }
     let out = Command::new("setpriv")
-        .args(["--inh-caps=-all", "--bounding-set=-all", "--", TRACER, "--pid", "1"])
+        .args([
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+            TRACER,
+            "--pid",
+            "1",
+        ])
         .output()
         .expect("run setpriv (util-linux)");
     let err = String::from_utf8_lossy(&out.stderr);

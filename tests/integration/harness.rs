@@ -20,7 +20,10 @@ pub fn root_or_skip(test: &str) -> bool {
     }
     let required = std::env::var_os("MEMTRACE_REQUIRE_ROOT_TESTS").is_some()
         || std::env::var_os("CI").is_some();
-    assert!(!required, "{test} needs root to load BPF programs; run the tests as root");
+    assert!(
+        !required,
+        "{test} needs root to load BPF programs; run the tests as root"
+    );
     eprintln!("skipping test {test} - not root: BPF programs cannot be loaded");
     false
 }
@@ -225,7 +228,10 @@ fn wait_timeout(child: &mut Child) -> ExitStatus {
         if let Some(status) = child.try_wait().expect("wait for tracer") {
             return status;
         }
-        assert!(std::time::Instant::now() < deadline, "tracer did not exit within {TIMEOUT:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tracer did not exit within {TIMEOUT:?}"
+        );
         thread::sleep(Duration::from_millis(20));
     }
 }

@@ -20,7 +20,7 @@ fn sigterm_during_the_trace_still_writes_the_whole_report() {
         "--format",
         "json",
         "-o",
-        path.to_str().unwrap(),
+        path.to_str().expect("utf-8 path"),
     ]);
     target.run_sites();
     tracer.signal(libc::SIGTERM);
@@ -48,7 +48,7 @@ fn a_target_that_exits_mid_trace_still_gets_its_report_with_names() {
         "--format",
         "json",
         "-o",
-        path.to_str().unwrap(),
+        path.to_str().expect("utf-8 path"),
     ]);
     target.run_sites();
     assert!(target.wait_exit().success());

@@ -12,7 +12,10 @@ pub const EXPECTED_PER_THREAD: &[(&str, [u64; 4])] = &[
     ("site_malloc", [10_000, 10, 10_000, 10]),
     ("site_calloc", [2_100, 7, 2_100, 7]),
     // 5 chains of realloc 16 -> 64 -> 256 -> 4096.
-    ("site_realloc", [5 * 4096, 5, 5 * (16 + 64 + 256 + 4096), 20]),
+    (
+        "site_realloc",
+        [5 * 4096, 5, 5 * (16 + 64 + 256 + 4096), 20],
+    ),
     ("site_reallocarray", [4 * 400, 4, 4 * 600, 8]),
     ("site_posix_memalign", [6 * 512, 6, 6 * 512, 6]),
     ("site_aligned_alloc", [3 * 1024, 3, 3 * 1024, 3]),
@@ -29,11 +32,19 @@ const THREADS: u64 = 2;
 pub fn per_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
     let mut sums = BTreeMap::new();
     for stack in report["stacks"].as_array().expect("stacks array") {
-        let leaf = stack["frames"][0]["function"].as_str().unwrap_or("").to_string();
+        let leaf = stack["frames"][0]["function"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let e: &mut [u64; 4] = sums.entry(leaf).or_default();
-        for (i, key) in ["inuse_bytes", "inuse_objects", "alloc_bytes", "alloc_objects"]
-            .iter()
-            .enumerate()
+        for (i, key) in [
+            "inuse_bytes",
+            "inuse_objects",
+            "alloc_bytes",
+            "alloc_objects",
+        ]
+        .iter()
+        .enumerate()
         {
             e[i] += stack[key].as_u64().expect("count is a number");
         }
@@ -52,7 +63,13 @@ pub fn assert_sites_exact(report: &Value) {
         );
     }
     let losses = &report["losses"];
-    for key in ["ringbuf_full", "live_map_full", "stack_lost", "inflight_full", "read_failed"] {
+    for key in [
+        "ringbuf_full",
+        "live_map_full",
+        "stack_lost",
+        "inflight_full",
+        "read_failed",
+    ] {
         assert_eq!(losses[key], 0, "loss counter {key} in {losses}");
     }
 }
@@ -81,7 +98,14 @@ fn every_hooked_function_reports_exact_numbers_per_call_site() {
     let mut target = Target::start(&bin, &[]);
     let pid = target.pid().to_string();
     let json_path = scratch("sites-fp.json");
-    let json = Tracer::start(&["--pid", &pid, "--format", "json", "-o", json_path.to_str().unwrap()]);
+    let json = Tracer::start(&[
+        "--pid",
+        &pid,
+        "--format",
+        "json",
+        "-o",
+        json_path.to_str().expect("utf-8 path"),
+    ]);
     let collapsed = Tracer::start(&["--pid", &pid, "--format", "collapsed"]);
     let text = Tracer::start(&["--pid", &pid, "--top", "50"]);
     target.run_sites();
@@ -109,13 +133,23 @@ fn every_hooked_function_reports_exact_numbers_per_call_site() {
                 "no collapsed line ending in {chain:?}:\n{lines}"
             );
         } else {
-            assert!(!lines.contains(&format!(";{site} ")), "{site} keeps nothing:\n{lines}");
+            assert!(
+                !lines.contains(&format!(";{site} ")),
+                "{site} keeps nothing:\n{lines}"
+            );
         }
     }
-    assert!(outputs[1].stderr.contains("Losses"), "loss counters on stderr: {}", outputs[1].stderr);
+    assert!(
+        outputs[1].stderr.contains("Losses"),
+        "loss counters on stderr: {}",
+        outputs[1].stderr
+    );
 
     let text = &outputs[2].stdout;
     for needle in ["site_realloc", "run_sites", "main", "Losses", "sites.c"] {
-        assert!(text.contains(needle), "text report lacks {needle:?}:\n{text}");
+        assert!(
+            text.contains(needle),
+            "text report lacks {needle:?}:\n{text}"
+        );
     }
 }

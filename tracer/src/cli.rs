@@ -70,7 +70,9 @@ impl Cli {
     pub fn validate(&self) -> Result<(), String> {
         if let Some(d) = self.duration {
             if !(d.is_finite() && d > 0.0) {
-                return Err(format!("--duration must be a positive number of seconds, got {d}"));
+                return Err(format!(
+                    "--duration must be a positive number of seconds, got {d}"
+                ));
             }
         }
         if !self.ringbuf_mb.is_power_of_two() || self.ringbuf_mb > 1024 {
@@ -85,7 +87,9 @@ impl Cli {
         if self.format == Format::Flamegraph && self.output.is_none() {
             use std::io::IsTerminal;
             if std::io::stdout().is_terminal() {
-                return Err("--format flamegraph writes SVG: add -o FILE.svg or redirect stdout".into());
+                return Err(
+                    "--format flamegraph writes SVG: add -o FILE.svg or redirect stdout".into(),
+                );
             }
         }
         Ok(())

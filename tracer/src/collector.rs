@@ -32,7 +32,10 @@ impl StackTable {
     }
 
     pub fn all_frames(&self) -> impl Iterator<Item = &NormFrame> {
-        self.stacks.iter().filter_map(|s| s.frames.as_ref()).flatten()
+        self.stacks
+            .iter()
+            .filter_map(|s| s.frames.as_ref())
+            .flatten()
     }
 }
 
@@ -47,7 +50,11 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(events: RingBuf<MapData>, stack_map: StackTraceMap<MapData>, modules: Modules) -> Self {
+    pub fn new(
+        events: RingBuf<MapData>,
+        stack_map: StackTraceMap<MapData>,
+        modules: Modules,
+    ) -> Self {
         Collector {
             events,
             stack_map,

@@ -13,7 +13,9 @@ pub enum TraceError {
     NoUprobes,
     #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
     NoSuchProcess(u32),
-    #[error("pid {0} is a kernel thread, which has no user-space heap: pass the pid of a user process")]
+    #[error(
+        "pid {0} is a kernel thread, which has no user-space heap: pass the pid of a user process"
+    )]
     KernelThread(u32),
     #[error("pid {pid} ({exe}) maps no libc: it is probably statically linked, and statically linked allocators are not supported yet; trace a dynamically linked program")]
     NoLibc { pid: u32, exe: String },

@@ -58,6 +58,7 @@ impl Heap {
         self.per_stack.iter().map(|(&h, &c)| (h, c))
     }
 
+    #[cfg(test)]
     pub fn live_blocks(&self) -> usize {
         self.live.len()
     }

@@ -19,19 +19,16 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 pub struct HookSpec {
     pub symbol: &'static str,
     pub role: Role,
-    /// Entry program in tracer-ebpf.
-    pub entry: &'static str,
     /// Whether the function returns an allocation (gets `alloc_return`).
     pub returns_block: bool,
     /// Tracing is meaningless without it.
     pub required: bool,
 }
 
-const fn hook(symbol: &'static str, role: Role, entry: &'static str, required: bool) -> HookSpec {
+const fn hook(symbol: &'static str, role: Role, required: bool) -> HookSpec {
     HookSpec {
         symbol,
         role,
-        entry,
         returns_block: !matches!(role, Role::Free),
         required,
     }
@@ -39,23 +36,39 @@ const fn hook(symbol: &'static str, role: Role, entry: &'static str, required: b
 
 /// glibc's allocator. Optional entries are skipped with a note when absent.
 pub const GLIBC_HOOKS: &[HookSpec] = &[
-    hook("malloc", Role::Malloc, "malloc_enter", true),
-    hook("free", Role::Free, "free_enter", true),
+    hook("malloc", Role::Malloc, true),
+    hook("free", Role::Free, true),
     // Every glibc has these, but a libc-compatible allocator might not.
-    hook("calloc", Role::Calloc, "calloc_enter", false),
-    hook("realloc", Role::Realloc, "realloc_enter", false),
+    hook("calloc", Role::Calloc, false),
+    hook("realloc", Role::Realloc, false),
     // glibc >= 2.26.
-    hook("reallocarray", Role::ReallocArray, "reallocarray_enter", false),
-    hook("posix_memalign", Role::PosixMemalign, "posix_memalign_enter", false),
+    hook("reallocarray", Role::ReallocArray, false),
+    hook("posix_memalign", Role::PosixMemalign, false),
     // C11; an alias of memalign in some glibc versions (deduplicated below).
-    hook("aligned_alloc", Role::AlignedAlloc, "aligned_alloc_enter", false),
+    hook("aligned_alloc", Role::AlignedAlloc, false),
     // Obsolete interfaces, still exported by glibc.
-    hook("memalign", Role::Memalign, "memalign_enter", false),
-    hook("valloc", Role::Valloc, "valloc_enter", false),
-    hook("pvalloc", Role::Pvalloc, "pvalloc_enter", false),
+    hook("memalign", Role::Memalign, false),
+    hook("valloc", Role::Valloc, false),
+    hook("pvalloc", Role::Pvalloc, false),
 ];
 
 const RETURN_PROGRAM: &str = "alloc_return";
+
+/// The entry program in tracer-ebpf for each role.
+fn entry_program(role: Role) -> &'static str {
+    match role {
+        Role::Malloc => "malloc_enter",
+        Role::Calloc => "calloc_enter",
+        Role::Realloc => "realloc_enter",
+        Role::ReallocArray => "reallocarray_enter",
+        Role::Free => "free_enter",
+        Role::PosixMemalign => "posix_memalign_enter",
+        Role::AlignedAlloc => "aligned_alloc_enter",
+        Role::Memalign => "memalign_enter",
+        Role::Valloc => "valloc_enter",
+        Role::Pvalloc => "pvalloc_enter",
+    }
+}
 
 /// Map sizes chosen on the command line.
 pub struct Limits {
@@ -86,7 +99,8 @@ pub fn load(limits: &Limits) -> anyhow::Result<Loaded> {
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     for (name, prog) in ebpf.programs_mut() {
         let prog: &mut UProbe = prog.try_into()?;
-        prog.load().with_context(|| format!("verifying BPF program {name}"))?;
+        prog.load()
+            .with_context(|| format!("verifying BPF program {name}"))?;
     }
     Ok(Loaded {
         ebpf,
@@ -153,7 +167,7 @@ pub fn attach(
             hooks.push(hook);
             continue;
         }
-        attach_one(loaded, spec.entry, offset, host_path, pid)?;
+        attach_one(loaded, entry_program(spec.role), offset, host_path, pid)?;
         if spec.returns_block {
             attach_one(loaded, RETURN_PROGRAM, offset, host_path, pid)?;
         }

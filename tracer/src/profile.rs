@@ -71,7 +71,10 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
 }
 
 fn frame_key(s: &StackReport) -> Vec<(&str, u64)> {
-    s.frames.iter().map(|f| (f.function.as_str(), f.offset)).collect()
+    s.frames
+        .iter()
+        .map(|f| (f.function.as_str(), f.offset))
+        .collect()
 }
 
 fn stack_lost_frame() -> Frame {

@@ -123,7 +123,10 @@ pub struct Names {
 }
 
 impl Names {
-    pub fn resolve<'a>(modules: &Modules, frames: impl IntoIterator<Item = &'a NormFrame>) -> Names {
+    pub fn resolve<'a>(
+        modules: &Modules,
+        frames: impl IntoIterator<Item = &'a NormFrame>,
+    ) -> Names {
         let mut by_module: HashMap<Option<u32>, Vec<u64>> = HashMap::new();
         for f in frames {
             by_module.entry(f.module).or_default().push(f.offset);

@@ -219,9 +219,11 @@ mod tests {
     fn finds_glibc_allocator_offsets() {
         let me = Process::inspect(std::process::id()).expect("inspect self");
         let libc = me.libc_path().expect("test binary maps libc");
-        let offsets =
-            function_offsets(&me.host_path(&libc), &["malloc", "free", "no_such_function"])
-                .expect("read libc");
+        let offsets = function_offsets(
+            &me.host_path(&libc),
+            &["malloc", "free", "no_such_function"],
+        )
+        .expect("read libc");
         assert!(offsets.contains_key("malloc") && offsets.contains_key("free"));
         assert!(!offsets.contains_key("no_such_function"));
         assert_ne!(offsets["malloc"], offsets["free"]);
