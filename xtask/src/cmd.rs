@@ -1,0 +1,99 @@
+//! Small helpers for running commands and locating things.
+
+use std::{
+    env,
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context, Result};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask/ lives inside the repository")
+        .to_path_buf()
+}
+
+/// Cargo's target directory, honouring `CARGO_TARGET_DIR` like cargo does.
+pub fn target_dir() -> PathBuf {
+    match env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => repo_root().join(dir),
+        None => repo_root().join("target"),
+    }
+}
+
+/// The cargo that runs us (`$CARGO`, set by `cargo run`), else the one on PATH.
+pub fn cargo() -> Command {
+    Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// `~/.cargo/bin` (or `$CARGO_HOME/bin`) is where `cargo install` puts
+/// bpf-linker; aya-build's nested cargo finds the linker only through PATH.
+pub fn cargo_bin_dir() -> Option<PathBuf> {
+    let home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))?;
+    Some(home.join("bin"))
+}
+
+pub fn put_cargo_bin_on_path() {
+    let Some(bin) = cargo_bin_dir() else { return };
+    let path = env::var_os("PATH").unwrap_or_default();
+    if env::split_paths(&path).any(|p| p == bin) {
+        return;
+    }
+    let mut new = OsString::from(bin);
+    if !path.is_empty() {
+        new.push(":");
+        new.push(path);
+    }
+    // Single-threaded here: called first thing in main.
+    env::set_var("PATH", new);
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A short rendering of a command for messages: program name and arguments.
+pub fn describe(cmd: &Command) -> String {
+    let program = Path::new(cmd.get_program())
+        .file_name()
+        .unwrap_or(cmd.get_program())
+        .to_string_lossy()
+        .into_owned();
+    cmd.get_args().fold(program, |mut s, a| {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+        s
+    })
+}
+
+/// Runs a command with inherited stdio; a non-zero exit is an error.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let what = describe(cmd);
+    eprintln!("> {what}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start `{what}`"))?;
+    if !status.success() {
+        bail!("`{what}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Stdout of a command that ran and succeeded, else None (quietly: used for
+/// probing whether something is installed).
+pub fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}

@@ -1,0 +1,103 @@
+//! `cargo xtask`: orchestration for memtrace-bpf (setup, build, test, demo).
+//!
+//! The BPF object is built by tracer/build.rs (aya-build) during an ordinary
+//! `cargo build`; nothing here builds it a second time.
+
+mod cmd;
+mod demo;
+mod setup;
+
+use anyhow::{bail, Result};
+use clap::{Parser, Subcommand};
+
+use crate::cmd::{cargo, repo_root, run};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "memtrace-bpf development tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Check the toolchain pieces and install whichever are missing.
+    Setup,
+    /// `setup`, then build the release binary target/release/memtrace-bpf.
+    Build,
+    /// `setup`, then all tests (needs root), clippy and rustfmt.
+    Test {
+        /// Extra arguments for `cargo test`, after `--`.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// `setup`, build, and trace the bundled leaky demo program.
+    Demo,
+}
+
+fn main() -> Result<()> {
+    cmd::put_cargo_bin_on_path();
+    match Cli::parse().task {
+        Task::Setup => setup::run(),
+        Task::Build => {
+            setup::run()?;
+            build_release()
+        }
+        Task::Test { args } => test(&args),
+        Task::Demo => demo::run(),
+    }
+}
+
+fn build_release() -> Result<()> {
+    run(cargo()
+        .current_dir(repo_root())
+        .args(["build", "--release", "-p", "memtrace-bpf"]))
+}
+
+/// Runs tests, then clippy, then rustfmt, so the test results print first;
+/// every step runs and any failure fails the command.
+fn test(extra: &[String]) -> Result<()> {
+    if !cmd::is_root() {
+        bail!(
+            "the integration tests load BPF programs and need root; \
+             run `cargo xtask test` as root (they are not skipped)"
+        );
+    }
+    setup::run()?;
+    let root = repo_root();
+    let mut tests = cargo();
+    tests
+        .current_dir(&root)
+        .args(["test", "--workspace"])
+        .args(extra)
+        // Tells the integration tests that skipping is a failure.
+        .env("MEMTRACE_REQUIRE_ROOT_TESTS", "1");
+    let mut clippy = cargo();
+    clippy.current_dir(&root).args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    let mut fmt = cargo();
+    fmt.current_dir(&root).args(["fmt", "--all", "--check"]);
+
+    let mut failed = Vec::new();
+    for (name, mut step) in [
+        ("cargo test", tests),
+        ("cargo clippy", clippy),
+        ("cargo fmt --check", fmt),
+    ] {
+        if let Err(e) = run(&mut step) {
+            eprintln!("xtask: {name} failed: {e:#}");
+            failed.push(name);
+        }
+    }
+    if !failed.is_empty() {
+        bail!("failed: {}", failed.join(", "));
+    }
+    println!("all tests, clippy and rustfmt passed");
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! `cargo xtask setup`: check each toolchain piece, install only what is
+//! missing, one line per piece. Takes a few seconds when all is present.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::cmd::{cargo, is_root, output, run as run_cmd};
+
+/// bpf-linker must link against the same LLVM major as the nightly rustc
+/// (22 here, shared/TOOLCHAIN.md); Debian ships it as these packages.
+const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
+/// Without LLVM_PREFIX, bpf-linker's build finds LLVM 14 through
+/// /usr/bin/llvm-config and fails with `unable to find library -lLLVM`.
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+/// 0.13 is the series known to build with stable 1.95 and LLVM 22.
+const BPF_LINKER_VERSION: &str = "~0.13";
+
+pub fn run() -> Result<()> {
+    let mut apt = Apt::default();
+    nightly()?;
+    rust_src()?;
+    bpf_linker(&mut apt)?;
+    c_compiler(&mut apt)?;
+    setpriv(&mut apt)?;
+    lint_tools()?;
+    Ok(())
+}
+
+/// aya-build compiles the BPF crate with `cargo +nightly -Z build-std`.
+fn nightly() -> Result<()> {
+    let list = output(Command::new("rustup").args(["toolchain", "list"]))
+        .context("`rustup toolchain list` failed: is rustup installed and on PATH?")?;
+    // `nightly-<host>`, not a dated `nightly-2026-...`: `+nightly` names the former.
+    let present = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .any(|t| {
+            t == "nightly"
+                || t.strip_prefix("nightly-")
+                    .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
+        });
+    if !present {
+        bail!(
+            "no `nightly` rustup toolchain: the BPF programs are built with it. \
+             Machines of this kind come with one installed; on another machine run \
+             `rustup toolchain install nightly --component rust-src`"
+        );
+    }
+    let version = output(
+        Command::new("rustc")
+            .args(["+nightly", "--version"])
+            // Never let a probe download anything.
+            .env("RUSTUP_AUTO_INSTALL", "0"),
+    )
+    .unwrap_or_else(|| "nightly".into());
+    println!("ok: {}", version.trim());
+    Ok(())
+}
+
+/// `-Z build-std=core` needs the standard library's source.
+fn rust_src() -> Result<()> {
+    if has_components(Some("nightly"), &["rust-src"]) {
+        println!("ok: rust-src (nightly)");
+        return Ok(());
+    }
+    println!("installing: rust-src (nightly)");
+    run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn bpf_linker(apt: &mut Apt) -> Result<()> {
+    if let Some(v) = first_line("bpf-linker", "--version") {
+        println!("ok: {v}");
+        return Ok(());
+    }
+    println!("installing: bpf-linker {BPF_LINKER_VERSION} with LLVM 22 (about a minute)");
+    apt.ensure(LLVM_PACKAGES)?;
+    run_cmd(
+        cargo()
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+            ])
+            .args(["--no-default-features", "--features", "llvm-22"])
+            .env("LLVM_PREFIX", LLVM_PREFIX),
+    )?;
+    let v = first_line("bpf-linker", "--version")
+        .context("bpf-linker was installed but does not run: is ~/.cargo/bin on PATH?")?;
+    println!("ok: {v}");
+    Ok(())
+}
+
+/// The integration tests and the demo compile C target programs.
+fn c_compiler(apt: &mut Apt) -> Result<()> {
+    if let Some(v) = first_line("cc", "--version") {
+        println!("ok: {v}");
+        return Ok(());
+    }
+    println!("installing: gcc (for `cc`)");
+    apt.ensure(&["gcc", "libc6-dev"])
+}
+
+/// Tests drop privileges with setpriv to check the non-root error paths.
+fn setpriv(apt: &mut Apt) -> Result<()> {
+    if let Some(v) = first_line("setpriv", "--version") {
+        println!("ok: {v}");
+        return Ok(());
+    }
+    println!("installing: util-linux (for `setpriv`)");
+    apt.ensure(&["util-linux"])
+}
+
+/// `cargo xtask test` runs clippy and rustfmt on the default toolchain.
+fn lint_tools() -> Result<()> {
+    if has_components(None, &["clippy", "rustfmt"]) {
+        println!("ok: clippy, rustfmt");
+        return Ok(());
+    }
+    println!("installing: clippy, rustfmt");
+    run_cmd(Command::new("rustup").args(["component", "add", "clippy", "rustfmt"]))
+}
+
+/// Whether all `names` are installed components of `toolchain` (None: the
+/// toolchain in force here). Installed names look like `rust-src` or
+/// `clippy-x86_64-unknown-linux-gnu`.
+fn has_components(toolchain: Option<&str>, names: &[&str]) -> bool {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["component", "list", "--installed"]);
+    if let Some(t) = toolchain {
+        cmd.args(["--toolchain", t]);
+    }
+    let Some(list) = output(&mut cmd) else {
+        return false;
+    };
+    names.iter().all(|name| {
+        list.lines().map(str::trim).any(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+        })
+    })
+}
+
+/// First line of `program arg`'s stdout, if it runs and succeeds.
+fn first_line(program: &str, arg: &str) -> Option<String> {
+    let out = output(Command::new(program).arg(arg))?;
+    out.lines().next().map(|l| l.trim().to_owned())
+}
+
+/// apt-get, with `apt-get update` run at most once per setup.
+#[derive(Default)]
+struct Apt {
+    updated: bool,
+}
+
+impl Apt {
+    fn ensure(&mut self, packages: &[&str]) -> Result<()> {
+        let missing: Vec<&str> = packages
+            .iter()
+            .copied()
+            .filter(|p| !dpkg_installed(p))
+            .collect();
+        if missing.is_empty() {
+            println!("ok: {}", packages.join(", "));
+            return Ok(());
+        }
+        println!("installing: {} (apt-get)", missing.join(", "));
+        if !self.updated {
+            run_cmd(&mut self.apt_get(&missing, &["update"])?)?;
+            self.updated = true;
+        }
+        let mut args = vec!["install", "-y"];
+        args.extend(&missing);
+        run_cmd(&mut self.apt_get(&missing, &args)?)
+    }
+
+    /// `apt-get ARGS` as root, via sudo otherwise.
+    fn apt_get(&self, missing: &[&str], args: &[&str]) -> Result<Command> {
+        // No prompts: CI runs without a terminal on stdin.
+        const NONINTERACTIVE: &str = "DEBIAN_FRONTEND=noninteractive";
+        if is_root() {
+            let mut cmd = Command::new("apt-get");
+            cmd.env("DEBIAN_FRONTEND", "noninteractive").args(args);
+            return Ok(cmd);
+        }
+        if first_line("sudo", "--version").is_none() {
+            bail!(
+                "need the apt packages {0} but not root and `sudo` is not installed; \
+                 as root, run: apt-get update && apt-get install -y {0}",
+                missing.join(" ")
+            );
+        }
+        let mut cmd = Command::new("sudo");
+        cmd.args([NONINTERACTIVE, "apt-get"]).args(args);
+        Ok(cmd)
+    }
+}
+
+fn dpkg_installed(package: &str) -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .is_some_and(|s| s.trim() == "install ok installed")
+}
