@@ -77,3 +77,59 @@ fn duration_ends_the_trace_with_a_text_report() {
     assert!(out.stdout.contains("duration elapsed"), "{}", out.stdout);
     assert!(out.stdout.contains("site_malloc"), "{}", out.stdout);
 }
+
+/// Attaching and detaching while the target allocates must not confuse
+/// entries with returns: a block freed right away is never reported live,
+/// and the realloc'd buffer is exactly one live block.
+#[test]
+fn a_target_busy_during_attach_and_detach_is_counted_right() {
+    if !root_or_skip("a_target_busy_during_attach_and_detach_is_counted_right") {
+        return;
+    }
+    let bin = compile_c("steady", "fp", FP_FLAGS);
+    let target = Target::start(&bin, &[]);
+    let path = scratch("steady.json");
+    for round in 0..2 {
+        let tracer = Tracer::start(&[
+            "--pid",
+            &target.pid().to_string(),
+            "--duration",
+            "1",
+            "--format",
+            "json",
+            "-o",
+            path.to_str().expect("utf-8 path"),
+        ]);
+        let out = tracer.finish();
+        assert!(out.status.success(), "tracer failed: {}", out.stderr);
+        let report = read_json(&path);
+        let sites = crate::sites::per_site(&report);
+        let request = sites.get("request").copied().unwrap_or_default();
+        let grow = sites.get("grow").copied().unwrap_or_default();
+        assert!(
+            request[3] > 100 && grow[3] > 100,
+            "round {round}: too few calls seen: {sites:?}"
+        );
+        assert_eq!(
+            request[..2],
+            [0, 0],
+            "round {round}: request keeps nothing: {sites:?}"
+        );
+        assert_eq!(
+            grow[1], 1,
+            "round {round}: one grow buffer is live: {sites:?}"
+        );
+        assert_eq!(
+            grow[0] % 4096,
+            0,
+            "round {round}: grow buffer size: {sites:?}"
+        );
+        let losses = &report["losses"];
+        assert_eq!(losses["stale_inflight"], 0, "{losses}");
+        assert!(
+            !report["notes"].to_string().contains("reused an address"),
+            "round {round}: {}",
+            report["notes"]
+        );
+    }
+}

@@ -104,6 +104,10 @@ pub struct InFlight {
     /// added there without touching the return path.
     pub record: u32,
     pub _pad: u32,
+    /// Stack pointer at entry (pointing at the return address). A hooked
+    /// call made at or below it is nested in this one; a return or entry
+    /// above it means this record is stale (its return was never seen).
+    pub entry_sp: u64,
 }
 
 /// Indexes of the per-CPU COUNTERS array. Every failure to record is counted;
@@ -124,8 +128,11 @@ pub mod counter {
     pub const INFLIGHT_FULL: u32 = 5;
     /// posix_memalign's result could not be read from `*memptr`.
     pub const READ_FAILED: u32 = 6;
+    /// An in-flight record whose return was never seen was discarded (a
+    /// thread that died inside the allocator, or a probe detached mid-call).
+    pub const STALE_INFLIGHT: u32 = 7;
     /// Number of counters.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 #[cfg(feature = "user")]
@@ -152,7 +159,7 @@ mod tests {
         assert_eq!(size_of::<Event>(), 48);
         assert_eq!(size_of::<LiveKey>(), 16);
         assert_eq!(size_of::<LiveValue>(), 8);
-        assert_eq!(size_of::<InFlight>(), 32);
+        assert_eq!(size_of::<InFlight>(), 40);
     }
 
     #[test]

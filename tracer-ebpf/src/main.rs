@@ -16,7 +16,7 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK},
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
     macros::{map, uprobe, uretprobe},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext, ProbeContext, RetProbeContext},
 };
 use tracer_common::{counter, Event, InFlight, LiveKey, LiveValue, Role, EVENT_ALLOC, EVENT_FREE};
@@ -36,6 +36,16 @@ static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
 static INFLIGHT: LruHashMap<u64, InFlight> = LruHashMap::with_max_entries(16384, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+/// Index 0: set to 1 by user space when the trace ends. From then on entry
+/// and free probes do nothing, so the report is the heap as it was at that
+/// instant, while the probes are being detached (which takes seconds).
+#[map]
+static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn stopped() -> bool {
+    CONTROL.get(0).is_some_and(|&v| v != 0)
+}
 
 /// Ask the kernel not to wake the reader on each event: a wakeup costs
 /// 5–10 µs here (shared/TOOLCHAIN.md). User space polls every 10 ms instead.
@@ -62,13 +72,30 @@ fn should_record(_size: u64) -> bool {
 }
 
 #[inline(always)]
-fn on_alloc_enter(role: Role, size: u64, ptr_arg: u64) -> u32 {
+fn stack_pointer(regs: *mut aya_ebpf::bindings::pt_regs) -> u64 {
+    // SAFETY: `regs` is the program's context (pt_regs), which the verifier
+    // lets programs of this type read directly.
+    unsafe { (*regs).rsp }
+}
+
+#[inline(always)]
+fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u32 {
+    if stopped() {
+        return 0;
+    }
     let key = bpf_get_current_pid_tgid();
+    let sp = stack_pointer(ctx.regs);
     if let Some(inflight) = INFLIGHT.get_ptr_mut(key) {
         // SAFETY: the entry belongs to this thread; only this thread's
         // probes touch it, and they do not run concurrently.
-        unsafe { (*inflight).depth += 1 };
-        return 0;
+        let inflight = unsafe { &mut *inflight };
+        // At or below the outer call's entry SP: called from inside it (or
+        // tail-called by it, same SP). Only the outer call accounts.
+        if sp <= inflight.entry_sp {
+            inflight.depth += 1;
+            return 0;
+        }
+        count(counter::STALE_INFLIGHT);
     }
     let value = InFlight {
         size,
@@ -77,6 +104,7 @@ fn on_alloc_enter(role: Role, size: u64, ptr_arg: u64) -> u32 {
         depth: 0,
         record: should_record(size) as u32,
         _pad: 0,
+        entry_sp: sp,
     };
     if INFLIGHT.insert(key, value, 0).is_err() {
         count(counter::INFLIGHT_FULL);
@@ -87,7 +115,7 @@ fn on_alloc_enter(role: Role, size: u64, ptr_arg: u64) -> u32 {
 /// Pops this thread's in-flight call, or returns None for a nested call
 /// (only the outermost hooked function accounts) or a return without entry.
 #[inline(always)]
-fn take_inflight() -> Option<InFlight> {
+fn take_inflight(ctx: &RetProbeContext) -> Option<InFlight> {
     let key = bpf_get_current_pid_tgid();
     let Some(ptr) = INFLIGHT.get_ptr_mut(key) else {
         count(counter::RETURN_WITHOUT_ENTRY);
@@ -95,8 +123,21 @@ fn take_inflight() -> Option<InFlight> {
     };
     // SAFETY: this thread's own entry, see on_alloc_enter.
     let inflight = unsafe { &mut *ptr };
+    // `ret` popped the return address: the outer call returns at entry SP + 8.
+    let outer_return_sp = inflight.entry_sp + 8;
+    let sp = stack_pointer(ctx.regs);
+    if sp > outer_return_sp {
+        // Returned past the recorded call: that record is stale.
+        let _ = INFLIGHT.remove(key);
+        count(counter::STALE_INFLIGHT);
+        return None;
+    }
     if inflight.depth > 0 {
         inflight.depth -= 1;
+        return None;
+    }
+    if sp < outer_return_sp {
+        count(counter::RETURN_WITHOUT_ENTRY);
         return None;
     }
     let value = *inflight;
@@ -179,7 +220,7 @@ fn record_alloc(ctx: &RetProbeContext, pid: u32, tid: u32, addr: u64, size: u64,
 /// for posix_memalign the int result (0 = success, pointer in *memptr).
 #[inline(always)]
 fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
-    let Some(call) = take_inflight() else {
+    let Some(call) = take_inflight(ctx) else {
         return 0;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -223,8 +264,9 @@ fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
 #[inline(always)]
 fn on_free(ctx: &ProbeContext) -> u32 {
     let addr = arg(ctx, 0);
-    if addr == 0 {
-        return 0; // free(NULL) is a no-op
+    // free(NULL) is a no-op.
+    if addr == 0 || stopped() {
+        return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     emit_free((pid_tgid >> 32) as u32, pid_tgid as u32, addr, Role::Free);
@@ -233,23 +275,29 @@ fn on_free(ctx: &ProbeContext) -> u32 {
 
 #[uprobe]
 pub fn malloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(Role::Malloc, arg(&ctx, 0), 0)
+    on_alloc_enter(&ctx, Role::Malloc, arg(&ctx, 0), 0)
 }
 
 #[uprobe]
 pub fn calloc_enter(ctx: ProbeContext) -> u32 {
     // An overflowing nmemb * size makes calloc fail; the return sees NULL.
-    on_alloc_enter(Role::Calloc, arg(&ctx, 0).wrapping_mul(arg(&ctx, 1)), 0)
+    on_alloc_enter(
+        &ctx,
+        Role::Calloc,
+        arg(&ctx, 0).wrapping_mul(arg(&ctx, 1)),
+        0,
+    )
 }
 
 #[uprobe]
 pub fn realloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(Role::Realloc, arg(&ctx, 1), arg(&ctx, 0))
+    on_alloc_enter(&ctx, Role::Realloc, arg(&ctx, 1), arg(&ctx, 0))
 }
 
 #[uprobe]
 pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
     on_alloc_enter(
+        &ctx,
         Role::ReallocArray,
         arg(&ctx, 1).wrapping_mul(arg(&ctx, 2)),
         arg(&ctx, 0),
@@ -258,27 +306,27 @@ pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
 
 #[uprobe]
 pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(Role::PosixMemalign, arg(&ctx, 2), arg(&ctx, 0))
+    on_alloc_enter(&ctx, Role::PosixMemalign, arg(&ctx, 2), arg(&ctx, 0))
 }
 
 #[uprobe]
 pub fn aligned_alloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(Role::AlignedAlloc, arg(&ctx, 1), 0)
+    on_alloc_enter(&ctx, Role::AlignedAlloc, arg(&ctx, 1), 0)
 }
 
 #[uprobe]
 pub fn memalign_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(Role::Memalign, arg(&ctx, 1), 0)
+    on_alloc_enter(&ctx, Role::Memalign, arg(&ctx, 1), 0)
 }
 
 #[uprobe]
 pub fn valloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(Role::Valloc, arg(&ctx, 0), 0)
+    on_alloc_enter(&ctx, Role::Valloc, arg(&ctx, 0), 0)
 }
 
 #[uprobe]
 pub fn pvalloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(Role::Pvalloc, arg(&ctx, 0), 0)
+    on_alloc_enter(&ctx, Role::Pvalloc, arg(&ctx, 0), 0)
 }
 
 /// One return program serves every allocating function: the role comes from

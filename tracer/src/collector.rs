@@ -141,5 +141,6 @@ pub fn read_losses(counters: &PerCpuArray<MapData, u64>) -> Losses {
         return_without_entry: read(counter::RETURN_WITHOUT_ENTRY),
         inflight_full: read(counter::INFLIGHT_FULL),
         read_failed: read(counter::READ_FAILED),
+        stale_inflight: read(counter::STALE_INFLIGHT),
     }
 }

@@ -4,7 +4,7 @@ use std::{collections::HashMap, num::NonZeroU32, path::Path};
 
 use anyhow::Context as _;
 use aya::{
-    maps::{MapData, PerCpuArray, RingBuf, StackTraceMap},
+    maps::{Array, MapData, PerCpuArray, RingBuf, StackTraceMap},
     programs::{uprobe::UProbeScope, UProbe},
     Ebpf, EbpfLoader,
 };
@@ -77,16 +77,32 @@ pub struct Limits {
     pub ringbuf_bytes: u32,
 }
 
-/// The loaded object and the maps user space reads.
+/// The loaded object with its probes and control maps.
 pub struct Loaded {
     /// Dropping this detaches every probe.
-    pub ebpf: Ebpf,
-    pub events: RingBuf<MapData>,
-    pub stacks: StackTraceMap<MapData>,
+    ebpf: Ebpf,
     pub counters: PerCpuArray<MapData, u64>,
+    control: Array<MapData, u32>,
 }
 
-pub fn load(limits: &Limits) -> anyhow::Result<Loaded> {
+/// The maps the collector reads events and stacks from.
+pub struct EventMaps {
+    pub events: RingBuf<MapData>,
+    pub stacks: StackTraceMap<MapData>,
+}
+
+impl Loaded {
+    /// Ends the trace at this instant: entry and free probes turn into
+    /// no-ops (calls already inside the allocator still complete), so the
+    /// heap is not changed by what happens while the probes are detached.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        self.control
+            .set(0, 1, 0)
+            .context("telling the BPF programs to stop")
+    }
+}
+
+pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     raise_memlock_limit();
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("LIVE", limits.max_live)
@@ -97,17 +113,20 @@ pub fn load(limits: &Limits) -> anyhow::Result<Loaded> {
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
     let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?)?;
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
+    let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     for (name, prog) in ebpf.programs_mut() {
         let prog: &mut UProbe = prog.try_into()?;
         prog.load()
             .with_context(|| format!("verifying BPF program {name}"))?;
     }
-    Ok(Loaded {
-        ebpf,
-        events,
-        stacks,
-        counters,
-    })
+    Ok((
+        Loaded {
+            ebpf,
+            counters,
+            control,
+        },
+        EventMaps { events, stacks },
+    ))
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
@@ -129,6 +148,10 @@ fn raise_memlock_limit() {
 
 /// Attaches `specs` to the object at `host_path` (shown as `display_path`)
 /// for process `pid`. Returns one `Hook` line per spec for the report.
+///
+/// Return probes are attached before any entry probe, so that every entry
+/// that fires has its return hooked; `detach` removes them in the opposite
+/// order. An entry without its return would leave a stale in-flight record.
 pub fn attach(
     loaded: &mut Loaded,
     specs: &[HookSpec],
@@ -141,6 +164,7 @@ pub fn attach(
     let pid = NonZeroU32::new(pid).context("pid 0 cannot be traced")?;
     let mut hooked_at: HashMap<u64, &str> = HashMap::new();
     let mut hooks = Vec::new();
+    let mut to_attach = Vec::new();
     for spec in specs {
         let mut hook = Hook {
             function: spec.symbol.to_string(),
@@ -148,32 +172,36 @@ pub fn attach(
             offset: 0,
             status: String::new(),
         };
-        let Some(&offset) = offsets.get(spec.symbol) else {
-            if spec.required {
+        match offsets.get(spec.symbol) {
+            None if spec.required => {
                 return Err(TraceError::MissingRequired {
                     path: display_path.to_string(),
                     symbol: spec.symbol,
                 }
-                .into());
+                .into())
             }
-            hook.status = "not defined in this object".into();
-            hooks.push(hook);
-            continue;
-        };
-        hook.offset = offset;
-        // Two probes on one address would both fire for every call.
-        if let Some(first) = hooked_at.get(&offset) {
-            hook.status = format!("alias of {first}, counted there");
-            hooks.push(hook);
-            continue;
+            None => hook.status = "not defined in this object".into(),
+            Some(&offset) => {
+                hook.offset = offset;
+                // Two probes on one address would both fire for every call.
+                if let Some(first) = hooked_at.get(&offset) {
+                    hook.status = format!("alias of {first}, counted there");
+                } else {
+                    hooked_at.insert(offset, spec.symbol);
+                    hook.status = "attached".into();
+                    to_attach.push((spec, offset));
+                }
+            }
         }
-        attach_one(loaded, entry_program(spec.role), offset, host_path, pid)?;
+        hooks.push(hook);
+    }
+    for &(spec, offset) in &to_attach {
         if spec.returns_block {
             attach_one(loaded, RETURN_PROGRAM, offset, host_path, pid)?;
         }
-        hooked_at.insert(offset, spec.symbol);
-        hook.status = "attached".into();
-        hooks.push(hook);
+    }
+    for &(spec, offset) in &to_attach {
+        attach_one(loaded, entry_program(spec.role), offset, host_path, pid)?;
     }
     Ok(hooks)
 }
@@ -185,12 +213,30 @@ fn attach_one(
     path: &Path,
     pid: NonZeroU32,
 ) -> anyhow::Result<()> {
-    let prog: &mut UProbe = loaded
-        .ebpf
+    uprobe(&mut loaded.ebpf, program)?
+        .attach(offset, path, UProbeScope::OneProcess(pid))
+        .with_context(|| format!("attaching {program} at {}+{offset:#x}", path.display()))?;
+    Ok(())
+}
+
+fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &str) -> anyhow::Result<&'a mut UProbe> {
+    Ok(ebpf
         .program_mut(program)
         .with_context(|| format!("BPF object has no program {program}"))?
-        .try_into()?;
-    prog.attach(offset, path, UProbeScope::OneProcess(pid))
-        .with_context(|| format!("attaching {program} at {}+{offset:#x}", path.display()))?;
+        .try_into()?)
+}
+
+/// Detaches every probe, entry probes before the return probe. Call after
+/// `Loaded::stop`. The kernel synchronizes on each uprobe it removes (about
+/// 0.1 s each here), so this takes a moment.
+pub fn detach(loaded: Loaded) -> anyhow::Result<()> {
+    let mut ebpf = loaded.ebpf;
+    let mut programs: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
+    programs.sort_by_key(|n| n == RETURN_PROGRAM);
+    for name in programs {
+        uprobe(&mut ebpf, &name)?
+            .unload()
+            .with_context(|| format!("detaching {name}"))?;
+    }
     Ok(())
 }

@@ -95,7 +95,7 @@ fn notes(meta: &Meta, collector: &Collector, losses: &Losses) -> Vec<String> {
     }
     if losses.unknown_frees > 0 {
         notes.push(format!(
-            "{} frees of blocks allocated before tracing started were ignored",
+            "{} frees of blocks allocated before tracing started (or while detaching) were ignored",
             losses.unknown_frees
         ));
     }

@@ -27,6 +27,8 @@ use crate::{
 
 /// How often the ring buffer is drained (BPF submits without wakeups).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// How long calls already inside the allocator get to return after the stop.
+const STOP_GRACE: Duration = Duration::from_millis(20);
 
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
     crate::preflight::check()?;
@@ -41,7 +43,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         stack_storage_size: cli.stack_storage_size,
         ringbuf_bytes: cli.ringbuf_mb << 20,
     };
-    let mut loaded = loader::load(&limits)?;
+    let (mut loaded, maps) = loader::load(&limits)?;
     let mut modules = Modules::default();
     modules.set_maps(pid, process.mappings.clone());
     let hooks = loader::attach(
@@ -78,25 +80,19 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         }
     );
 
-    let loader::Loaded {
-        ebpf,
-        events,
-        stacks,
-        counters,
-    } = loaded;
-    let mut collector = Collector::new(events, stacks, modules);
+    let mut collector = Collector::new(maps.events, maps.stacks, modules);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     let end_reason = runtime.block_on(collect(&mut collector, &pidfd, cli.duration))?;
     let duration = started.elapsed();
-    // Detach every probe, then drain what they emitted before detaching.
-    // Detaching takes about 0.1 s per probe (the kernel synchronizes on each
-    // uprobe it removes).
-    drop(ebpf);
+    // Freeze the heap as it is now; calls already inside the allocator get
+    // a moment to return, then everything they emitted is drained.
+    loaded.stop()?;
+    std::thread::sleep(STOP_GRACE);
     collector.drain();
-    let losses = read_losses(&counters);
+    let losses = read_losses(&loaded.counters);
 
     let meta = Meta {
         target: format!("pid {pid}"),
@@ -109,6 +105,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, &profile)?;
+    // After the report: detaching takes seconds and changes nothing in it.
+    loader::detach(loaded)?;
     eprintln!(
         "memtrace-bpf: {} after {:.1} s: {} allocations recorded, {} still live ({} bytes){}",
         profile.end_reason,

@@ -113,12 +113,15 @@ pub struct Losses {
     /// free() of addresses never recorded: allocated before tracing started.
     /// Not a loss of data; shown so the numbers can be checked.
     pub unknown_frees: u64,
-    /// Return probes without an entry (calls in progress at attach).
+    /// Return probes without an entry (calls begun while attaching).
     pub return_without_entry: u64,
     /// Calls whose entry could not be remembered for the return probe.
     pub inflight_full: u64,
     /// posix_memalign results that could not be read from *memptr.
     pub read_failed: u64,
+    /// Allocator calls whose return was never seen (a thread that died
+    /// inside the allocator): their record was discarded.
+    pub stale_inflight: u64,
 }
 
 /// Which of the four numbers a collapsed stack or flamegraph shows.
@@ -247,7 +250,7 @@ pub struct LossLine {
 
 impl Losses {
     /// Every counter, in a fixed order, with its explanation.
-    pub fn lines(&self) -> [LossLine; 7] {
+    pub fn lines(&self) -> [LossLine; 8] {
         let line = |name, count, meaning, is_loss, remedy| LossLine {
             name,
             count,
@@ -292,16 +295,23 @@ impl Losses {
                 None,
             ),
             line(
+                "stale_inflight",
+                self.stale_inflight,
+                "allocator calls whose return was never seen",
+                true,
+                Some("cause: threads that died inside the allocator"),
+            ),
+            line(
                 "unknown_frees",
                 self.unknown_frees,
-                "frees of memory allocated before tracing started (not a loss)",
+                "frees of memory allocated outside the trace (not a loss)",
                 false,
                 None,
             ),
             line(
                 "return_without_entry",
                 self.return_without_entry,
-                "returns of calls already in progress at attach (not a loss)",
+                "returns of calls begun while probes were being attached (not a loss)",
                 false,
                 None,
             ),

@@ -225,6 +225,7 @@ fn two_processes() -> Profile {
             return_without_entry: 0,
             inflight_full: 2,
             read_failed: 0,
+            stale_inflight: 0,
         },
         notes: Vec::new(),
     }
