@@ -105,6 +105,12 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, &profile)?;
+    if profile.totals.alloc_objects == 0 {
+        eprintln!(
+            "memtrace-bpf: warning: pid {pid} made no allocation through {libc} during the trace: \
+             it was idle, or it allocates with another allocator (only glibc's is hooked)"
+        );
+    }
     // After the report: detaching takes seconds and changes nothing in it.
     loader::detach(loaded)?;
     eprintln!(
