@@ -86,28 +86,42 @@ pub const FP_FLAGS: &[&str] = &[
     "-fno-omit-frame-pointer",
     "-fno-optimize-sibling-calls",
 ];
+/// How distribution packages are built: no frame pointers.
+pub const O2_FLAGS: &[&str] = &["-O2", "-g", "-fomit-frame-pointer"];
+pub const O0_FLAGS: &[&str] = &["-O0", "-g"];
 
-/// Three tracers on one run of the target: JSON, collapsed and text, all
-/// stopped with SIGINT.
-#[test]
-fn every_hooked_function_reports_exact_numbers_per_call_site() {
-    if !root_or_skip("every_hooked_function_reports_exact_numbers_per_call_site") {
-        return;
-    }
-    let bin = compile_c("sites", "fp", FP_FLAGS);
+/// Reports of one run of the sites target, from three tracers attached at
+/// once (JSON, collapsed, text), all stopped with SIGINT.
+struct Reports {
+    json: Value,
+    collapsed: String,
+    collapsed_stderr: String,
+    text: String,
+}
+
+fn trace_sites(tag: &str, cflags: &[&str], tracer_args: &[&str]) -> Reports {
+    let bin = compile_c("sites", tag, cflags);
     let mut target = Target::start(&bin, &[]);
     let pid = target.pid().to_string();
-    let json_path = scratch("sites-fp.json");
-    let json = Tracer::start(&[
-        "--pid",
-        &pid,
+    let json_path = scratch(&format!("sites-{tag}.json"));
+    let with = |more: &[&str]| -> Vec<String> {
+        ["--pid", pid.as_str()]
+            .iter()
+            .chain(tracer_args)
+            .chain(more)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let start =
+        |args: Vec<String>| Tracer::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let json = start(with(&[
         "--format",
         "json",
         "-o",
         json_path.to_str().expect("utf-8 path"),
-    ]);
-    let collapsed = Tracer::start(&["--pid", &pid, "--format", "collapsed"]);
-    let text = Tracer::start(&["--pid", &pid, "--top", "50"]);
+    ]));
+    let collapsed = start(with(&["--format", "collapsed"]));
+    let text = start(with(&["--top", "50"]));
     target.run_sites();
     let mut outputs = Vec::new();
     for tracer in [json, collapsed, text] {
@@ -116,40 +130,109 @@ fn every_hooked_function_reports_exact_numbers_per_call_site() {
         assert!(out.status.success(), "tracer failed: {}", out.stderr);
         outputs.push(out);
     }
+    let text = outputs.pop().expect("text output").stdout;
+    let collapsed = outputs.pop().expect("collapsed output");
+    Reports {
+        json: read_json(&json_path),
+        collapsed: collapsed.stdout,
+        collapsed_stderr: collapsed.stderr,
+        text,
+    }
+}
 
-    let report = read_json(&json_path);
-    assert_sites_exact(&report);
-    assert_eq!(report["end_reason"], "interrupted (SIGINT)");
-    assert_eq!(report["sample_rate"], 1);
-
+/// Exact numbers, the main thread's chain in collapsed output, loss
+/// counters on stderr, and a readable text report.
+fn assert_reports(r: &Reports, unwind: &str) {
+    assert_sites_exact(&r.json);
+    assert_eq!(r.json["end_reason"], "interrupted (SIGINT)");
+    assert_eq!(r.json["sample_rate"], 1);
+    assert_eq!(r.json["unwind"], unwind);
     // Collapsed: root first, in-use bytes; the main thread's chain for every
     // site that keeps memory, with the main thread's exact bytes.
-    let lines = &outputs[1].stdout;
     for (site, [inuse, ..]) in EXPECTED_PER_THREAD {
-        let chain = format!("main;run_sites;{site} {inuse}");
+        let chain = format!(";main;run_sites;{site} {inuse}");
         if *inuse > 0 {
             assert!(
-                lines.lines().any(|l| l.ends_with(&chain)),
-                "no collapsed line ending in {chain:?}:\n{lines}"
+                r.collapsed.lines().any(|l| l.ends_with(&chain)),
+                "no collapsed line ending in {chain:?}:\n{}",
+                r.collapsed
             );
         } else {
             assert!(
-                !lines.contains(&format!(";{site} ")),
-                "{site} keeps nothing:\n{lines}"
+                !r.collapsed.contains(&format!(";{site} ")),
+                "{site} keeps nothing:\n{}",
+                r.collapsed
             );
         }
     }
     assert!(
-        outputs[1].stderr.contains("Losses"),
+        r.collapsed_stderr.contains("Losses"),
         "loss counters on stderr: {}",
-        outputs[1].stderr
+        r.collapsed_stderr
     );
-
-    let text = &outputs[2].stdout;
     for needle in ["site_realloc", "run_sites", "main", "Losses", "sites.c"] {
         assert!(
-            text.contains(needle),
-            "text report lacks {needle:?}:\n{text}"
+            r.text.contains(needle),
+            "text report lacks {needle:?}:\n{}",
+            r.text
         );
     }
+}
+
+/// Every site's stack is complete: through run_sites to main (main thread)
+/// or to the thread's start routine `worker`, and not marked truncated.
+fn assert_site_stacks_complete(report: &Value) {
+    for stack in report["stacks"].as_array().expect("stacks") {
+        let names: Vec<&str> = stack["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|f| f["function"].as_str().unwrap_or(""))
+            .collect();
+        if !names.first().is_some_and(|n| n.starts_with("site_")) {
+            continue;
+        }
+        assert_eq!(names.get(1), Some(&"run_sites"), "{names:?}");
+        assert!(names[2] == "main" || names[2] == "worker", "{names:?}");
+        assert_eq!(stack["truncated"], false, "{names:?}");
+    }
+}
+
+#[test]
+fn frame_pointer_build_exact_numbers_with_fp_unwinding() {
+    if !root_or_skip("frame_pointer_build_exact_numbers_with_fp_unwinding") {
+        return;
+    }
+    let r = trace_sites("fp-fp", FP_FLAGS, &["--unwind", "fp"]);
+    assert_reports(&r, "fp");
+}
+
+#[test]
+fn frame_pointer_build_exact_numbers_with_dwarf_unwinding() {
+    if !root_or_skip("frame_pointer_build_exact_numbers_with_dwarf_unwinding") {
+        return;
+    }
+    let r = trace_sites("fp-dwarf", FP_FLAGS, &[]);
+    assert_reports(&r, "dwarf");
+    assert_site_stacks_complete(&r.json);
+}
+
+#[test]
+fn o2_without_frame_pointers_gives_the_same_numbers_and_complete_stacks() {
+    if !root_or_skip("o2_without_frame_pointers_gives_the_same_numbers_and_complete_stacks") {
+        return;
+    }
+    let r = trace_sites("O2-dwarf", O2_FLAGS, &[]);
+    assert_reports(&r, "dwarf");
+    assert_site_stacks_complete(&r.json);
+}
+
+#[test]
+fn o0_build_gives_the_same_numbers_and_complete_stacks() {
+    if !root_or_skip("o0_build_gives_the_same_numbers_and_complete_stacks") {
+        return;
+    }
+    let r = trace_sites("O0-dwarf", O0_FLAGS, &[]);
+    assert_reports(&r, "dwarf");
+    assert_site_stacks_complete(&r.json);
 }

@@ -15,6 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
+/* noipa: no inlining, cloning or interprocedural changes at any -O level,
+ * so every site keeps its name and its call from run_sites. */
+#define SITE __attribute__((noipa))
+
 #define KEEP 64
 static void *volatile keep[2][KEEP];
 static volatile size_t sink;
@@ -24,18 +28,18 @@ static void *touch(void *p, size_t n) {
     return p;
 }
 
-__attribute__((noinline)) int site_malloc(int t) {
+SITE int site_malloc(int t) {
     for (int i = 0; i < 10; i++) keep[t][i] = touch(malloc(1000), 1000);
     return 10;
 }
 
-__attribute__((noinline)) int site_calloc(int t) {
+SITE int site_calloc(int t) {
     for (int i = 0; i < 7; i++) keep[t][10 + i] = touch(calloc(3, 100), 300);
     return 7;
 }
 
 /* Each chain: realloc(NULL,16) -> 64 -> 256 -> 4096, the last one kept. */
-__attribute__((noinline)) int site_realloc(int t) {
+SITE int site_realloc(int t) {
     static const size_t sizes[] = {16, 64, 256, 4096};
     for (int i = 0; i < 5; i++) {
         void *p = NULL;
@@ -45,7 +49,7 @@ __attribute__((noinline)) int site_realloc(int t) {
     return 5;
 }
 
-__attribute__((noinline)) int site_reallocarray(int t) {
+SITE int site_reallocarray(int t) {
     for (int i = 0; i < 4; i++) {
         void *p = touch(reallocarray(NULL, 25, 8), 200);
         keep[t][22 + i] = touch(reallocarray(p, 50, 8), 400);
@@ -53,7 +57,7 @@ __attribute__((noinline)) int site_reallocarray(int t) {
     return 4;
 }
 
-__attribute__((noinline)) int site_posix_memalign(int t) {
+SITE int site_posix_memalign(int t) {
     for (int i = 0; i < 6; i++) {
         void *p = NULL;
         if (posix_memalign(&p, 64, 512) == 0) keep[t][26 + i] = touch(p, 512);
@@ -61,23 +65,23 @@ __attribute__((noinline)) int site_posix_memalign(int t) {
     return 6;
 }
 
-__attribute__((noinline)) int site_aligned_alloc(int t) {
+SITE int site_aligned_alloc(int t) {
     for (int i = 0; i < 3; i++) keep[t][32 + i] = touch(aligned_alloc(256, 1024), 1024);
     return 3;
 }
 
-__attribute__((noinline)) int site_memalign(int t) {
+SITE int site_memalign(int t) {
     for (int i = 0; i < 4; i++) keep[t][35 + i] = touch(memalign(128, 640), 640);
     return 4;
 }
 
-__attribute__((noinline)) int site_valloc(int t) {
+SITE int site_valloc(int t) {
     for (int i = 0; i < 2; i++) keep[t][39 + i] = touch(valloc(5000), 5000);
     return 2;
 }
 
 /* realloc(p, 0) frees p and returns NULL in glibc: nothing stays live. */
-__attribute__((noinline)) int site_realloc_zero(int t) {
+SITE int site_realloc_zero(int t) {
     (void)t;
     for (int i = 0; i < 3; i++) {
         void *p = touch(malloc(300), 300);
@@ -87,7 +91,7 @@ __attribute__((noinline)) int site_realloc_zero(int t) {
 }
 
 /* Allocates and frees many blocks, keeps nothing; free(NULL) is a no-op. */
-__attribute__((noinline)) int site_churn(int t) {
+SITE int site_churn(int t) {
     (void)t;
     for (int i = 0; i < 20000; i++) {
         char *p = touch(malloc(48), 48);
@@ -98,7 +102,7 @@ __attribute__((noinline)) int site_churn(int t) {
     return 20000;
 }
 
-__attribute__((noinline)) static int run_sites(int t) {
+SITE static int run_sites(int t) {
     int n = site_malloc(t) + site_calloc(t) + site_realloc(t) + site_reallocarray(t);
     n += site_posix_memalign(t) + site_aligned_alloc(t) + site_memalign(t);
     n += site_valloc(t) + site_realloc_zero(t) + site_churn(t);

@@ -45,6 +45,42 @@ impl Role {
 pub const EVENT_ALLOC: u32 = 1;
 /// A recorded allocation was freed (by free, realloc or realloc(p, 0)).
 pub const EVENT_FREE: u32 = 2;
+/// A recorded allocation with registers and a copy of the user stack for
+/// unwinding in user space (`StackSample`, of variable length).
+pub const EVENT_ALLOC_SAMPLE: u32 = 3;
+
+/// `UNWIND_MODE` values (a read-only global set at load time).
+pub const UNWIND_FP: u32 = 0;
+pub const UNWIND_DWARF: u32 = 1;
+
+/// Stack bytes are copied in chunks of this size: a single read that crosses
+/// the top of the stack fails as a whole, so each chunk can fail alone.
+pub const STACK_CHUNK: usize = 4096;
+/// Most stack bytes one sample can carry. A per-CPU map value (the copy
+/// buffer) may not exceed 32 KiB.
+pub const MAX_STACK_BYTES: usize = 4 * STACK_CHUNK;
+
+/// Header of an `EVENT_ALLOC_SAMPLE`: the event, the caller's registers at
+/// the allocator's return, and how many stack bytes follow, copied from `sp`
+/// upwards. Sent as `size_of::<SampleHeader>() + stack_len` bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleHeader {
+    pub event: Event,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub stack_len: u32,
+    pub _pad: u32,
+}
+
+/// The BPF side's copy buffer: a header followed by the stack bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StackSample {
+    pub header: SampleHeader,
+    pub stack: [u8; MAX_STACK_BYTES],
+}
 
 /// One record in the EVENTS ring buffer.
 #[repr(C)]
@@ -137,7 +173,7 @@ pub mod counter {
 
 #[cfg(feature = "user")]
 mod pod {
-    use super::{Event, InFlight, LiveKey, LiveValue};
+    use super::{Event, InFlight, LiveKey, LiveValue, SampleHeader};
     // SAFETY: all four are #[repr(C)], contain only integers and have no
     // implicit padding (explicit `_pad` fields fill every gap).
     unsafe impl aya::Pod for Event {}
@@ -147,6 +183,8 @@ mod pod {
     unsafe impl aya::Pod for LiveValue {}
     // SAFETY: as above.
     unsafe impl aya::Pod for InFlight {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for SampleHeader {}
 }
 
 #[cfg(test)]
@@ -160,6 +198,8 @@ mod tests {
         assert_eq!(size_of::<LiveKey>(), 16);
         assert_eq!(size_of::<LiveValue>(), 8);
         assert_eq!(size_of::<InFlight>(), 40);
+        assert_eq!(size_of::<SampleHeader>(), 80);
+        assert_eq!(size_of::<StackSample>(), 80 + MAX_STACK_BYTES);
     }
 
     #[test]

@@ -19,7 +19,10 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext, ProbeContext, RetProbeContext},
 };
-use tracer_common::{counter, Event, InFlight, LiveKey, LiveValue, Role, EVENT_ALLOC, EVENT_FREE};
+use tracer_common::{
+    counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample, EVENT_ALLOC,
+    EVENT_ALLOC_SAMPLE, EVENT_FREE, MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
+};
 
 // Sizes here are defaults; user space sets the real ones with
 // `EbpfLoader::set_max_entries` from --max-live, --stack-storage-size and
@@ -41,6 +44,28 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT
 /// instant, while the probes are being detached (which takes seconds).
 #[map]
 static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+
+/// How stacks are captured: `UNWIND_FP` (kernel frame-pointer walk into
+/// STACKS) or `UNWIND_DWARF` (registers + a copy of the stack, unwound in
+/// user space). Read-only, set at load time.
+#[unsafe(no_mangle)]
+static UNWIND_MODE: u32 = UNWIND_FP;
+/// Bytes of stack copied per sample in DWARF mode: a multiple of
+/// STACK_CHUNK, at most MAX_STACK_BYTES (checked by user space).
+#[unsafe(no_mangle)]
+static STACK_BYTES: u32 = 8192;
+
+/// Per-CPU buffer where a sample is assembled before it is copied into the
+/// ring buffer with its real length (a reservation must have a fixed size).
+#[map]
+static SAMPLE_BUF: PerCpuArray<StackSample> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn tunable(value: &u32) -> u32 {
+    // SAFETY: a plain read of a global; volatile so the compiler does not
+    // fold in the default, since the loader rewrites it before loading.
+    unsafe { core::ptr::read_volatile(value) }
+}
 
 #[inline(always)]
 fn stopped() -> bool {
@@ -159,23 +184,16 @@ fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) {
         count(counter::RINGBUF_FULL);
         return;
     };
-    entry.write(Event {
-        kind: EVENT_FREE,
-        pid,
-        tid,
-        stack_id: 0,
-        addr,
-        size: 0,
-        // SAFETY: helper without preconditions.
-        timestamp_ns: unsafe { bpf_ktime_get_ns() },
-        role: role as u32,
-        _pad: 0,
-    });
+    entry.write(event(EVENT_FREE, pid, tid, 0, addr, 0, role));
     entry.submit(BPF_RB_NO_WAKEUP);
 }
 
 #[inline(always)]
 fn record_alloc(ctx: &RetProbeContext, pid: u32, tid: u32, addr: u64, size: u64, role: Role) {
+    if tunable(&UNWIND_MODE) == UNWIND_DWARF {
+        record_alloc_sample(ctx, pid, tid, addr, size, role);
+        return;
+    }
     // Reserve first: if the event cannot be sent, the block must not enter
     // LIVE, or its later free would emit an orphan FREE.
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
@@ -201,8 +219,14 @@ fn record_alloc(ctx: &RetProbeContext, pid: u32, tid: u32, addr: u64, size: u64,
             }
         }
     };
-    entry.write(Event {
-        kind: EVENT_ALLOC,
+    entry.write(event(EVENT_ALLOC, pid, tid, stack_id, addr, size, role));
+    entry.submit(BPF_RB_NO_WAKEUP);
+}
+
+#[inline(always)]
+fn event(kind: u32, pid: u32, tid: u32, stack_id: i32, addr: u64, size: u64, role: Role) -> Event {
+    Event {
+        kind,
         pid,
         tid,
         stack_id,
@@ -212,8 +236,98 @@ fn record_alloc(ctx: &RetProbeContext, pid: u32, tid: u32, addr: u64, size: u64,
         timestamp_ns: unsafe { bpf_ktime_get_ns() },
         role: role as u32,
         _pad: 0,
-    });
-    entry.submit(BPF_RB_NO_WAKEUP);
+    }
+}
+
+/// DWARF mode: the caller's registers and a copy of its stack, for user
+/// space to unwind. At the return probe IP/SP/BP are the caller's state
+/// right after the call.
+#[inline(always)]
+fn record_alloc_sample(
+    ctx: &RetProbeContext,
+    pid: u32,
+    tid: u32,
+    addr: u64,
+    size: u64,
+    role: Role,
+) {
+    let Some(buf) = SAMPLE_BUF.get_ptr_mut(0) else {
+        count(counter::STACK_LOST);
+        return;
+    };
+    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+    let sample = unsafe { &mut *buf };
+    // SAFETY: the context is pt_regs, readable directly.
+    let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
+    let len = copy_stack(sp, &mut sample.stack);
+    if len == 0 {
+        count(counter::STACK_LOST);
+    }
+    sample.header = SampleHeader {
+        event: event(EVENT_ALLOC_SAMPLE, pid, tid, 0, addr, size, role),
+        ip,
+        sp,
+        bp,
+        stack_len: len as u32,
+        _pad: 0,
+    };
+    let key = LiveKey { pid, _pad: 0, addr };
+    if LIVE.insert(key, LiveValue { size }, 0).is_err() {
+        count(counter::LIVE_MAP_FULL);
+        return;
+    }
+    let total = core::mem::size_of::<SampleHeader>() + len;
+    // SAFETY: `total` is at most the size of `sample` (len <= MAX_STACK_BYTES).
+    let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
+    if EVENTS.output::<[u8]>(bytes, BPF_RB_NO_WAKEUP).is_err() {
+        // Not sent: forget the block, or its free would emit an orphan FREE.
+        let _ = LIVE.remove(key);
+        count(counter::RINGBUF_FULL);
+    }
+}
+
+/// Copies up to STACK_BYTES of user stack from `sp` upwards and returns how
+/// many bytes were copied. A read crossing the top of the stack fails whole
+/// (and zero-fills), so the stack is read in chunks and the chunk that
+/// fails is retried up to its page boundary (shared/TOOLCHAIN.md).
+#[inline(always)]
+fn copy_stack(sp: u64, dst: &mut [u8; MAX_STACK_BYTES]) -> usize {
+    let want = tunable(&STACK_BYTES) as usize;
+    let mut len = 0;
+    let mut i = 0;
+    while i < MAX_STACK_BYTES / STACK_CHUNK {
+        let off = i * STACK_CHUNK;
+        if off >= want {
+            break;
+        }
+        let src = sp + off as u64;
+        let chunk = dst[off..].as_mut_ptr();
+        if read_user(chunk, STACK_CHUNK as u32, src) {
+            len = off + STACK_CHUNK;
+            i += 1;
+            continue;
+        }
+        let to_page = (STACK_CHUNK as u64 - (src & (STACK_CHUNK as u64 - 1))) as u32
+            & (STACK_CHUNK as u32 - 1);
+        if to_page != 0 && read_user(chunk, to_page, src) {
+            len = off + to_page as usize;
+        }
+        break;
+    }
+    len
+}
+
+#[inline(always)]
+fn read_user(dst: *mut u8, size: u32, src: u64) -> bool {
+    // SAFETY: the helper checks the user address and faults safely; `dst`
+    // has at least `size` bytes left (callers pass a chunk inside the buffer).
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_user(
+            dst.cast(),
+            size,
+            src as *const core::ffi::c_void,
+        ) == 0
+    }
 }
 
 /// Return of every allocating function. `ret` is the returned pointer, or

@@ -19,6 +19,26 @@ pub enum Format {
     Json,
 }
 
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum UnwindMode {
+    /// Copy registers and stack bytes, unwind with DWARF CFI in user space:
+    /// complete stacks without frame pointers.
+    #[default]
+    Dwarf,
+    /// Frame-pointer walk in the kernel: cheaper, complete only through code
+    /// built with frame pointers.
+    Fp,
+}
+
+impl UnwindMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            UnwindMode::Dwarf => "dwarf",
+            UnwindMode::Fp => "fp",
+        }
+    }
+}
+
 /// Trace the heap allocations of a running process with eBPF uprobes and
 /// report where its outstanding memory was allocated.
 #[derive(Debug, Parser)]
@@ -47,6 +67,15 @@ pub struct Cli {
     /// Which number collapsed stacks and flamegraphs show.
     #[arg(long, value_enum, default_value_t = View::InuseSpace)]
     pub view: View,
+
+    /// How call stacks are captured.
+    #[arg(long, value_enum, default_value_t = UnwindMode::Dwarf)]
+    pub unwind: UnwindMode,
+
+    /// Bytes of stack copied per allocation for DWARF unwinding (4096, 8192,
+    /// 12288 or 16384): deeper stacks are cut short and marked [truncated].
+    #[arg(long, default_value_t = 8192, value_name = "BYTES")]
+    pub stack_bytes: u32,
 
     /// Most allocations tracked as live at once (BPF map size).
     #[arg(long, default_value_t = 1 << 20, value_name = "N")]
@@ -79,6 +108,17 @@ impl Cli {
             return Err(format!(
                 "--ringbuf-mb must be a power of two between 1 and 1024, got {}",
                 self.ringbuf_mb
+            ));
+        }
+        let chunk = tracer_common::STACK_CHUNK as u32;
+        let max = tracer_common::MAX_STACK_BYTES as u32;
+        if self.stack_bytes == 0
+            || !self.stack_bytes.is_multiple_of(chunk)
+            || self.stack_bytes > max
+        {
+            return Err(format!(
+                "--stack-bytes must be a multiple of {chunk} from {chunk} to {max}, got {}",
+                self.stack_bytes
             ));
         }
         if self.max_live == 0 || self.stack_storage_size == 0 {

@@ -1,16 +1,17 @@
 //! Drains the ring buffer, turns raw events into heap-model updates, and
-//! interns call stacks (read from the stack map and normalized while the
-//! process is alive).
+//! interns call stacks (read from the stack map or unwound from copied stack
+//! bytes, and normalized while the process is alive).
 
 use std::collections::HashMap;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf, StackTraceMap};
-use tracer_common::{counter, Event, EVENT_ALLOC, EVENT_FREE};
+use tracer_common::{counter, Event, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_FREE};
 
 use crate::{
     heap::{Heap, StackHandle},
     report::Losses,
     symbolize::{Modules, NormFrame},
+    unwind::{Sample, Unwinders},
 };
 
 /// An interned stack: the process it belongs to and its frames, leaf first.
@@ -18,12 +19,18 @@ pub struct Stack {
     pub pid: u32,
     /// None when the stack could not be captured.
     pub frames: Option<Vec<NormFrame>>,
+    /// The walk stopped before the root (DWARF mode only).
+    pub truncated: bool,
 }
 
 #[derive(Default)]
 pub struct StackTable {
     stacks: Vec<Stack>,
+    /// Frame-pointer mode: the kernel's stack id per process (negative ids,
+    /// failed captures, share one entry per process).
     by_id: HashMap<(u32, i32), StackHandle>,
+    /// DWARF mode: the unwound addresses per process.
+    by_addrs: HashMap<(u32, Vec<u64>, bool), StackHandle>,
 }
 
 impl StackTable {
@@ -37,16 +44,29 @@ impl StackTable {
             .filter_map(|s| s.frames.as_ref())
             .flatten()
     }
+
+    fn push(&mut self, stack: Stack) -> StackHandle {
+        let h = self.stacks.len() as StackHandle;
+        self.stacks.push(stack);
+        h
+    }
 }
 
-pub struct Collector {
-    events: RingBuf<MapData>,
+/// Everything the events update; separate from the ring buffer so that a
+/// ring-buffer item (which borrows the buffer) can be handled in place.
+pub struct State {
     stack_map: StackTraceMap<MapData>,
     pub heap: Heap,
     pub stacks: StackTable,
     pub modules: Modules,
+    pub unwinders: Unwinders,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
+}
+
+pub struct Collector {
+    events: RingBuf<MapData>,
+    pub state: State,
 }
 
 impl Collector {
@@ -57,45 +77,64 @@ impl Collector {
     ) -> Self {
         Collector {
             events,
-            stack_map,
-            heap: Heap::default(),
-            stacks: StackTable::default(),
-            modules,
-            malformed_events: 0,
+            state: State {
+                stack_map,
+                heap: Heap::default(),
+                stacks: StackTable::default(),
+                modules,
+                unwinders: Unwinders::default(),
+                malformed_events: 0,
+            },
         }
     }
 
     /// Processes every event that is in the ring buffer now. Returns how many.
     pub fn drain(&mut self) -> usize {
+        let Collector { events, state } = self;
         let mut n = 0;
-        loop {
-            let event = match self.events.next() {
-                Some(item) => decode(&item),
-                None => break,
-            };
-            match event {
-                Some(ev) => self.handle(&ev),
-                None => self.malformed_events += 1,
-            }
+        while let Some(item) = events.next() {
+            state.handle(&item);
             n += 1;
         }
         n
     }
+}
 
-    fn handle(&mut self, ev: &Event) {
+impl State {
+    fn handle(&mut self, bytes: &[u8]) {
+        let Some(ev) = read_pod::<Event>(bytes) else {
+            self.malformed_events += 1;
+            return;
+        };
         match ev.kind {
             EVENT_ALLOC => {
-                let stack = self.intern(ev.pid, ev.stack_id);
+                let stack = self.intern_stack_id(ev.pid, ev.stack_id);
                 self.heap.alloc(ev.pid, ev.addr, ev.size, stack);
+            }
+            EVENT_ALLOC_SAMPLE => {
+                let Some(h) = read_pod::<SampleHeader>(bytes) else {
+                    self.malformed_events += 1;
+                    return;
+                };
+                let start = std::mem::size_of::<SampleHeader>();
+                let stack = bytes
+                    .get(start..start + h.stack_len as usize)
+                    .unwrap_or_default();
+                let sample = Sample {
+                    ip: h.ip,
+                    sp: h.sp,
+                    bp: h.bp,
+                    stack,
+                };
+                let handle = self.intern_sample(ev.pid, &sample);
+                self.heap.alloc(ev.pid, ev.addr, ev.size, handle);
             }
             EVENT_FREE => self.heap.free(ev.pid, ev.addr),
             _ => self.malformed_events += 1,
         }
     }
 
-    fn intern(&mut self, pid: u32, stack_id: i32) -> StackHandle {
-        // Failed captures (negative ids) share one "[stack lost]" entry per
-        // process so their bytes still add up.
+    fn intern_stack_id(&mut self, pid: u32, stack_id: i32) -> StackHandle {
         let key = (pid, if stack_id < 0 { -1 } else { stack_id });
         if let Some(&h) = self.stacks.by_id.get(&key) {
             return h;
@@ -109,20 +148,48 @@ impl Collector {
                 .map(|st| st.frames().iter().map(|f| f.ip).collect::<Vec<_>>())
                 .map(|ips| self.modules.normalize(pid, &ips))
         };
-        let h = self.stacks.stacks.len() as StackHandle;
-        self.stacks.stacks.push(Stack { pid, frames });
+        let h = self.stacks.push(Stack {
+            pid,
+            frames,
+            truncated: false,
+        });
         self.stacks.by_id.insert(key, h);
+        h
+    }
+
+    fn intern_sample(&mut self, pid: u32, sample: &Sample<'_>) -> StackHandle {
+        if sample.stack.is_empty() {
+            return self.intern_stack_id(pid, -1);
+        }
+        // A library loaded since the maps were read (dlopen): read them again.
+        if !self.unwinders.covers(pid, sample.ip) && self.modules.refresh(pid) {
+            self.unwinders.invalidate(pid);
+        }
+        let maps = self.modules.maps(pid);
+        let unwound = self.unwinders.unwind(pid, maps, sample);
+        let key = (pid, unwound.addrs, unwound.truncated);
+        if let Some(&h) = self.stacks.by_addrs.get(&key) {
+            return h;
+        }
+        let frames = self.modules.normalize(pid, &key.1);
+        let h = self.stacks.push(Stack {
+            pid,
+            frames: Some(frames),
+            truncated: key.2,
+        });
+        self.stacks.by_addrs.insert(key, h);
         h
     }
 }
 
-fn decode(bytes: &[u8]) -> Option<Event> {
-    if bytes.len() < std::mem::size_of::<Event>() {
+/// Reads a Pod value from the start of `bytes`.
+fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < std::mem::size_of::<T>() {
         return None;
     }
-    // SAFETY: Event is Pod (any bit pattern is valid) and the length was
+    // SAFETY: T is Pod (any bit pattern is valid) and the length was
     // checked; read_unaligned makes no alignment assumption.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Event>()) })
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
 /// Sums the per-CPU loss counters.

@@ -10,7 +10,7 @@ use aya::{
 };
 use tracer_common::Role;
 
-use crate::{error::TraceError, report::Hook};
+use crate::{cli::UnwindMode, error::TraceError, report::Hook};
 
 /// The BPF object built by build.rs from tracer-ebpf.
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrace"));
@@ -70,11 +70,13 @@ fn entry_program(role: Role) -> &'static str {
     }
 }
 
-/// Map sizes chosen on the command line.
+/// Map sizes and tunables chosen on the command line.
 pub struct Limits {
     pub max_live: u32,
     pub stack_storage_size: u32,
     pub ringbuf_bytes: u32,
+    pub unwind: UnwindMode,
+    pub stack_bytes: u32,
 }
 
 /// The loaded object with its probes and control maps.
@@ -104,10 +106,17 @@ impl Loaded {
 
 pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     raise_memlock_limit();
+    let (mode, stack_entries) = match limits.unwind {
+        UnwindMode::Fp => (tracer_common::UNWIND_FP, limits.stack_storage_size),
+        // The kernel stack map is not used: keep it minimal.
+        UnwindMode::Dwarf => (tracer_common::UNWIND_DWARF, 1),
+    };
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("LIVE", limits.max_live)
-        .map_max_entries("STACKS", limits.stack_storage_size)
+        .map_max_entries("STACKS", stack_entries)
         .map_max_entries("EVENTS", limits.ringbuf_bytes)
+        .override_global("UNWIND_MODE", &mode, true)
+        .override_global("STACK_BYTES", &limits.stack_bytes, true)
         .load(BPF_OBJECT)
         .context("loading the BPF object into the kernel")?;
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;

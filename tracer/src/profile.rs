@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::{
+    cli::UnwindMode,
     collector::Collector,
     report::{Counts, Frame, Hook, Losses, ProcessInfo, Profile, StackReport},
     symbolize::Names,
@@ -18,16 +19,19 @@ pub struct Meta {
     pub duration: Duration,
     pub end_reason: String,
     pub hooks: Vec<Hook>,
+    pub unwind: UnwindMode,
+    pub stack_bytes: u32,
 }
 
 pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
-    let names = Names::resolve(&collector.modules, collector.stacks.all_frames());
-    let mut stacks: Vec<StackReport> = collector
+    let state = &collector.state;
+    let names = Names::resolve(&state.modules, state.stacks.all_frames());
+    let mut stacks: Vec<StackReport> = state
         .heap
         .stacks()
         .filter(|(_, c)| c.alloc_objects > 0)
         .filter_map(|(h, counts)| {
-            let stack = collector.stacks.get(h)?;
+            let stack = state.stacks.get(h)?;
             let frames = match &stack.frames {
                 Some(frames) => frames.iter().flat_map(|f| names.get(f)).collect(),
                 None => vec![stack_lost_frame()],
@@ -36,6 +40,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
                 pid: stack.pid,
                 counts,
                 frames,
+                truncated: stack.truncated,
             })
         })
         .collect();
@@ -50,13 +55,13 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
         alloc_bytes: t.alloc_bytes + s.counts.alloc_bytes,
         alloc_objects: t.alloc_objects + s.counts.alloc_objects,
     });
-    let notes = notes(&meta, collector, &losses);
+    let notes = notes(&meta, collector, &losses, &stacks);
     Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),
         end_reason: meta.end_reason,
         sample_rate: 1,
-        unwind: "fp".into(),
+        unwind: meta.unwind.name().into(),
         processes: vec![ProcessInfo {
             pid: meta.pid,
             command: meta.command,
@@ -85,7 +90,12 @@ fn stack_lost_frame() -> Frame {
     }
 }
 
-fn notes(meta: &Meta, collector: &Collector, losses: &Losses) -> Vec<String> {
+fn notes(
+    meta: &Meta,
+    collector: &Collector,
+    losses: &Losses,
+    stacks: &[StackReport],
+) -> Vec<String> {
     let mut notes = Vec::new();
     if meta.exited {
         notes.push(format!(
@@ -99,21 +109,35 @@ fn notes(meta: &Meta, collector: &Collector, losses: &Losses) -> Vec<String> {
             losses.unknown_frees
         ));
     }
-    if collector.heap.replaced_allocs > 0 {
+    if collector.state.heap.replaced_allocs > 0 {
         notes.push(format!(
             "{} allocations reused an address whose free was not seen (lost events)",
-            collector.heap.replaced_allocs
+            collector.state.heap.replaced_allocs
         ));
     }
-    if collector.heap.unmatched_frees > 0 || collector.malformed_events > 0 {
+    if collector.state.heap.unmatched_frees > 0 || collector.state.malformed_events > 0 {
         notes.push(format!(
             "{} frees without a recorded allocation and {} malformed events reached user space",
-            collector.heap.unmatched_frees, collector.malformed_events
+            collector.state.heap.unmatched_frees, collector.state.malformed_events
         ));
     }
-    notes.push(
-        "stacks are frame-pointer walks: code built without frame pointers shows short stacks"
-            .into(),
-    );
+    match meta.unwind {
+        UnwindMode::Fp => notes.push(
+            "stacks are frame-pointer walks: code built without frame pointers shows short stacks \
+             (--unwind dwarf gives complete ones)"
+                .into(),
+        ),
+        UnwindMode::Dwarf => {
+            let cut = stacks.iter().filter(|s| s.truncated).count();
+            if cut > 0 {
+                notes.push(format!(
+                    "{cut} stacks end early, marked [truncated]: deeper than the {} bytes \
+                     copied (raise --stack-bytes, up to {}) or through code without unwind information",
+                    meta.stack_bytes,
+                    tracer_common::MAX_STACK_BYTES
+                ));
+            }
+        }
+    }
     notes
 }

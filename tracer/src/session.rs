@@ -42,6 +42,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         max_live: cli.max_live,
         stack_storage_size: cli.stack_storage_size,
         ringbuf_bytes: cli.ringbuf_mb << 20,
+        unwind: cli.unwind,
+        stack_bytes: cli.stack_bytes,
     };
     let (mut loaded, maps) = loader::load(&limits)?;
     let mut modules = Modules::default();
@@ -102,6 +104,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         duration,
         end_reason,
         hooks,
+        unwind: cli.unwind,
+        stack_bytes: cli.stack_bytes,
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, &profile)?;

@@ -1,7 +1,13 @@
 //! Address normalization (while the process lives) and symbolization with
 //! blazesym (at report time, so processes that exited still get names).
 
-use std::{collections::HashMap, fs::File, os::fd::AsRawFd, path::PathBuf};
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::fd::AsRawFd,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer};
 
@@ -34,21 +40,44 @@ pub struct Modules {
     by_key: HashMap<(u32, String), u32>,
     /// Per process: its file-backed mappings, sorted by start.
     maps: HashMap<u32, Vec<Mapping>>,
+    last_read: HashMap<u32, Instant>,
 }
 
+/// Addresses outside every mapped file (JIT code) would otherwise make each
+/// event re-read /proc/PID/maps.
+const MIN_REREAD_INTERVAL: Duration = Duration::from_millis(100);
+
 impl Modules {
-    /// Reads /proc/PID/maps. Returns false if the process is gone.
+    /// Re-reads /proc/PID/maps, at most every MIN_REREAD_INTERVAL. Returns
+    /// whether the maps were read (false too when the process is gone).
     pub fn refresh(&mut self, pid: u32) -> bool {
+        if self
+            .last_read
+            .get(&pid)
+            .is_some_and(|t| t.elapsed() < MIN_REREAD_INTERVAL)
+        {
+            return false;
+        }
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return false;
         };
-        self.set_maps(pid, crate::target::parse_maps(&text));
+        let maps = crate::target::parse_maps(&text);
+        if maps.is_empty() {
+            return false; // a zombie: keep what we had
+        }
+        self.set_maps(pid, maps);
         true
     }
 
     pub fn set_maps(&mut self, pid: u32, mut maps: Vec<Mapping>) {
         maps.sort_by_key(|m| m.start);
         self.maps.insert(pid, maps);
+        self.last_read.insert(pid, Instant::now());
+    }
+
+    /// The process's file-backed mappings as last read.
+    pub fn maps(&self, pid: u32) -> &[Mapping] {
+        self.maps.get(&pid).map_or(&[], Vec::as_slice)
     }
 
     fn find(&self, pid: u32, addr: u64) -> Option<&Mapping> {

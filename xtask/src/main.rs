@@ -68,7 +68,7 @@ fn test(extra: &[String]) -> Result<()> {
     let mut tests = cargo();
     tests
         .current_dir(&root)
-        .args(["test", "--workspace"])
+        .args(["test", "--workspace", "--no-fail-fast"])
         .args(extra)
         // Tells the integration tests that skipping is a failure.
         .env("MEMTRACE_REQUIRE_ROOT_TESTS", "1");

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use super::{Profile, StackReport, View, NO_STACK};
+use super::{Profile, StackReport, View, NO_STACK, TRUNCATED};
 
 /// Writes one line per unique stack with a non-zero value for `view`,
 /// sorted by stack so the output is deterministic and diffable.
@@ -42,6 +42,9 @@ fn stack_string(p: &Profile, stack: &StackReport, multi: bool) -> String {
     let mut names: Vec<String> = Vec::with_capacity(stack.frames.len() + 1);
     if multi {
         names.push(sanitize(&p.process_label(stack.pid)));
+    }
+    if stack.truncated {
+        names.push(TRUNCATED.to_string());
     }
     // Frames are stored leaf first; folded stacks are root first.
     names.extend(

@@ -28,7 +28,8 @@ pub struct Profile {
     pub end_reason: String,
     /// Mean sampling interval in bytes; 1 = every allocation recorded (exact).
     pub sample_rate: u64,
-    /// How stacks were captured: "fp" (frame pointers, in the kernel).
+    /// How stacks were captured: "dwarf" (copied stacks unwound with CFI in
+    /// user space) or "fp" (frame pointers, in the kernel).
     pub unwind: String,
     pub processes: Vec<ProcessInfo>,
     /// The allocator functions that were hooked (or skipped), per object.
@@ -84,6 +85,9 @@ pub struct StackReport {
     /// the last frame is the root (e.g. `_start`). Inlined functions appear
     /// as frames of their own, with `inlined: true`.
     pub frames: Vec<Frame>,
+    /// The stack ends before its root: the unwinder ran out of copied stack
+    /// bytes or unwind information. Shown as a `[truncated]` root frame.
+    pub truncated: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -172,6 +176,9 @@ const UNKNOWN: &str = "[unknown]";
 /// Shown in place of a call stack that was not captured (see
 /// `Losses::stack_lost`), so the bytes still appear somewhere.
 const NO_STACK: &str = "[no stack]";
+
+/// The root frame of a stack whose walk ended early (`StackReport::truncated`).
+const TRUNCATED: &str = "[truncated]";
 
 impl Frame {
     /// True when the symbolizer could not name this frame.

@@ -101,6 +101,7 @@ fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
         pid,
         counts,
         frames,
+        truncated: false,
     }
 }
 
@@ -189,11 +190,14 @@ fn two_processes() -> Profile {
             pid: 103,
             counts: counts(600_000, 1, 600_000, 1),
             frames: vec![frame("[unknown]", "[unknown]", 0x7f00_dead_beef, None)],
+            // An unwind that stopped at an address without unwind info.
+            truncated: true,
         },
         StackReport {
             pid: 102,
             counts: counts(524_288, 1, 524_288, 1),
             frames: Vec::new(),
+            truncated: false,
         },
     ];
     Profile {

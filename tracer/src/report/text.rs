@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{basename, Counts, Frame, Hook, Losses, Profile, StackReport, NO_STACK};
+use super::{basename, Counts, Frame, Hook, Losses, Profile, StackReport, NO_STACK, TRUNCATED};
 
 /// Width of the labels in the header, so values line up.
 const LABEL_WIDTH: usize = 12;
@@ -213,6 +213,9 @@ fn write_stack(rank: usize, stack: &StackReport, w: &mut impl Write) -> io::Resu
     }
     for frame in &stack.frames {
         writeln!(w, "{FRAME_INDENT}{}", frame_line(frame))?;
+    }
+    if stack.truncated {
+        writeln!(w, "{FRAME_INDENT}{TRUNCATED} (stack ends early: see notes)")?;
     }
     Ok(())
 }
