@@ -62,6 +62,9 @@ pub struct State {
     pub unwinders: Unwinders,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
+    /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
+    /// with its unwound addresses as a JSON line (unwinder test fixtures).
+    sample_log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 pub struct Collector {
@@ -84,6 +87,9 @@ impl Collector {
                 modules,
                 unwinders: Unwinders::default(),
                 malformed_events: 0,
+                sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
+                    .and_then(|path| std::fs::File::create(path).ok())
+                    .map(std::io::BufWriter::new),
             },
         }
     }
@@ -167,6 +173,9 @@ impl State {
         }
         let maps = self.modules.maps(pid);
         let unwound = self.unwinders.unwind(pid, maps, sample);
+        if let Some(out) = &mut self.sample_log {
+            crate::unwind::record_sample(out, maps, sample, &unwound);
+        }
         let key = (pid, unwound.addrs, unwound.truncated);
         if let Some(&h) = self.stacks.by_addrs.get(&key) {
             return h;

@@ -95,6 +95,9 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     std::thread::sleep(STOP_GRACE);
     collector.drain();
     let losses = read_losses(&loaded.counters);
+    if cli.verbose {
+        print_stats(&collector);
+    }
 
     let meta = Meta {
         target: format!("pid {pid}"),
@@ -187,6 +190,44 @@ fn write_report(cli: &Cli, profile: &report::Profile) -> anyhow::Result<()> {
         report::write_losses(&profile.losses, &mut err)?;
     }
     Ok(())
+}
+
+/// `--verbose`: what user space spent, for tuning and `cargo xtask bench`.
+fn print_stats(collector: &Collector) {
+    let u = collector.state.unwinders.stats;
+    if u.stacks > 0 {
+        let secs = u.nanos as f64 / 1e9;
+        eprintln!(
+            "memtrace-bpf: unwound {} stacks ({} frames, {} truncated) in {:.1} ms: {:.0} stacks/s",
+            u.stacks,
+            u.frames,
+            u.truncated,
+            secs * 1e3,
+            u.stacks as f64 / secs.max(1e-9)
+        );
+        if let (Some(p50), Some(p99), Some(max)) = (
+            u.depth_quantile(0.5),
+            u.depth_quantile(0.99),
+            u.depth_quantile(1.0),
+        ) {
+            eprintln!(
+                "memtrace-bpf: stack bytes complete stacks needed: p50 {p50}, p99 {p99}, max {max} (--stack-bytes)"
+            );
+        }
+    }
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct we pass.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0 {
+        // SAFETY: initialized by the successful call above.
+        let u = unsafe { usage.assume_init() };
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        eprintln!(
+            "memtrace-bpf: tracer CPU {:.3} s user, {:.3} s system; peak RSS {} KiB",
+            secs(u.ru_utime),
+            secs(u.ru_stime),
+            u.ru_maxrss
+        );
+    }
 }
 
 /// A pidfd: readable once the process has exited.

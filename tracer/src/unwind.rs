@@ -2,7 +2,12 @@
 //! frame pointers. One framehop unwinder per process, built from the files
 //! it maps; each file's unwind sections are parsed once and shared.
 
-use std::{collections::HashMap, ops::Range, path::Path, sync::Arc};
+use std::{
+    collections::HashMap,
+    ops::Range,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
@@ -105,23 +110,76 @@ pub struct Unwound {
 }
 
 /// Statistics for `--verbose` and the benchmark.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct UnwindStats {
     pub stacks: u64,
     pub frames: u64,
     pub truncated: u64,
     pub nanos: u64,
+    /// Complete stacks by how many stack bytes their unwinding read, in
+    /// buckets of DEPTH_BUCKET bytes: what --stack-bytes must cover.
+    pub depth_histogram: [u64; DEPTH_BUCKETS],
 }
 
-#[derive(Default)]
+pub const DEPTH_BUCKET: usize = 256;
+pub const DEPTH_BUCKETS: usize = tracer_common::MAX_STACK_BYTES / DEPTH_BUCKET;
+
+impl Default for UnwindStats {
+    fn default() -> Self {
+        UnwindStats {
+            stacks: 0,
+            frames: 0,
+            truncated: 0,
+            nanos: 0,
+            depth_histogram: [0; DEPTH_BUCKETS],
+        }
+    }
+}
+
+impl UnwindStats {
+    /// Smallest window (a multiple of DEPTH_BUCKET) that covered `quantile`
+    /// of the complete stacks.
+    pub fn depth_quantile(&self, quantile: f64) -> Option<usize> {
+        let total: u64 = self.depth_histogram.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let want = (total as f64 * quantile).ceil() as u64;
+        let mut seen = 0;
+        self.depth_histogram.iter().enumerate().find_map(|(i, &n)| {
+            seen += n;
+            (seen >= want).then_some((i + 1) * DEPTH_BUCKET)
+        })
+    }
+}
+
+/// Where the file a process maps at a path is found from here.
+pub type Resolver = fn(u32, &str) -> PathBuf;
+
 pub struct Unwinders {
     /// Keyed by the path as seen from here (/proc/PID/root/...).
-    files: HashMap<String, Option<Arc<Sections>>>,
+    files: HashMap<PathBuf, Option<Arc<Sections>>>,
     procs: HashMap<u32, ProcessUnwinder>,
+    resolve: Resolver,
     pub stats: UnwindStats,
 }
 
+impl Default for Unwinders {
+    fn default() -> Self {
+        Unwinders::with_resolver(crate::target::host_path)
+    }
+}
+
 impl Unwinders {
+    pub fn with_resolver(resolve: Resolver) -> Self {
+        Unwinders {
+            files: HashMap::new(),
+            procs: HashMap::new(),
+            resolve,
+            stats: UnwindStats::default(),
+        }
+    }
+
     /// Forgets a process's unwinder so the next sample rebuilds it from
     /// fresh maps (after a dlopen).
     pub fn invalidate(&mut self, pid: u32) {
@@ -141,13 +199,20 @@ impl Unwinders {
             let built = self.build(pid, maps);
             self.procs.insert(pid, built);
         }
-        let result = match self.procs.get_mut(&pid) {
+        let (result, depth) = match self.procs.get_mut(&pid) {
             Some(p) => walk(p, sample),
-            None => Unwound {
-                addrs: vec![sample.ip],
-                truncated: true,
-            },
+            None => (
+                Unwound {
+                    addrs: vec![sample.ip],
+                    truncated: true,
+                },
+                0,
+            ),
         };
+        if !result.truncated {
+            let bucket = (depth / DEPTH_BUCKET).min(DEPTH_BUCKETS - 1);
+            self.stats.depth_histogram[bucket] += 1;
+        }
         self.stats.stacks += 1;
         self.stats.frames += result.addrs.len() as u64;
         self.stats.truncated += u64::from(result.truncated);
@@ -190,11 +255,10 @@ impl Unwinders {
     }
 
     fn sections(&mut self, pid: u32, path: &str) -> Option<Arc<Sections>> {
-        let host = crate::target::host_path(pid, path);
-        let key = host.display().to_string();
+        let host = (self.resolve)(pid, path);
         self.files
-            .entry(key)
-            .or_insert_with(|| read_sections(&host))
+            .entry(host)
+            .or_insert_with_key(|host| read_sections(host))
             .clone()
     }
 }
@@ -204,10 +268,13 @@ fn read_sections(path: &Path) -> Option<Arc<Sections>> {
     Sections::parse(&data).map(Arc::new)
 }
 
-fn walk(p: &mut ProcessUnwinder, s: &Sample<'_>) -> Unwound {
+/// Unwinds one sample; also returns how many stack bytes it read.
+fn walk(p: &mut ProcessUnwinder, s: &Sample<'_>) -> (Unwound, usize) {
+    let mut depth = 0;
     let mut read_stack = |addr: u64| -> Result<u64, ()> {
         let off = usize::try_from(addr.checked_sub(s.sp).ok_or(())?).map_err(|_| ())?;
         let bytes = s.stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+        depth = depth.max(off + 8);
         Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
     };
     let regs = UnwindRegsX86_64::new(s.ip, s.sp, s.bp);
@@ -215,31 +282,199 @@ fn walk(p: &mut ProcessUnwinder, s: &Sample<'_>) -> Unwound {
         .unwinder
         .iter_frames(s.ip, regs, &mut p.cache, &mut read_stack);
     let mut addrs = Vec::new();
-    loop {
+    let unwound = loop {
         if addrs.len() == MAX_FRAMES {
-            return Unwound {
+            break Unwound {
                 addrs,
                 truncated: true,
             };
         }
         match frames.next() {
-            Ok(Some(frame)) => addrs.push(frame_address(frame)),
+            Ok(Some(frame)) => {
+                let addr = frame_address(frame);
+                addrs.push(addr);
+                // framehop unwinds an address without a module by the frame-
+                // pointer chain, which is garbage in code without frame
+                // pointers (JIT code, or the maps changed): stop there.
+                if !p
+                    .covered
+                    .iter()
+                    .any(|r| r.contains(&addr.saturating_sub(1)))
+                {
+                    break Unwound {
+                        addrs,
+                        truncated: true,
+                    };
+                }
+            }
             Ok(None) => {
-                return Unwound {
+                break Unwound {
                     addrs,
                     truncated: false,
                 }
             }
             Err(_) => {
-                return Unwound {
+                break Unwound {
                     addrs,
                     truncated: true,
                 }
             }
         }
-    }
+    };
+    drop(frames);
+    (unwound, depth)
+}
+
+/// Writes one sample as a JSON line: the maps, registers, stack bytes (hex)
+/// and the unwinder's answer. Best effort: a developer aid.
+pub fn record_sample(out: &mut impl std::io::Write, maps: &[Mapping], s: &Sample<'_>, u: &Unwound) {
+    let hex: String = s.stack.iter().map(|b| format!("{b:02x}")).collect();
+    let maps: Vec<_> = maps
+        .iter()
+        .map(|m| serde_json::json!({"start": m.start, "end": m.end, "offset": m.offset, "executable": m.executable, "path": m.path}))
+        .collect();
+    let line = serde_json::json!({
+        "maps": maps, "ip": s.ip, "sp": s.sp, "bp": s.bp, "stack": hex,
+        "addrs": u.addrs, "truncated": u.truncated,
+    });
+    let _ = writeln!(out, "{line}");
 }
 
 fn frame_address(frame: FrameAddress) -> u64 {
     frame.address()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Unwinding recorded samples (MEMTRACE_RECORD_SAMPLES) of
+    //! tests/targets/sites.c built with `-O2 -fomit-frame-pointer`; the
+    //! binary and the samples are checked in under tests/fixtures/unwind.
+
+    use super::*;
+    use object::ObjectSymbol as _;
+
+    const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/unwind");
+
+    fn fixture_path(_pid: u32, path: &str) -> PathBuf {
+        Path::new(DIR).join(path)
+    }
+
+    struct Fixture {
+        maps: Vec<Mapping>,
+        ip: u64,
+        sp: u64,
+        bp: u64,
+        stack: Vec<u8>,
+        expect_functions: Vec<String>,
+    }
+
+    fn fixtures() -> Vec<Fixture> {
+        let text = std::fs::read_to_string(Path::new(DIR).join("samples.json")).expect("samples");
+        let all: serde_json::Value = serde_json::from_str(&text).expect("samples are JSON");
+        let u = |v: &serde_json::Value| v.as_u64().expect("number");
+        all.as_array()
+            .expect("array")
+            .iter()
+            .map(|s| Fixture {
+                maps: s["maps"]
+                    .as_array()
+                    .expect("maps")
+                    .iter()
+                    .map(|m| Mapping {
+                        start: u(&m["start"]),
+                        end: u(&m["end"]),
+                        offset: u(&m["offset"]),
+                        executable: m["executable"].as_bool().expect("bool"),
+                        path: m["path"].as_str().expect("path").to_string(),
+                    })
+                    .collect(),
+                ip: u(&s["ip"]),
+                sp: u(&s["sp"]),
+                bp: u(&s["bp"]),
+                stack: hex(s["stack"].as_str().expect("hex")),
+                expect_functions: s["expect_functions"]
+                    .as_array()
+                    .expect("names")
+                    .iter()
+                    .map(|n| n.as_str().expect("name").to_string())
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex byte"))
+            .collect()
+    }
+
+    /// The function containing return address `addr` in the fixture binary.
+    fn function_at(maps: &[Mapping], addr: u64) -> String {
+        let data = std::fs::read(Path::new(DIR).join("sites-O2")).expect("binary");
+        let file = object::File::parse(&*data).expect("ELF");
+        let sections = Sections::parse(&data).expect("sections");
+        let m = maps
+            .iter()
+            .find(|m| (m.start..m.end).contains(&(addr - 1)))
+            .expect("address in the binary");
+        let svma = addr - 1 - sections.bias(m).expect("bias");
+        file.symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text)
+            .find(|s| (s.address()..s.address() + s.size()).contains(&svma))
+            .and_then(|s| s.name().ok().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    fn unwind(f: &Fixture, stack: &[u8]) -> Unwound {
+        let mut u = Unwinders::with_resolver(fixture_path);
+        let sample = Sample {
+            ip: f.ip,
+            sp: f.sp,
+            bp: f.bp,
+            stack,
+        };
+        u.unwind(1, &f.maps, &sample)
+    }
+
+    #[test]
+    fn recorded_samples_unwind_through_the_call_sites_to_main_or_the_thread_routine() {
+        let all = fixtures();
+        assert_eq!(all.len(), 6, "three sites, main thread and worker");
+        for f in &all {
+            let got = unwind(f, &f.stack);
+            let names: Vec<String> = got
+                .addrs
+                .iter()
+                .take(3)
+                .map(|&a| function_at(&f.maps, a))
+                .collect();
+            assert_eq!(names, f.expect_functions, "addresses {:x?}", got.addrs);
+            // The next frame returns into libc, which the fixture lacks.
+            assert!(got.addrs.len() >= 4, "{:x?}", got.addrs);
+        }
+    }
+
+    #[test]
+    fn a_window_too_small_for_the_stack_is_marked_truncated() {
+        let f = &fixtures()[0];
+        let got = unwind(f, &f.stack[..8]);
+        assert!(got.truncated);
+        assert_eq!(
+            got.addrs.first(),
+            Some(&f.ip),
+            "the call site itself is kept"
+        );
+        assert!(got.addrs.len() < 3, "{:x?}", got.addrs);
+    }
+
+    #[test]
+    fn an_ip_outside_every_module_gives_a_truncated_one_frame_stack() {
+        let mut f = fixtures().remove(0);
+        f.ip = 0x10;
+        let stack = f.stack.clone();
+        let got = unwind(&f, &stack);
+        assert!(got.truncated);
+        assert_eq!(got.addrs.first(), Some(&0x10));
+    }
 }

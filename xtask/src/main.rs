@@ -1,8 +1,10 @@
-//! `cargo xtask`: orchestration for memtrace-bpf (setup, build, test, demo).
+//! `cargo xtask`: orchestration for memtrace-bpf (setup, build, test, demo,
+//! bench).
 //!
 //! The BPF object is built by tracer/build.rs (aya-build) during an ordinary
 //! `cargo build`; nothing here builds it a second time.
 
+mod bench;
 mod cmd;
 mod demo;
 mod setup;
@@ -33,6 +35,8 @@ enum Task {
     },
     /// `setup`, build, and trace the bundled leaky demo program.
     Demo,
+    /// The cost of tracing (fp vs dwarf) and unwinding throughput.
+    Bench,
 }
 
 fn main() -> Result<()> {
@@ -45,6 +49,7 @@ fn main() -> Result<()> {
         }
         Task::Test { args } => test(&args),
         Task::Demo => demo::run(),
+        Task::Bench => bench::run(),
     }
 }
 
