@@ -321,7 +321,6 @@ fn walk(p: &mut ProcessUnwinder, s: &Sample<'_>) -> (Unwound, usize) {
             }
         }
     };
-    drop(frames);
     (unwound, depth)
 }
 
