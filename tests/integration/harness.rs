@@ -28,11 +28,16 @@ pub fn root_or_skip(test: &str) -> bool {
     false
 }
 
+/// tests/targets/FILE.
+fn target_source(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/targets")
+        .join(file)
+}
+
 /// Compiles tests/targets/NAME.c with `flags` into a binary unique to `tag`.
 pub fn compile_c(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/targets")
-        .join(format!("{name}.c"));
+    let src = target_source(&format!("{name}.c"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{tag}"));
     let status = Command::new("cc")
         .args(flags)
@@ -44,6 +49,35 @@ pub fn compile_c(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
         .expect("run cc (install gcc: cargo xtask setup)");
     assert!(status.success(), "compiling {} failed", src.display());
     out
+}
+
+/// Compiles tests/targets/NAME.rs (std only) with `rustc --edition 2021` and
+/// `flags` into CARGO_TARGET_TMPDIR/NAME.
+pub fn compile_rust(name: &str, flags: &[&str]) -> PathBuf {
+    let src = target_source(&format!("{name}.rs"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let status = Command::new(rustc())
+        .args(["--edition", "2021"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run rustc");
+    assert!(status.success(), "compiling {} failed", src.display());
+    out
+}
+
+/// The rustc on PATH, else ~/.cargo/bin/rustc (rustup's default place).
+fn rustc() -> PathBuf {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("rustc"))
+            .find(|p| p.is_file())
+    });
+    on_path
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo/bin/rustc")))
+        .expect("rustc on PATH or HOME set (for ~/.cargo/bin/rustc)")
 }
 
 /// Lines of a child's pipe, delivered through a channel by a thread.

@@ -1,5 +1,5 @@
 //! Integration tests: the real `memtrace-bpf` binary, run as root against C
-//! programs compiled from tests/targets during the test.
+//! and Rust programs compiled from tests/targets during the test.
 //!
 //! They need root (BPF). Without root they are skipped with a loud message,
 //! except where MEMTRACE_REQUIRE_ROOT_TESTS or CI is set (xtask test, CI),
@@ -9,3 +9,4 @@ mod errors;
 mod harness;
 mod lifecycle;
 mod sites;
+mod unwind;

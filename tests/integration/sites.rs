@@ -90,20 +90,33 @@ pub const FP_FLAGS: &[&str] = &[
 pub const O2_FLAGS: &[&str] = &["-O2", "-g", "-fomit-frame-pointer"];
 pub const O0_FLAGS: &[&str] = &["-O0", "-g"];
 
-/// Reports of one run of the sites target, from three tracers attached at
-/// once (JSON, collapsed, text), all stopped with SIGINT.
-struct Reports {
-    json: Value,
-    collapsed: String,
-    collapsed_stderr: String,
-    text: String,
+/// Reports of one run of a target, from three tracers attached at once
+/// (JSON, collapsed, text), all stopped with SIGINT.
+pub struct Reports {
+    pub json: Value,
+    pub collapsed: String,
+    pub collapsed_stderr: String,
+    pub text: String,
 }
 
 fn trace_sites(tag: &str, cflags: &[&str], tracer_args: &[&str]) -> Reports {
     let bin = compile_c("sites", tag, cflags);
-    let mut target = Target::start(&bin, &[]);
+    trace_formats(&bin, &[], &format!("sites-{tag}"), tracer_args)
+}
+
+/// Starts `bin` with `target_args`, attaches three tracers with
+/// `tracer_args` (JSON to a scratch file named after `tag`, collapsed, text),
+/// runs the target's allocations (the ready/go/done protocol of
+/// tests/targets/sites.c), then stops the tracers with SIGINT.
+pub fn trace_formats(
+    bin: &std::path::Path,
+    target_args: &[&str],
+    tag: &str,
+    tracer_args: &[&str],
+) -> Reports {
+    let mut target = Target::start(bin, target_args);
     let pid = target.pid().to_string();
-    let json_path = scratch(&format!("sites-{tag}.json"));
+    let json_path = scratch(&format!("{tag}.json"));
     let with = |more: &[&str]| -> Vec<String> {
         ["--pid", pid.as_str()]
             .iter()
@@ -121,7 +134,7 @@ fn trace_sites(tag: &str, cflags: &[&str], tracer_args: &[&str]) -> Reports {
         json_path.to_str().expect("utf-8 path"),
     ]));
     let collapsed = start(with(&["--format", "collapsed"]));
-    let text = start(with(&["--top", "50"]));
+    let text = start(with(&["--format", "text", "--top", "50"]));
     target.run_sites();
     let mut outputs = Vec::new();
     for tracer in [json, collapsed, text] {

@@ -61,9 +61,16 @@ impl Sections {
     }
 
     /// Load bias of a mapping of this file: actual address - stated address.
+    /// Mappings are page-aligned, segments need not be (lld, which links
+    /// Rust, puts the text segment at file offset 0x14500, vaddr 0x15500,
+    /// mapped from offset 0x14000): match on the page-aligned offsets.
     fn bias(&self, m: &Mapping) -> Option<u64> {
-        let (range, vaddr) = self.loads.iter().find(|(r, _)| r.contains(&m.offset))?;
-        let svma = vaddr + (m.offset - range.start);
+        let (range, vaddr) = self
+            .loads
+            .iter()
+            .find(|(r, _)| r.start & !0xfff == m.offset)
+            .or_else(|| self.loads.iter().find(|(r, _)| r.contains(&m.offset)))?;
+        let svma = (vaddr & !0xfff) + (m.offset - (range.start & !0xfff));
         Some(m.start.wrapping_sub(svma))
     }
 
@@ -86,7 +93,7 @@ impl Sections {
 struct ProcessUnwinder {
     unwinder: UnwinderX86_64<Data>,
     cache: CacheX86_64,
-    /// Address ranges the unwinder has modules for.
+    /// Executable mappings of the files the unwinder has modules for.
     covered: Vec<Range<u64>>,
 }
 
@@ -245,7 +252,14 @@ impl Unwinders {
                 bias,
                 sections.module_info(),
             ));
-            covered.push(start..end);
+            // Return addresses must point into code: a data mapping of the
+            // same file does not make a garbage value a frame.
+            covered.extend(
+                group
+                    .iter()
+                    .filter(|m| m.executable)
+                    .map(|m| m.start..m.end),
+            );
         }
         ProcessUnwinder {
             unwinder,
@@ -452,6 +466,35 @@ mod tests {
             // The next frame returns into libc, which the fixture lacks.
             assert!(got.addrs.len() >= 4, "{:x?}", got.addrs);
         }
+    }
+
+    #[test]
+    fn load_bias_matches_page_aligned_segments_as_lld_lays_them_out() {
+        // rust-lld: text at file offset 0x14500, vaddr 0x15500, mapped from
+        // file offset 0x14000 (which the first segment also contains).
+        let sections = Sections {
+            loads: vec![(0..0x14500, 0), (0x14500..0x54980, 0x15500)],
+            text: None,
+            eh_frame: None,
+            eh_frame_hdr: None,
+            debug_frame: None,
+            got: None,
+        };
+        let exec = Mapping {
+            start: 0x7000_0001_5000,
+            end: 0x7000_0005_5000,
+            offset: 0x14000,
+            executable: true,
+            path: "rust_allocs".into(),
+        };
+        assert_eq!(sections.bias(&exec), Some(0x7000_0000_0000));
+        let first = Mapping {
+            start: 0x7000_0000_0000,
+            offset: 0,
+            executable: false,
+            ..exec
+        };
+        assert_eq!(sections.bias(&first), Some(0x7000_0000_0000));
     }
 
     #[test]
