@@ -205,8 +205,17 @@ impl Tracer {
     }
 
     pub fn spawn(args: &[&str]) -> Tracer {
-        let mut child = Command::new(TRACER)
-            .args(args)
+        let mut command = Command::new(TRACER);
+        command.args(args);
+        // Every allocation is recorded (exact mode) and the suite runs its
+        // allocation-heavy targets in parallel on two cores, where the
+        // tracer's reader gets little CPU: a bigger ring buffer keeps the
+        // bursts (20000 DWARF samples in a few ms) from overflowing it.
+        // Overflow is counted, and the tests check those counters are 0.
+        if !args.contains(&"--ringbuf-mb") {
+            command.args(["--ringbuf-mb", "256"]);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

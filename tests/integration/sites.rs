@@ -249,3 +249,40 @@ fn o0_build_gives_the_same_numbers_and_complete_stacks() {
     assert_reports(&r, "dwarf");
     assert_site_stacks_complete(&r.json);
 }
+
+/// Probe placement moves probes off the symbols (onto instructions the
+/// kernel emulates) without changing a single number.
+#[test]
+fn probes_at_the_symbols_and_at_emulated_offsets_give_the_same_numbers() {
+    if !root_or_skip("probes_at_the_symbols_and_at_emulated_offsets_give_the_same_numbers") {
+        return;
+    }
+    let placed = trace_sites("O2-placed", O2_FLAGS, &[]);
+    let at_symbols = trace_sites("O2-symbols", O2_FLAGS, &["--probe-placement", "entry"]);
+    for r in [&placed, &at_symbols] {
+        assert_reports(r, "dwarf");
+    }
+    assert_eq!(per_site(&placed.json), per_site(&at_symbols.json));
+    let free_hook = |r: &Reports| -> (u64, u64, String) {
+        let h = r.json["hooks"]
+            .as_array()
+            .expect("hooks")
+            .iter()
+            .find(|h| h["function"] == "free")
+            .expect("free is hooked")
+            .clone();
+        (
+            h["offset"].as_u64().expect("offset"),
+            h["probe_offset"].as_u64().expect("probe_offset"),
+            h["placement"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    // glibc's free starts with `test rdi,rdi`, which the kernel single-steps.
+    let (symbol, probe, why) = free_hook(&placed);
+    assert!(
+        probe > symbol && why.contains("emulated"),
+        "{symbol:#x} {probe:#x} {why}"
+    );
+    let (symbol, probe, why) = free_hook(&at_symbols);
+    assert_eq!(probe, symbol, "{why}");
+}

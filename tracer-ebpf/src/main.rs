@@ -73,8 +73,22 @@ fn stopped() -> bool {
 }
 
 /// Ask the kernel not to wake the reader on each event: a wakeup costs
-/// 5–10 µs here (shared/TOOLCHAIN.md). User space polls every 10 ms instead.
+/// 5–10 µs here (shared/TOOLCHAIN.md). User space polls every 10 ms, and is
+/// woken early once WAKEUP_BYTES are pending, so a burst (DWARF samples are
+/// kilobytes each) is drained before the buffer fills.
 const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+const WAKEUP_BYTES: u64 = 1 << 20;
+
+#[inline(always)]
+fn wakeup_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
 
 #[inline(always)]
 fn count(index: u32) {
@@ -185,7 +199,7 @@ fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) {
         return;
     };
     entry.write(event(EVENT_FREE, pid, tid, 0, addr, 0, role));
-    entry.submit(BPF_RB_NO_WAKEUP);
+    entry.submit(wakeup_flags());
 }
 
 #[inline(always)]
@@ -220,7 +234,7 @@ fn record_alloc(ctx: &RetProbeContext, pid: u32, tid: u32, addr: u64, size: u64,
         }
     };
     entry.write(event(EVENT_ALLOC, pid, tid, stack_id, addr, size, role));
-    entry.submit(BPF_RB_NO_WAKEUP);
+    entry.submit(wakeup_flags());
 }
 
 #[inline(always)]
@@ -279,7 +293,7 @@ fn record_alloc_sample(
     let total = core::mem::size_of::<SampleHeader>() + len;
     // SAFETY: `total` is at most the size of `sample` (len <= MAX_STACK_BYTES).
     let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
-    if EVENTS.output::<[u8]>(bytes, BPF_RB_NO_WAKEUP).is_err() {
+    if EVENTS.output::<[u8]>(bytes, wakeup_flags()).is_err() {
         // Not sent: forget the block, or its free would emit an orphan FREE.
         let _ = LIVE.remove(key);
         count(counter::RINGBUF_FULL);

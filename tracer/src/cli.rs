@@ -39,6 +39,16 @@ impl UnwindMode {
     }
 }
 
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum ProbePlacement {
+    /// On the first instruction the kernel emulates, when that is safe
+    /// (about 1 µs per hit instead of 10–19 µs for a single-stepped one).
+    #[default]
+    Emulated,
+    /// At each function's symbol, as other tracers do.
+    Entry,
+}
+
 /// Trace the heap allocations of a running process with eBPF uprobes and
 /// report where its outstanding memory was allocated.
 #[derive(Debug, Parser)]
@@ -77,6 +87,10 @@ pub struct Cli {
     #[arg(long, default_value_t = 8192, value_name = "BYTES")]
     pub stack_bytes: u32,
 
+    /// Where probes sit on each allocator function (see README, Performance).
+    #[arg(long, value_enum, default_value_t = ProbePlacement::Emulated)]
+    pub probe_placement: ProbePlacement,
+
     /// Most allocations tracked as live at once (BPF map size).
     #[arg(long, default_value_t = 1 << 20, value_name = "N")]
     pub max_live: u32,
@@ -86,7 +100,7 @@ pub struct Cli {
     pub stack_storage_size: u32,
 
     /// Size of the kernel-to-user event ring buffer in MiB (a power of two).
-    #[arg(long, default_value_t = 16, value_name = "MIB")]
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
     pub ringbuf_mb: u32,
 
     /// Print what is attached where, and progress, on stderr.

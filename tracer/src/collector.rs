@@ -94,6 +94,12 @@ impl Collector {
         }
     }
 
+    /// The ring buffer's fd: readable when BPF forces a wakeup.
+    pub fn events_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd as _;
+        self.events.as_raw_fd()
+    }
+
     /// Processes every event that is in the ring buffer now. Returns how many.
     pub fn drain(&mut self) -> usize {
         let Collector { events, state } = self;

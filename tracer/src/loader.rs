@@ -10,7 +10,13 @@ use aya::{
 };
 use tracer_common::Role;
 
-use crate::{cli::UnwindMode, error::TraceError, report::Hook};
+use crate::{
+    cli::{ProbePlacement, UnwindMode},
+    error::TraceError,
+    placement,
+    report::Hook,
+};
+use iced_x86::Register;
 
 /// The BPF object built by build.rs from tracer-ebpf.
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrace"));
@@ -53,6 +59,19 @@ pub const GLIBC_HOOKS: &[HookSpec] = &[
 ];
 
 const RETURN_PROGRAM: &str = "alloc_return";
+
+/// The argument registers each entry program reads (System V ABI order
+/// rdi, rsi, rdx): instructions skipped by probe placement must not write them.
+fn args_read(role: Role) -> &'static [Register] {
+    use Register::{RDI, RDX, RSI};
+    match role {
+        Role::Malloc | Role::Free | Role::Valloc | Role::Pvalloc => &[RDI],
+        Role::Calloc | Role::Realloc => &[RDI, RSI],
+        Role::ReallocArray => &[RDI, RSI, RDX],
+        Role::PosixMemalign => &[RDI, RDX],
+        Role::AlignedAlloc | Role::Memalign => &[RSI],
+    }
+}
 
 /// The entry program in tracer-ebpf for each role.
 fn entry_program(role: Role) -> &'static str {
@@ -167,6 +186,7 @@ pub fn attach(
     host_path: &Path,
     display_path: &str,
     pid: u32,
+    placement_mode: ProbePlacement,
 ) -> anyhow::Result<Vec<Hook>> {
     let names: Vec<&str> = specs.iter().map(|s| s.symbol).collect();
     let offsets = crate::target::function_offsets(host_path, &names)?;
@@ -178,8 +198,7 @@ pub fn attach(
         let mut hook = Hook {
             function: spec.symbol.to_string(),
             module: display_path.to_string(),
-            offset: 0,
-            status: String::new(),
+            ..Hook::default()
         };
         match offsets.get(spec.symbol) {
             None if spec.required => {
@@ -197,8 +216,19 @@ pub fn attach(
                     hook.status = format!("alias of {first}, counted there");
                 } else {
                     hooked_at.insert(offset, spec.symbol);
+                    let placed = match placement_mode {
+                        ProbePlacement::Entry => placement::Placement {
+                            offset: 0,
+                            reason: "symbol (--probe-placement entry)".into(),
+                        },
+                        ProbePlacement::Emulated => {
+                            placement::place(&read_code(host_path, offset)?, args_read(spec.role))
+                        }
+                    };
+                    hook.probe_offset = offset + placed.offset;
+                    hook.placement = placed.reason;
                     hook.status = "attached".into();
-                    to_attach.push((spec, offset));
+                    to_attach.push((spec, hook.probe_offset));
                 }
             }
         }
@@ -213,6 +243,17 @@ pub fn attach(
         attach_one(loaded, entry_program(spec.role), offset, host_path, pid)?;
     }
     Ok(hooks)
+}
+
+/// The first bytes of the function at file offset `offset`.
+fn read_code(path: &Path, offset: u64) -> anyhow::Result<Vec<u8>> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut code = Vec::with_capacity(placement::WINDOW);
+    file.take(placement::WINDOW as u64).read_to_end(&mut code)?;
+    Ok(code)
 }
 
 fn attach_one(

@@ -6,6 +6,7 @@ mod collector;
 mod error;
 mod heap;
 mod loader;
+mod placement;
 mod preflight;
 mod profile;
 mod report;

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::Context as _;
 use tokio::{
-    io::unix::AsyncFd,
+    io::{unix::AsyncFd, Interest},
     signal::unix::{signal, SignalKind},
 };
 
@@ -54,6 +54,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         &process.host_path(&libc),
         &libc,
         pid,
+        cli.probe_placement,
     )?;
     if pidfd.has_exited() {
         return Err(TraceError::ExitedBeforeAttach(pid).into());
@@ -67,8 +68,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     if cli.verbose {
         for h in &hooks {
             eprintln!(
-                "memtrace-bpf: {} at {}+{:#x}: {}",
-                h.function, h.module, h.offset, h.status
+                "memtrace-bpf: {} at {}+{:#x}: {}; probes at {:#x}: {}",
+                h.function, h.module, h.offset, h.status, h.probe_offset, h.placement
             );
         }
     }
@@ -148,6 +149,11 @@ async fn collect(
     // stays open for as long as the AsyncFd exists.
     let exit = unsafe { AsyncFd::register(pidfd.fd.as_raw_fd()) }
         .map_err(|e| anyhow::anyhow!("watching the target for exit: {e}"))?;
+    // SAFETY: the collector, which owns the ring buffer, is borrowed for
+    // this whole function, so the fd stays open while the AsyncFd exists.
+    let events =
+        unsafe { AsyncFd::register_with_interest(collector.events_fd(), Interest::READABLE) }
+            .map_err(|e| anyhow::anyhow!("watching the ring buffer: {e}"))?;
     let deadline = duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
     let mut tick = tokio::time::interval(DRAIN_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -158,6 +164,12 @@ async fn collect(
             _ = exit.readable() => return Ok("target exited".into()),
             _ = sleep_until(deadline) => return Ok("duration elapsed".into()),
             _ = tick.tick() => { collector.drain(); }
+            guard = events.readable() => {
+                collector.drain();
+                if let Ok(mut guard) = guard {
+                    guard.clear_ready();
+                }
+            }
         }
     }
 }

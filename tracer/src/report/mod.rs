@@ -59,8 +59,13 @@ pub struct Hook {
     pub function: String,
     /// Path of the object file the probe is attached to.
     pub module: String,
-    /// File offset of the probe in `module` (0 when skipped).
+    /// File offset of the function's symbol in `module` (0 when absent).
     pub offset: u64,
+    /// File offset where its probes sit: the symbol, or the first
+    /// instruction after it that the kernel emulates (see `placement`).
+    pub probe_offset: u64,
+    /// Why the probes sit there.
+    pub placement: String,
     /// "attached", or why not (e.g. "not defined in this libc").
     pub status: String,
 }

@@ -72,6 +72,8 @@ fn libc_hooks() -> Vec<Hook> {
         function: function.to_string(),
         module: LIBC.to_string(),
         offset,
+        probe_offset: offset,
+        placement: "symbol: `push r12` is emulated".to_string(),
         status: status.to_string(),
     };
     vec![

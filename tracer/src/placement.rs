@@ -1,0 +1,211 @@
+//! Where on a function to put its probes.
+//!
+//! A uprobe costs about 1 µs when the kernel can emulate the instruction it
+//! replaces (push of a register, jmp/jcc/call with a relative target, nop)
+//! and 10–19 µs when it must single-step it out of line (shared/TOOLCHAIN.md,
+//! arch/x86/kernel/uprobes.c). So the entry probe goes on the first
+//! emulated instruction, provided that every instruction before it
+//!
+//! - is straight-line (no branch, call or return),
+//! - does not move the stack pointer, and
+//! - does not write a register holding an argument the probe reads.
+//!
+//! Then, at the probe, the arguments and the stack pointer are what they
+//! were at the function's entry, and `[rsp]` still holds the return address,
+//! so the return probe can sit at the same offset. Otherwise both stay at
+//! the symbol (offset 0).
+
+use std::fmt::Write as _;
+
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Formatter as _, Instruction,
+    InstructionInfoFactory, IntelFormatter, OpAccess, Register,
+};
+
+/// How far past the symbol the search goes.
+const MAX_INSTRUCTIONS: usize = 8;
+/// Bytes of code to read at each symbol.
+pub const WINDOW: usize = 32;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Offset from the symbol of the entry and return probes.
+    pub offset: u64,
+    /// Why, for --verbose and the JSON report.
+    pub reason: String,
+}
+
+/// Chooses the probe offset for a function whose first bytes are `code`,
+/// whose probe reads the argument registers `args`.
+pub fn place(code: &[u8], args: &[Register]) -> Placement {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut info = InstructionInfoFactory::new();
+    let mut skipped = String::new();
+    for _ in 0..MAX_INSTRUCTIONS {
+        if !decoder.can_decode() {
+            break;
+        }
+        let instr = decoder.decode();
+        if instr.is_invalid() || instr.next_ip() > code.len() as u64 {
+            break; // ran off the bytes we read
+        }
+        let text = disassemble(&instr);
+        if emulated(&instr) {
+            let reason = if instr.ip() == 0 {
+                format!("symbol: `{text}` is emulated")
+            } else {
+                format!("+{}: `{text}` is emulated; skipped {skipped}", instr.ip())
+            };
+            return Placement {
+                offset: instr.ip(),
+                reason,
+            };
+        }
+        if let Some(why) = blocks_skipping(&instr, args, &mut info) {
+            return at_symbol(format!("`{text}` at +{} {why}", instr.ip()));
+        }
+        if !skipped.is_empty() {
+            skipped.push_str(", ");
+        }
+        let _ = write!(skipped, "`{text}`");
+    }
+    at_symbol(format!(
+        "no emulated instruction in the first {MAX_INSTRUCTIONS} instructions"
+    ))
+}
+
+fn at_symbol(why: String) -> Placement {
+    Placement {
+        offset: 0,
+        reason: format!("symbol (single-stepped): {why}"),
+    }
+}
+
+/// Instructions the x86 uprobe code emulates instead of single-stepping:
+/// push of a 64-bit register, jmp rel8/rel32, jcc rel8/rel32, call rel32
+/// and the one-byte nop (arch/x86/kernel/uprobes.c: push_setup_xol_ops,
+/// branch_setup_xol_ops).
+fn emulated(instr: &Instruction) -> bool {
+    match instr.code() {
+        Code::Push_r64 => true,
+        Code::Jmp_rel8_64 | Code::Jmp_rel32_64 | Code::Call_rel32_64 => true,
+        Code::Nopd | Code::Nopw | Code::Nopq => instr.len() <= 2,
+        _ => instr.is_jcc_short_or_near(),
+    }
+}
+
+/// Why the probe may not be placed after `instr`, if it may not.
+fn blocks_skipping(
+    instr: &Instruction,
+    args: &[Register],
+    info: &mut InstructionInfoFactory,
+) -> Option<&'static str> {
+    if instr.flow_control() != FlowControl::Next {
+        return Some("changes control flow");
+    }
+    if instr.stack_pointer_increment() != 0 {
+        return Some("moves the stack pointer");
+    }
+    for used in info.info(instr).used_registers() {
+        let writes = matches!(
+            used.access(),
+            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+        );
+        if !writes {
+            continue;
+        }
+        let reg = used.register().full_register();
+        if reg == Register::RSP {
+            return Some("writes the stack pointer");
+        }
+        if args.contains(&reg) {
+            return Some("writes an argument register the probe reads");
+        }
+    }
+    None
+}
+
+fn disassemble(instr: &Instruction) -> String {
+    let mut out = String::new();
+    IntelFormatter::new().format(instr, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RDI: &[Register] = &[Register::RDI];
+
+    #[test]
+    fn glibc_malloc_starts_with_an_emulated_push() {
+        // push r12; push rbp; push rbx
+        let p = place(&[0x41, 0x54, 0x55, 0x53], RDI);
+        assert_eq!(p.offset, 0, "{}", p.reason);
+    }
+
+    #[test]
+    fn glibc_free_skips_test_rdi_to_the_je() {
+        // test rdi,rdi; je rel32; push rbp
+        let code = [0x48, 0x85, 0xff, 0x0f, 0x84, 0xbf, 0, 0, 0, 0x55];
+        let p = place(&code, RDI);
+        assert_eq!(p.offset, 3, "{}", p.reason);
+        assert!(p.reason.contains("test rdi,rdi"), "{}", p.reason);
+    }
+
+    #[test]
+    fn jemalloc_malloc_skips_cmp_to_the_ja() {
+        // cmp rdi,0x1000; ja rel8
+        let code = [0x48, 0x81, 0xff, 0x00, 0x10, 0x00, 0x00, 0x77, 0x20];
+        let p = place(&code, RDI);
+        assert_eq!(p.offset, 7, "{}", p.reason);
+    }
+
+    #[test]
+    fn glibc_posix_memalign_skips_a_rip_relative_cmpb() {
+        // cmpb [rip+0x140201],0; push r12
+        let code = [0x80, 0x3d, 0x01, 0x02, 0x14, 0x00, 0x00, 0x41, 0x54];
+        let p = place(&code, &[Register::RDI, Register::RDX]);
+        assert_eq!(p.offset, 7, "{}", p.reason);
+    }
+
+    #[test]
+    fn an_instruction_writing_a_read_argument_keeps_the_probe_at_the_symbol() {
+        // glibc reallocarray: mov rax,rsi; mul rdx (writes rdx); mov rsi,rax; jo
+        let code = [
+            0x48, 0x89, 0xf0, 0x48, 0xf7, 0xe2, 0x48, 0x89, 0xc6, 0x70, 0x05,
+        ];
+        let p = place(&code, &[Register::RDI, Register::RSI, Register::RDX]);
+        assert_eq!(p.offset, 0, "{}", p.reason);
+        assert!(p.reason.contains("argument register"), "{}", p.reason);
+        // A probe that reads only rdi may skip them.
+        assert_eq!(place(&code, RDI).offset, 9);
+    }
+
+    #[test]
+    fn stack_movement_or_a_call_keeps_the_probe_at_the_symbol() {
+        // sub rsp,0x18; push rbx
+        let p = place(&[0x48, 0x83, 0xec, 0x18, 0x53], RDI);
+        assert_eq!(p.offset, 0, "{}", p.reason);
+        // mov eax,[rdi]; ret
+        let p = place(&[0x8b, 0x07, 0xc3], RDI);
+        assert_eq!(p.offset, 0, "{}", p.reason);
+    }
+
+    #[test]
+    fn endbr64_is_skipped() {
+        // endbr64; push rbp
+        let p = place(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55], RDI);
+        assert_eq!(p.offset, 4, "{}", p.reason);
+    }
+
+    #[test]
+    fn nothing_emulated_in_the_window_stays_at_the_symbol() {
+        // eight `mov eax,eax`
+        let code = [0x89, 0xc0].repeat(8);
+        let p = place(&code, RDI);
+        assert_eq!(p.offset, 0, "{}", p.reason);
+        // Truncated bytes never yield an offset past what was read.
+        assert_eq!(place(&[0x48, 0x85], RDI).offset, 0);
+    }
+}
