@@ -205,6 +205,17 @@ impl Tracer {
     }
 
     pub fn spawn(args: &[&str]) -> Tracer {
+        Tracer::spawn_with(args, true)
+    }
+
+    /// Starts the tracer with its default sampling rate (no --sample-rate).
+    pub fn start_sampling(args: &[&str]) -> Tracer {
+        let mut t = Tracer::spawn_with(args, false);
+        t.stderr.wait_for("tracing pid", "tracer attach");
+        t
+    }
+
+    fn spawn_with(args: &[&str], exact: bool) -> Tracer {
         let mut command = Command::new(TRACER);
         command.args(args);
         // Every allocation is recorded (exact mode) and the suite runs its
@@ -214,6 +225,10 @@ impl Tracer {
         // Overflow is counted, and the tests check those counters are 0.
         if !args.contains(&"--ringbuf-mb") {
             command.args(["--ringbuf-mb", "256"]);
+        }
+        // The tests check exact numbers unless they choose a sampling rate.
+        if exact && !args.contains(&"--sample-rate") {
+            command.args(["--sample-rate", "1"]);
         }
         let mut child = command
             .stdin(Stdio::null())

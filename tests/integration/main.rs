@@ -8,5 +8,6 @@
 mod errors;
 mod harness;
 mod lifecycle;
+mod sampling;
 mod sites;
 mod unwind;

@@ -49,6 +49,13 @@ pub const EVENT_FREE: u32 = 2;
 /// unwinding in user space (`StackSample`, of variable length).
 pub const EVENT_ALLOC_SAMPLE: u32 = 3;
 
+/// Entries of the exponential table used to draw sampling intervals: entry
+/// i is the mean of -ln(u) for u in [i/N, (i+1)/N), in 16.16 fixed point.
+/// BPF has no floating point; an interval is `(table[rand % N] * R) >> 16`,
+/// exponential with mean R (up to the table's resolution).
+pub const EXP_TABLE_LEN: usize = 4096;
+pub const EXP_TABLE_SHIFT: u32 = 16;
+
 /// `UNWIND_MODE` values (a read-only global set at load time).
 pub const UNWIND_FP: u32 = 0;
 pub const UNWIND_DWARF: u32 = 1;

@@ -21,7 +21,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample, EVENT_ALLOC,
-    EVENT_ALLOC_SAMPLE, EVENT_FREE, MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
+    EVENT_ALLOC_SAMPLE, EVENT_FREE, EXP_TABLE_LEN, EXP_TABLE_SHIFT, MAX_STACK_BYTES, STACK_CHUNK,
+    UNWIND_DWARF, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -54,6 +55,21 @@ static UNWIND_MODE: u32 = UNWIND_FP;
 /// STACK_CHUNK, at most MAX_STACK_BYTES (checked by user space).
 #[unsafe(no_mangle)]
 static STACK_BYTES: u32 = 8192;
+
+/// Mean bytes between recorded allocations (`--sample-rate`); 1 records
+/// every allocation (exact mode).
+#[unsafe(no_mangle)]
+static SAMPLE_RATE: u64 = 1;
+/// See `tracer_common::EXP_TABLE_LEN`; filled in by the loader.
+#[unsafe(no_mangle)]
+static EXP_TABLE: [u32; EXP_TABLE_LEN] = [0; EXP_TABLE_LEN];
+
+/// Bytes left until the next recorded allocation, per CPU (the jemalloc /
+/// Go / heapprofd method, per CPU rather than per thread: an array lookup
+/// instead of a hash lookup, and the Poisson process over bytes is the
+/// same). Seeded by the loader with a random draw.
+#[map]
+static COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU buffer where a sample is assembled before it is copied into the
 /// ring buffer with its real length (a reservation must have a fixed size).
@@ -104,10 +120,44 @@ fn arg(ctx: &ProbeContext, n: usize) -> u64 {
     ctx.arg::<u64>(n).unwrap_or(0)
 }
 
-/// The "record this call or not" decision. Exact mode: every call.
 #[inline(always)]
-fn should_record(_size: u64) -> bool {
+fn sampling() -> bool {
+    // SAFETY: a plain read of a global, volatile as in `tunable`.
+    unsafe { core::ptr::read_volatile(&SAMPLE_RATE) > 1 }
+}
+
+/// The "record this call or not" decision: every call in exact mode;
+/// otherwise when the per-CPU byte countdown crosses zero, after which the
+/// next countdown is drawn from an exponential distribution with mean R.
+#[inline(always)]
+fn should_record(size: u64) -> bool {
+    // SAFETY: as in `sampling`.
+    let rate = unsafe { core::ptr::read_volatile(&SAMPLE_RATE) };
+    if rate <= 1 {
+        return true;
+    }
+    let Some(left) = COUNTDOWN.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's slot. A task preempted between these lines lets
+    // another one on this CPU update it too: a skewed draw, not a fault.
+    unsafe {
+        *left -= size as i64;
+        if *left > 0 {
+            return false;
+        }
+        *left = next_interval(rate) as i64;
+    }
     true
+}
+
+#[inline(always)]
+fn next_interval(rate: u64) -> u64 {
+    // SAFETY: helper without preconditions.
+    let i = unsafe { aya_ebpf::helpers::generated::bpf_get_prandom_u32() } as usize % EXP_TABLE_LEN;
+    // SAFETY: in-bounds read of a global, volatile as in `tunable`.
+    let e = unsafe { core::ptr::read_volatile(&EXP_TABLE[i]) } as u64;
+    ((e * rate) >> EXP_TABLE_SHIFT).max(1)
 }
 
 #[inline(always)]
@@ -120,6 +170,15 @@ fn stack_pointer(regs: *mut aya_ebpf::bindings::pt_regs) -> u64 {
 #[inline(always)]
 fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u32 {
     if stopped() {
+        return 0;
+    }
+    let record = should_record(size);
+    // An unrecorded call leaves no trace, unless it may free a recorded
+    // block (realloc of a non-NULL pointer), which its return must see.
+    // A return probe without a record then costs one hash lookup; nested
+    // calls are still told apart by the stack pointer (take_inflight).
+    let frees_old = matches!(role, Role::Realloc | Role::ReallocArray) && ptr_arg != 0;
+    if !record && !frees_old {
         return 0;
     }
     let key = bpf_get_current_pid_tgid();
@@ -141,7 +200,7 @@ fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u3
         ptr_arg,
         role: role as u32,
         depth: 0,
-        record: should_record(size) as u32,
+        record: record as u32,
         _pad: 0,
         entry_sp: sp,
     };
@@ -157,7 +216,10 @@ fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u3
 fn take_inflight(ctx: &RetProbeContext) -> Option<InFlight> {
     let key = bpf_get_current_pid_tgid();
     let Some(ptr) = INFLIGHT.get_ptr_mut(key) else {
-        count(counter::RETURN_WITHOUT_ENTRY);
+        // When sampling, most calls leave no record: not worth counting.
+        if !sampling() {
+            count(counter::RETURN_WITHOUT_ENTRY);
+        }
         return None;
     };
     // SAFETY: this thread's own entry, see on_alloc_enter.
@@ -176,7 +238,10 @@ fn take_inflight(ctx: &RetProbeContext) -> Option<InFlight> {
         return None;
     }
     if sp < outer_return_sp {
-        count(counter::RETURN_WITHOUT_ENTRY);
+        // A nested call that left no record of its own.
+        if !sampling() {
+            count(counter::RETURN_WITHOUT_ENTRY);
+        }
         return None;
     }
     let value = *inflight;
@@ -189,7 +254,9 @@ fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) {
     let key = LiveKey { pid, _pad: 0, addr };
     // One hash delete decides whether this block was recorded.
     if LIVE.remove(key).is_err() {
-        if role == Role::Free {
+        // When sampling, most frees are of unrecorded blocks: one hash
+        // lookup and nothing else.
+        if role == Role::Free && !sampling() {
             count(counter::UNKNOWN_FREE);
         }
         return;

@@ -78,6 +78,12 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = View::InuseSpace)]
     pub view: View,
 
+    /// Mean bytes allocated between recorded allocations; each recorded one
+    /// is weighted to give unbiased estimates. 1 records every allocation
+    /// (exact numbers, highest cost). See README for how the default was chosen.
+    #[arg(long, default_value_t = 65536, value_name = "BYTES")]
+    pub sample_rate: u64,
+
     /// How call stacks are captured.
     #[arg(long, value_enum, default_value_t = UnwindMode::Dwarf)]
     pub unwind: UnwindMode,
@@ -134,6 +140,9 @@ impl Cli {
                 "--stack-bytes must be a multiple of {chunk} from {chunk} to {max}, got {}",
                 self.stack_bytes
             ));
+        }
+        if self.sample_rate == 0 {
+            return Err("--sample-rate must be at least 1 (1 records every allocation)".into());
         }
         if self.max_live == 0 || self.stack_storage_size == 0 {
             return Err("--max-live and --stack-storage-size must be at least 1".into());

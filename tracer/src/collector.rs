@@ -60,6 +60,8 @@ pub struct State {
     pub stacks: StackTable,
     pub modules: Modules,
     pub unwinders: Unwinders,
+    /// Mean sampling interval in bytes; 1 = every allocation.
+    sample_rate: u64,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
@@ -77,6 +79,7 @@ impl Collector {
         events: RingBuf<MapData>,
         stack_map: StackTraceMap<MapData>,
         modules: Modules,
+        sample_rate: u64,
     ) -> Self {
         Collector {
             events,
@@ -86,6 +89,7 @@ impl Collector {
                 stacks: StackTable::default(),
                 modules,
                 unwinders: Unwinders::default(),
+                sample_rate,
                 malformed_events: 0,
                 sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                     .and_then(|path| std::fs::File::create(path).ok())
@@ -121,7 +125,7 @@ impl State {
         match ev.kind {
             EVENT_ALLOC => {
                 let stack = self.intern_stack_id(ev.pid, ev.stack_id);
-                self.heap.alloc(ev.pid, ev.addr, ev.size, stack);
+                self.record(&ev, stack);
             }
             EVENT_ALLOC_SAMPLE => {
                 let Some(h) = read_pod::<SampleHeader>(bytes) else {
@@ -139,11 +143,16 @@ impl State {
                     stack,
                 };
                 let handle = self.intern_sample(ev.pid, &sample);
-                self.heap.alloc(ev.pid, ev.addr, ev.size, handle);
+                self.record(&ev, handle);
             }
             EVENT_FREE => self.heap.free(ev.pid, ev.addr),
             _ => self.malformed_events += 1,
         }
+    }
+
+    fn record(&mut self, ev: &Event, stack: StackHandle) {
+        let weight = crate::sampling::weight(ev.size, self.sample_rate);
+        self.heap.alloc(ev.pid, ev.addr, ev.size, weight, stack);
     }
 
     fn intern_stack_id(&mut self, pid: u32, stack_id: i32) -> StackHandle {

@@ -8,16 +8,42 @@ use crate::report::Counts;
 /// Interned call stack (see `collector::StackTable`).
 pub type StackHandle = u32;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct LiveBlock {
     stack: StackHandle,
     size: u64,
+    /// Allocations this recorded one stands for (1 in exact mode).
+    weight: f64,
+}
+
+/// Per-stack sums of weighted sizes and counts: exact integers in exact
+/// mode, unbiased estimates when sampling.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Estimate {
+    inuse_bytes: f64,
+    inuse_objects: f64,
+    alloc_bytes: f64,
+    alloc_objects: f64,
+}
+
+impl Estimate {
+    fn rounded(&self) -> Counts {
+        // Removing blocks subtracts what adding them added, but in floating
+        // point: clamp the rounding noise at zero.
+        let r = |v: f64| v.max(0.0).round() as u64;
+        Counts {
+            inuse_bytes: r(self.inuse_bytes),
+            inuse_objects: r(self.inuse_objects),
+            alloc_bytes: r(self.alloc_bytes),
+            alloc_objects: r(self.alloc_objects),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct Heap {
     live: HashMap<(u32, u64), LiveBlock>,
-    per_stack: HashMap<StackHandle, Counts>,
+    per_stack: HashMap<StackHandle, Estimate>,
     /// FREE events for a block the model does not hold. BPF only sends FREE
     /// for blocks it recorded, so this stays 0 unless an ALLOC was lost.
     pub unmatched_frees: u64,
@@ -27,16 +53,23 @@ pub struct Heap {
 }
 
 impl Heap {
-    pub fn alloc(&mut self, pid: u32, addr: u64, size: u64, stack: StackHandle) {
-        if let Some(old) = self.live.insert((pid, addr), LiveBlock { stack, size }) {
+    /// A recorded allocation that stands for `weight` allocations of `size`.
+    pub fn alloc(&mut self, pid: u32, addr: u64, size: u64, weight: f64, stack: StackHandle) {
+        let block = LiveBlock {
+            stack,
+            size,
+            weight,
+        };
+        if let Some(old) = self.live.insert((pid, addr), block) {
             self.replaced_allocs += 1;
             self.release(old);
         }
         let c = self.per_stack.entry(stack).or_default();
-        c.inuse_bytes += size;
-        c.inuse_objects += 1;
-        c.alloc_bytes += size;
-        c.alloc_objects += 1;
+        let bytes = size as f64 * weight;
+        c.inuse_bytes += bytes;
+        c.inuse_objects += weight;
+        c.alloc_bytes += bytes;
+        c.alloc_objects += weight;
     }
 
     pub fn free(&mut self, pid: u32, addr: u64) {
@@ -48,14 +81,14 @@ impl Heap {
 
     fn release(&mut self, block: LiveBlock) {
         if let Some(c) = self.per_stack.get_mut(&block.stack) {
-            c.inuse_bytes -= block.size;
-            c.inuse_objects -= 1;
+            c.inuse_bytes -= block.size as f64 * block.weight;
+            c.inuse_objects -= block.weight;
         }
     }
 
-    /// Per-stack totals, in no particular order.
+    /// Per-stack totals, rounded, in no particular order.
     pub fn stacks(&self) -> impl Iterator<Item = (StackHandle, Counts)> + '_ {
-        self.per_stack.iter().map(|(&h, &c)| (h, c))
+        self.per_stack.iter().map(|(&h, c)| (h, c.rounded()))
     }
 
     #[cfg(test)]
@@ -87,9 +120,9 @@ mod tests {
     #[test]
     fn given_allocs_and_frees_then_inuse_is_what_remains() {
         let mut h = Heap::default();
-        h.alloc(1, 0x1000, 100, 7);
-        h.alloc(1, 0x2000, 50, 7);
-        h.alloc(1, 0x3000, 8, 9);
+        h.alloc(1, 0x1000, 100, 1.0, 7);
+        h.alloc(1, 0x2000, 50, 1.0, 7);
+        h.alloc(1, 0x3000, 8, 1.0, 9);
         h.free(1, 0x2000);
         assert_eq!(counts(&h, 7), c(100, 1, 150, 2));
         assert_eq!(counts(&h, 9), c(8, 1, 8, 1));
@@ -100,11 +133,11 @@ mod tests {
     fn given_a_realloc_chain_then_only_the_last_block_is_inuse() {
         // realloc in place and moving: BPF sends FREE(old) then ALLOC(new).
         let mut h = Heap::default();
-        h.alloc(1, 0xa0, 100, 3);
+        h.alloc(1, 0xa0, 100, 1.0, 3);
         h.free(1, 0xa0);
-        h.alloc(1, 0xa0, 200, 3); // grown in place
+        h.alloc(1, 0xa0, 200, 1.0, 3); // grown in place
         h.free(1, 0xa0);
-        h.alloc(1, 0xb0, 400, 3); // moved
+        h.alloc(1, 0xb0, 400, 1.0, 3); // moved
         assert_eq!(counts(&h, 3), c(400, 1, 700, 3));
         assert_eq!(h.unmatched_frees, 0);
     }
@@ -112,7 +145,7 @@ mod tests {
     #[test]
     fn given_a_free_of_an_unknown_address_then_it_is_counted_and_ignored() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 10, 1);
+        h.alloc(1, 0x10, 10, 1.0, 1);
         h.free(1, 0x999);
         h.free(2, 0x10); // same address, other process
         assert_eq!(h.unmatched_frees, 2);
@@ -122,18 +155,28 @@ mod tests {
     #[test]
     fn given_a_lost_free_then_the_reused_address_replaces_the_old_block() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 10, 1);
-        h.alloc(1, 0x10, 20, 2);
+        h.alloc(1, 0x10, 10, 1.0, 1);
+        h.alloc(1, 0x10, 20, 1.0, 2);
         assert_eq!(h.replaced_allocs, 1);
         assert_eq!(counts(&h, 1), c(0, 0, 10, 1));
         assert_eq!(counts(&h, 2), c(20, 1, 20, 1));
     }
 
     #[test]
+    fn given_weighted_samples_then_totals_are_weighted_and_frees_remove_them() {
+        let mut h = Heap::default();
+        h.alloc(1, 0x10, 100, 40.0, 5);
+        h.alloc(1, 0x20, 5000, 1.5, 5);
+        assert_eq!(counts(&h, 5), c(11_500, 42, 11_500, 42));
+        h.free(1, 0x10);
+        assert_eq!(counts(&h, 5), c(7_500, 2, 11_500, 42));
+    }
+
+    #[test]
     fn given_churn_then_inuse_is_zero_and_alloc_counts_everything() {
         let mut h = Heap::default();
         for i in 0..1000u64 {
-            h.alloc(1, 0x100 + (i % 3) * 16, 32, 4);
+            h.alloc(1, 0x100 + (i % 3) * 16, 32, 1.0, 4);
             h.free(1, 0x100 + (i % 3) * 16);
         }
         assert_eq!(counts(&h, 4), c(0, 0, 32_000, 1000));

@@ -4,7 +4,7 @@ use std::{collections::HashMap, num::NonZeroU32, path::Path};
 
 use anyhow::Context as _;
 use aya::{
-    maps::{Array, MapData, PerCpuArray, RingBuf, StackTraceMap},
+    maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf, StackTraceMap},
     programs::{uprobe::UProbeScope, UProbe},
     Ebpf, EbpfLoader,
 };
@@ -96,6 +96,7 @@ pub struct Limits {
     pub ringbuf_bytes: u32,
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
+    pub sample_rate: u64,
 }
 
 /// The loaded object with its probes and control maps.
@@ -130,18 +131,22 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         // The kernel stack map is not used: keep it minimal.
         UnwindMode::Dwarf => (tracer_common::UNWIND_DWARF, 1),
     };
+    let table = crate::sampling::exp_table();
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("LIVE", limits.max_live)
         .map_max_entries("STACKS", stack_entries)
         .map_max_entries("EVENTS", limits.ringbuf_bytes)
         .override_global("UNWIND_MODE", &mode, true)
         .override_global("STACK_BYTES", &limits.stack_bytes, true)
+        .override_global("SAMPLE_RATE", &limits.sample_rate, true)
+        .override_global("EXP_TABLE", table.as_slice(), true)
         .load(BPF_OBJECT)
         .context("loading the BPF object into the kernel")?;
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
     let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?)?;
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
+    seed_countdowns(&mut ebpf, limits.sample_rate, &table)?;
     for (name, prog) in ebpf.programs_mut() {
         let prog: &mut UProbe = prog.try_into()?;
         prog.load()
@@ -155,6 +160,23 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         },
         EventMaps { events, stacks },
     ))
+}
+
+/// Each CPU starts with its own random distance to its first sample, so
+/// that the first allocation on every CPU is not recorded for certain.
+fn seed_countdowns(ebpf: &mut Ebpf, rate: u64, table: &[u32]) -> anyhow::Result<()> {
+    let mut countdown: PerCpuArray<_, i64> = PerCpuArray::try_from(
+        ebpf.map_mut("COUNTDOWN")
+            .context("BPF object has no map COUNTDOWN")?,
+    )?;
+    let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+    let values: Vec<i64> = (0..cpus)
+        .map(|_| crate::sampling::draw_interval(table, rate, crate::sampling::random_u32()) as i64)
+        .collect();
+    countdown
+        .set(0, PerCpuValues::try_from(values)?, 0)
+        .context("seeding the sampling countdowns")?;
+    Ok(())
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {

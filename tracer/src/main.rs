@@ -10,6 +10,7 @@ mod placement;
 mod preflight;
 mod profile;
 mod report;
+mod sampling;
 mod session;
 mod symbolize;
 mod target;

@@ -21,6 +21,7 @@ pub struct Meta {
     pub hooks: Vec<Hook>,
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
+    pub sample_rate: u64,
 }
 
 pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
@@ -60,7 +61,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),
         end_reason: meta.end_reason,
-        sample_rate: 1,
+        sample_rate: meta.sample_rate,
         unwind: meta.unwind.name().into(),
         processes: vec![ProcessInfo {
             pid: meta.pid,
@@ -101,6 +102,13 @@ fn notes(
         notes.push(format!(
             "process {} exited during the trace: in-use numbers are what it had not freed when it exited",
             meta.pid
+        ));
+    }
+    if meta.sample_rate > 1 {
+        notes.push(format!(
+            "sampled: one allocation recorded per {} bytes allocated on average, each weighted \
+             by 1/(1-e^(-size/{})); the numbers are estimates (--sample-rate 1 for exact ones)",
+            meta.sample_rate, meta.sample_rate
         ));
     }
     if losses.unknown_frees > 0 {

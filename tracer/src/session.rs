@@ -44,6 +44,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         ringbuf_bytes: cli.ringbuf_mb << 20,
         unwind: cli.unwind,
         stack_bytes: cli.stack_bytes,
+        sample_rate: cli.sample_rate,
     };
     let (mut loaded, maps) = loader::load(&limits)?;
     let mut modules = Modules::default();
@@ -83,7 +84,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         }
     );
 
-    let mut collector = Collector::new(maps.events, maps.stacks, modules);
+    let mut collector = Collector::new(maps.events, maps.stacks, modules, cli.sample_rate);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -110,6 +111,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         hooks,
         unwind: cli.unwind,
         stack_bytes: cli.stack_bytes,
+        sample_rate: cli.sample_rate,
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, &profile)?;

@@ -41,7 +41,9 @@ pub fn run() -> Result<()> {
     let tracer = target.join("release/memtrace-bpf");
 
     println!("tracing {} (pid {pid}) for 5 s", leaky.display());
-    run_cmd(Command::new(&tracer).args(["--pid", &pid, "--duration", "5"]))?;
+    // The demo allocates a few times per 100 ms: cheap enough to record
+    // every allocation, so its numbers are exact (the default samples).
+    run_cmd(Command::new(&tracer).args(["--pid", &pid, "--duration", "5", "--sample-rate", "1"]))?;
 
     let svg = demo_dir.join("heap.svg");
     println!("tracing pid {pid} for 3 s more for a flamegraph");
@@ -52,6 +54,8 @@ pub fn run() -> Result<()> {
                 &pid,
                 "--duration",
                 "3",
+                "--sample-rate",
+                "1",
                 "--format",
                 "flamegraph",
                 "-o",
