@@ -1,7 +1,10 @@
-/* Benchmark target for memtrace-bpf: malloc/free pairs of pseudo-random
- * sizes with a small live set, in one thread, built without frame pointers.
- * Prints "ready", waits for a line on stdin, runs PAIRS pairs, prints
- * "ns_per_pair N", then waits for stdin to close. */
+/* Benchmark target for memtrace-bpf: THREADS threads each doing PAIRS
+ * malloc/free pairs of pseudo-random sizes (16..4095 bytes) with a small
+ * live set (64 blocks per thread), built -O2 without frame pointers.
+ * Prints "ready", waits for a line on stdin, runs, prints
+ * "ns_per_pair N" (wall time per pair in each thread), then waits for stdin
+ * to close. Usage: alloc_loop PAIRS THREADS */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +14,7 @@
 
 #define LIVE 64
 
-static void *volatile live[LIVE];
+static long pairs;
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -19,8 +22,9 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-__attribute__((noipa)) static void work(long pairs) {
-    uint32_t x = 2463534242u;
+__attribute__((noipa)) static void *work(void *arg) {
+    void *live[LIVE] = {0};
+    uint32_t x = 2463534242u + (uint32_t)(uintptr_t)arg;
     for (long i = 0; i < pairs; i++) {
         x ^= x << 13;
         x ^= x >> 17;
@@ -32,16 +36,22 @@ __attribute__((noipa)) static void work(long pairs) {
         free(live[slot]);
         live[slot] = p;
     }
+    for (int i = 0; i < LIVE; i++) free(live[i]);
+    return NULL;
 }
 
 int main(int argc, char **argv) {
-    long pairs = argc > 1 ? atol(argv[1]) : 200000;
+    pairs = argc > 1 ? atol(argv[1]) : 200000;
+    int threads = argc > 2 ? atoi(argv[2]) : 2;
+    pthread_t th[64];
     char buf[64];
+    if (threads < 1 || threads > 64) return 2;
     printf("ready\n");
     fflush(stdout);
     if (read(0, buf, sizeof buf) <= 0) return 1;
     uint64_t t0 = now_ns();
-    work(pairs);
+    for (int i = 0; i < threads; i++) pthread_create(&th[i], NULL, work, (void *)(uintptr_t)i);
+    for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
     uint64_t t1 = now_ns();
     printf("ns_per_pair %.1f\n", (double)(t1 - t0) / (double)pairs);
     fflush(stdout);

@@ -211,13 +211,34 @@ fn assert_site_stacks_complete(report: &Value) {
     }
 }
 
+/// Every allocating function's hook has `status`; free is a plain uprobe.
+fn assert_hook_kind(report: &Value, status: &str) {
+    for h in report["hooks"].as_array().expect("hooks") {
+        let (function, got) = (
+            h["function"].as_str().unwrap_or(""),
+            h["status"].as_str().unwrap_or(""),
+        );
+        if function == "free" {
+            assert_eq!(got, "attached", "{h}");
+        } else if got.starts_with("attached") {
+            assert_eq!(got, status, "{h}");
+        }
+    }
+}
+
 #[test]
 fn frame_pointer_build_exact_numbers_with_fp_unwinding() {
     if !root_or_skip("frame_pointer_build_exact_numbers_with_fp_unwinding") {
         return;
     }
-    let r = trace_sites("fp-fp", FP_FLAGS, &["--unwind", "fp"]);
+    // Also the fallback from uprobe sessions: a uprobe and a uretprobe each.
+    let r = trace_sites(
+        "fp-fp",
+        FP_FLAGS,
+        &["--unwind", "fp", "--uprobe-sessions", "off"],
+    );
     assert_reports(&r, "fp");
+    assert_hook_kind(&r.json, "attached");
 }
 
 #[test]
@@ -238,6 +259,8 @@ fn o2_without_frame_pointers_gives_the_same_numbers_and_complete_stacks() {
     let r = trace_sites("O2-dwarf", O2_FLAGS, &[]);
     assert_reports(&r, "dwarf");
     assert_site_stacks_complete(&r.json);
+    // This kernel (6.18) has uprobe sessions: they must be what ran.
+    assert_hook_kind(&r.json, "attached (uprobe session)");
 }
 
 #[test]

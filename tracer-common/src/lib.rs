@@ -56,6 +56,11 @@ pub const EVENT_ALLOC_SAMPLE: u32 = 3;
 pub const EXP_TABLE_LEN: usize = 4096;
 pub const EXP_TABLE_SHIFT: u32 = 16;
 
+/// Bits of the CONTROL map's word: the trace has ended; the allocating
+/// functions are attached as uprobe session programs.
+pub const CONTROL_STOPPED: u32 = 1;
+pub const CONTROL_SESSION: u32 = 2;
+
 /// `UNWIND_MODE` values (a read-only global set at load time).
 pub const UNWIND_FP: u32 = 0;
 pub const UNWIND_DWARF: u32 = 1;

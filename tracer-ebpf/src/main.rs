@@ -16,13 +16,13 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK},
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
     macros::{map, uprobe, uretprobe},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext, ProbeContext, RetProbeContext},
 };
 use tracer_common::{
-    counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample, EVENT_ALLOC,
-    EVENT_ALLOC_SAMPLE, EVENT_FREE, EXP_TABLE_LEN, EXP_TABLE_SHIFT, MAX_STACK_BYTES, STACK_CHUNK,
-    UNWIND_DWARF, UNWIND_FP,
+    counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample, CONTROL_SESSION,
+    CONTROL_STOPPED, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_FREE, EXP_TABLE_LEN, EXP_TABLE_SHIFT,
+    MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -40,9 +40,13 @@ static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
 static INFLIGHT: LruHashMap<u64, InFlight> = LruHashMap::with_max_entries(16384, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
-/// Index 0: set to 1 by user space when the trace ends. From then on entry
-/// and free probes do nothing, so the report is the heap as it was at that
-/// instant, while the probes are being detached (which takes seconds).
+/// Index 0, bits set by user space: CONTROL_STOPPED when the trace ends
+/// (from then on entry and free probes do nothing, so the report is the
+/// heap as it was at that instant while the probes are being detached,
+/// which takes seconds); CONTROL_SESSION when the allocating functions run
+/// as uprobe session programs (through the dispatcher in uprobe_session.rs,
+/// which tail-calls PROGS), where an entry program's non-zero return skips
+/// the return run.
 #[map]
 static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
 
@@ -55,6 +59,18 @@ static UNWIND_MODE: u32 = UNWIND_FP;
 /// STACK_CHUNK, at most MAX_STACK_BYTES (checked by user space).
 #[unsafe(no_mangle)]
 static STACK_BYTES: u32 = 8192;
+
+/// Entry programs at their Role number, the return program at slot 15
+/// (uprobe_session::RETURN_SLOT); filled by user space in session mode.
+#[map]
+static PROGS: ProgramArray = ProgramArray::with_max_entries(16, 0);
+
+/// What an entry program returns for a call whose return it does not need:
+/// in session mode, 1 skips the return run; otherwise the value is unused.
+#[inline(always)]
+fn no_return_needed() -> u32 {
+    u32::from(control() & CONTROL_SESSION != 0)
+}
 
 /// Mean bytes between recorded allocations (`--sample-rate`); 1 records
 /// every allocation (exact mode).
@@ -85,7 +101,12 @@ fn tunable(value: &u32) -> u32 {
 
 #[inline(always)]
 fn stopped() -> bool {
-    CONTROL.get(0).is_some_and(|&v| v != 0)
+    control() & CONTROL_STOPPED != 0
+}
+
+#[inline(always)]
+fn control() -> u32 {
+    CONTROL.get(0).copied().unwrap_or(0)
 }
 
 /// Ask the kernel not to wake the reader on each event: a wakeup costs
@@ -170,7 +191,7 @@ fn stack_pointer(regs: *mut aya_ebpf::bindings::pt_regs) -> u64 {
 #[inline(always)]
 fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u32 {
     if stopped() {
-        return 0;
+        return no_return_needed();
     }
     let record = should_record(size);
     // An unrecorded call leaves no trace, unless it may free a recorded
@@ -179,7 +200,7 @@ fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u3
     // calls are still told apart by the stack pointer (take_inflight).
     let frees_old = matches!(role, Role::Realloc | Role::ReallocArray) && ptr_arg != 0;
     if !record && !frees_old {
-        return 0;
+        return no_return_needed();
     }
     let key = bpf_get_current_pid_tgid();
     let sp = stack_pointer(ctx.regs);
@@ -188,8 +209,13 @@ fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u3
         // probes touch it, and they do not run concurrently.
         let inflight = unsafe { &mut *inflight };
         // At or below the outer call's entry SP: called from inside it (or
-        // tail-called by it, same SP). Only the outer call accounts.
+        // tail-called by it, same SP). Only the outer call accounts. In
+        // session mode its return run is skipped altogether; otherwise the
+        // depth tells its return probe to step aside.
         if sp <= inflight.entry_sp {
+            if no_return_needed() != 0 {
+                return 1;
+            }
             inflight.depth += 1;
             return 0;
         }
@@ -216,8 +242,9 @@ fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u3
 fn take_inflight(ctx: &RetProbeContext) -> Option<InFlight> {
     let key = bpf_get_current_pid_tgid();
     let Some(ptr) = INFLIGHT.get_ptr_mut(key) else {
-        // When sampling, most calls leave no record: not worth counting.
-        if !sampling() {
+        // When sampling, most calls leave no record: not worth counting;
+        // after the stop, no call does.
+        if !sampling() && !stopped() {
             count(counter::RETURN_WITHOUT_ENTRY);
         }
         return None;
@@ -534,6 +561,18 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
 #[uprobe]
 pub fn free_enter(ctx: ProbeContext) -> u32 {
     on_free(&ctx)
+}
+
+/// Benchmark floors (`--noop-probes`): probes that do nothing, to measure
+/// what the kernel charges for the probes alone.
+#[uprobe]
+pub fn noop_enter(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+#[uretprobe]
+pub fn noop_return(_ctx: RetProbeContext) -> u32 {
+    0
 }
 
 #[cfg(target_arch = "bpf")]

@@ -49,6 +49,13 @@ pub enum ProbePlacement {
     Entry,
 }
 
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Sessions {
+    #[default]
+    Auto,
+    Off,
+}
+
 /// Trace the heap allocations of a running process with eBPF uprobes and
 /// report where its outstanding memory was allocated.
 #[derive(Debug, Parser)]
@@ -97,6 +104,13 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = ProbePlacement::Emulated)]
     pub probe_placement: ProbePlacement,
 
+    /// Attach the allocating functions as uprobe session programs (kernel
+    /// 6.13+), so calls that are not recorded skip the return probe; `off`
+    /// uses a uprobe and a uretprobe each. `auto` falls back when the kernel
+    /// refuses.
+    #[arg(long, value_enum, default_value_t = Sessions::Auto)]
+    pub uprobe_sessions: Sessions,
+
     /// Most allocations tracked as live at once (BPF map size).
     #[arg(long, default_value_t = 1 << 20, value_name = "N")]
     pub max_live: u32,
@@ -106,8 +120,12 @@ pub struct Cli {
     pub stack_storage_size: u32,
 
     /// Size of the kernel-to-user event ring buffer in MiB (a power of two).
-    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    #[arg(long, default_value_t = 16, value_name = "MIB")]
     pub ringbuf_mb: u32,
+
+    /// Benchmarking: attach probes that do nothing, at the same places.
+    #[arg(long, hide = true)]
+    pub noop_probes: bool,
 
     /// Print what is attached where, and progress, on stderr.
     #[arg(short, long)]

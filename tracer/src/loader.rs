@@ -8,13 +8,15 @@ use aya::{
     programs::{uprobe::UProbeScope, UProbe},
     Ebpf, EbpfLoader,
 };
-use tracer_common::Role;
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
+use tracer_common::{Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use crate::{
     cli::{ProbePlacement, UnwindMode},
     error::TraceError,
     placement,
     report::Hook,
+    uprobe_session,
 };
 use iced_x86::Register;
 
@@ -105,6 +107,18 @@ pub struct Loaded {
     ebpf: Ebpf,
     pub counters: PerCpuArray<MapData, u64>,
     control: Array<MapData, u32>,
+    /// CONTROL bits set so far (CONTROL_SESSION once sessions are attached).
+    control_bits: u32,
+    /// The tail-call table of the uprobe session dispatcher.
+    progs_fd: RawFd,
+    /// Every map's fd by name, for the session copies of the programs.
+    map_fds: HashMap<String, OwnedFd>,
+    /// The dispatcher and the session copies it tail-calls.
+    session_progs: Vec<OwnedFd>,
+    /// Uprobe session links; closing them detaches.
+    session_links: Vec<OwnedFd>,
+    /// Why uprobe sessions are not used, when they were wanted.
+    pub session_error: Option<String>,
 }
 
 /// The maps the collector reads events and stacks from.
@@ -118,10 +132,24 @@ impl Loaded {
     /// no-ops (calls already inside the allocator still complete), so the
     /// heap is not changed by what happens while the probes are detached.
     pub fn stop(&mut self) -> anyhow::Result<()> {
-        self.control
-            .set(0, 1, 0)
+        self.set_control(CONTROL_STOPPED)
             .context("telling the BPF programs to stop")
     }
+
+    fn set_control(&mut self, bit: u32) -> anyhow::Result<()> {
+        self.control_bits |= bit;
+        self.control.set(0, self.control_bits, 0)?;
+        Ok(())
+    }
+}
+
+/// How `attach` places and attaches probes.
+pub struct AttachOptions {
+    pub placement: ProbePlacement,
+    /// No-op programs instead of the real ones (benchmark floors).
+    pub noop: bool,
+    /// Try uprobe session programs for the allocating functions.
+    pub sessions: bool,
 }
 
 pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
@@ -142,10 +170,15 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .override_global("EXP_TABLE", table.as_slice(), true)
         .load(BPF_OBJECT)
         .context("loading the BPF object into the kernel")?;
+    let map_fds = map_fds(&ebpf)?;
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
     let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?)?;
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
+    let progs_fd = map_fds
+        .get("PROGS")
+        .context("BPF object has no map PROGS")?
+        .as_raw_fd();
     seed_countdowns(&mut ebpf, limits.sample_rate, &table)?;
     for (name, prog) in ebpf.programs_mut() {
         let prog: &mut UProbe = prog.try_into()?;
@@ -157,6 +190,12 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             ebpf,
             counters,
             control,
+            control_bits: 0,
+            progs_fd,
+            map_fds,
+            session_progs: Vec::new(),
+            session_links: Vec::new(),
+            session_error: None,
         },
         EventMaps { events, stacks },
     ))
@@ -208,7 +247,7 @@ pub fn attach(
     host_path: &Path,
     display_path: &str,
     pid: u32,
-    placement_mode: ProbePlacement,
+    opts: &AttachOptions,
 ) -> anyhow::Result<Vec<Hook>> {
     let names: Vec<&str> = specs.iter().map(|s| s.symbol).collect();
     let offsets = crate::target::function_offsets(host_path, &names)?;
@@ -238,7 +277,7 @@ pub fn attach(
                     hook.status = format!("alias of {first}, counted there");
                 } else {
                     hooked_at.insert(offset, spec.symbol);
-                    let placed = match placement_mode {
+                    let placed = match opts.placement {
                         ProbePlacement::Entry => placement::Placement {
                             offset: 0,
                             reason: "symbol (--probe-placement entry)".into(),
@@ -256,15 +295,98 @@ pub fn attach(
         }
         hooks.push(hook);
     }
+    if opts.sessions && !opts.noop {
+        match attach_sessions(loaded, &to_attach, host_path, pid) {
+            Ok(()) => {
+                for hook in hooks.iter_mut().filter(|h| h.status == "attached") {
+                    if hook.function != "free" {
+                        hook.status = "attached (uprobe session)".into();
+                    }
+                }
+                return Ok(hooks);
+            }
+            Err(e) => loaded.session_error = Some(format!("{e:#}")),
+        }
+    }
+    let (ret, entry): (&str, fn(Role) -> &'static str) = if opts.noop {
+        ("noop_return", |_| "noop_enter")
+    } else {
+        (RETURN_PROGRAM, entry_program)
+    };
     for &(spec, offset) in &to_attach {
         if spec.returns_block {
-            attach_one(loaded, RETURN_PROGRAM, offset, host_path, pid)?;
+            attach_one(loaded, ret, offset, host_path, pid)?;
         }
     }
     for &(spec, offset) in &to_attach {
-        attach_one(loaded, entry_program(spec.role), offset, host_path, pid)?;
+        attach_one(loaded, entry(spec.role), offset, host_path, pid)?;
     }
     Ok(hooks)
+}
+
+/// Attaches the allocating functions as one uprobe session link (see
+/// uprobe_session.rs) and free as a plain uprobe.
+fn attach_sessions(
+    loaded: &mut Loaded,
+    to_attach: &[(&HookSpec, u64)],
+    path: &Path,
+    pid: NonZeroU32,
+) -> anyhow::Result<()> {
+    if loaded.session_progs.is_empty() {
+        // The kernel lets a session program tail-call only programs of the
+        // same attach type: load session copies of the real programs.
+        let roles: Vec<Role> = Role::ALL.into_iter().filter(|r| *r != Role::Free).collect();
+        let mut names: Vec<&str> = roles.iter().map(|&r| entry_program(r)).collect();
+        names.push(RETURN_PROGRAM);
+        let mut copies = uprobe_session::load_session_copies(BPF_OBJECT, &names, &loaded.map_fds)?;
+        for (role, name) in roles.iter().zip(&names) {
+            let fd = copies.remove(*name).context("session copy")?;
+            uprobe_session::set_prog_slot(loaded.progs_fd, *role as u32, &fd)?;
+            loaded.session_progs.push(fd);
+        }
+        let ret = copies.remove(RETURN_PROGRAM).context("session copy")?;
+        uprobe_session::set_prog_slot(loaded.progs_fd, uprobe_session::RETURN_SLOT, &ret)?;
+        loaded.session_progs.push(ret);
+        // The dispatcher last: it is the one that is attached.
+        let dispatcher = uprobe_session::load_dispatcher(loaded.progs_fd)?;
+        loaded.session_progs.push(dispatcher);
+    }
+
+    let (offsets, cookies): (Vec<u64>, Vec<u64>) = to_attach
+        .iter()
+        .filter(|(spec, _)| spec.returns_block)
+        .map(|&(spec, offset)| (offset, spec.role as u64))
+        .unzip();
+    // free first: a block recorded before free is hooked would have its
+    // free missed, stay "live" and be replaced when its address is reused.
+    for &(spec, offset) in to_attach.iter().filter(|(spec, _)| !spec.returns_block) {
+        attach_one(loaded, entry_program(spec.role), offset, path, pid)?;
+    }
+    let prog = loaded.session_progs.last().context("session program")?;
+    let link = uprobe_session::attach(prog, path, &offsets, &cookies, pid.get())?;
+    loaded.session_links.push(link);
+    loaded.set_control(CONTROL_SESSION)
+}
+
+/// Every map's fd, duplicated, by name (aya names data sections' maps
+/// `.rodata`, `.bss`...).
+fn map_fds(ebpf: &Ebpf) -> anyhow::Result<HashMap<String, OwnedFd>> {
+    use aya::maps::Map;
+    let mut fds = HashMap::new();
+    for (name, map) in ebpf.maps() {
+        let data = match map {
+            Map::Array(d)
+            | Map::PerCpuArray(d)
+            | Map::HashMap(d)
+            | Map::LruHashMap(d)
+            | Map::RingBuf(d)
+            | Map::StackTraceMap(d)
+            | Map::ProgramArray(d) => d,
+            _ => continue,
+        };
+        fds.insert(name.to_string(), data.fd().as_fd().try_clone_to_owned()?);
+    }
+    Ok(fds)
 }
 
 /// The first bytes of the function at file offset `offset`.
@@ -302,9 +424,11 @@ fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &str) -> anyhow::Result<&'a mut UProb
 /// `Loaded::stop`. The kernel synchronizes on each uprobe it removes (about
 /// 0.1 s each here), so this takes a moment.
 pub fn detach(loaded: Loaded) -> anyhow::Result<()> {
+    drop(loaded.session_links);
+    drop(loaded.session_progs);
     let mut ebpf = loaded.ebpf;
     let mut programs: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
-    programs.sort_by_key(|n| n == RETURN_PROGRAM);
+    programs.sort_by_key(|n| n == RETURN_PROGRAM || n == "noop_return");
     for name in programs {
         uprobe(&mut ebpf, &name)?
             .unload()

@@ -15,6 +15,7 @@ mod session;
 mod symbolize;
 mod target;
 mod unwind;
+mod uprobe_session;
 
 use std::process::ExitCode;
 

@@ -22,6 +22,8 @@ pub struct Meta {
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
     pub sample_rate: u64,
+    /// Why not, when they were wanted.
+    pub session_error: Option<String>,
 }
 
 pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
@@ -102,6 +104,11 @@ fn notes(
         notes.push(format!(
             "process {} exited during the trace: in-use numbers are what it had not freed when it exited",
             meta.pid
+        ));
+    }
+    if let Some(why) = &meta.session_error {
+        notes.push(format!(
+            "uprobe sessions unavailable ({why}): every call also pays a return probe"
         ));
     }
     if meta.sample_rate > 1 {

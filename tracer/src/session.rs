@@ -55,15 +55,22 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         &process.host_path(&libc),
         &libc,
         pid,
-        cli.probe_placement,
+        &loader::AttachOptions {
+            placement: cli.probe_placement,
+            noop: cli.noop_probes,
+            sessions: cli.uprobe_sessions == crate::cli::Sessions::Auto,
+        },
     )?;
+    if let (Some(why), true) = (&loaded.session_error, cli.verbose) {
+        eprintln!("memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {why}");
+    }
     if pidfd.has_exited() {
         return Err(TraceError::ExitedBeforeAttach(pid).into());
     }
     let started = Instant::now();
     let attached: Vec<&str> = hooks
         .iter()
-        .filter(|h| h.status == "attached")
+        .filter(|h| h.status.starts_with("attached"))
         .map(|h| h.function.as_str())
         .collect();
     if cli.verbose {
@@ -112,6 +119,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         unwind: cli.unwind,
         stack_bytes: cli.stack_bytes,
         sample_rate: cli.sample_rate,
+        session_error: loaded.session_error.clone(),
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, &profile)?;

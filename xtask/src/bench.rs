@@ -1,11 +1,13 @@
 //! `cargo xtask bench`: the cost of tracing, measured as ratios in one run
 //! (this machine is noisy; nothing here is a timed assertion).
 //!
-//! The target (bench/alloc_loop.c, -O2 without frame pointers) times its own
-//! malloc/free loop; it runs untraced, traced with `--unwind fp` and traced
-//! with `--unwind dwarf`, REPEATS times each, interleaved, and the medians
-//! are compared. The tracer's `--verbose` line gives user-space unwinding
-//! throughput.
+//! The target (bench/alloc_loop.c: THREADS threads of malloc/free pairs of
+//! random sizes with a small live set, -O2 without frame pointers) times
+//! its own loop. It runs untraced, under no-op probes at the symbols (what
+//! naive tracers pay at least), under no-op probes at the placed offsets
+//! (memtrace-bpf's floor), and under memtrace-bpf in several modes; REPEATS
+//! interleaved rounds, medians compared. The tracer's `--verbose` lines give
+//! its CPU time, peak RSS and unwinding throughput.
 
 use std::{
     fs,
@@ -22,26 +24,51 @@ use anyhow::{bail, Context, Result};
 use crate::cmd::{repo_root, run as run_cmd, target_dir};
 
 const REPEATS: usize = 3;
-const PAIRS: &str = "200000";
-const TIMEOUT: Duration = Duration::from_secs(120);
+const PAIRS: u64 = 200_000;
+const THREADS: u64 = 2;
+const TIMEOUT: Duration = Duration::from_secs(300);
 
 struct Mode {
     name: &'static str,
+    what: &'static str,
     tracer_args: Option<&'static [&'static str]>,
 }
 
 const MODES: &[Mode] = &[
     Mode {
         name: "untraced",
+        what: "no probes",
         tracer_args: None,
     },
     Mode {
-        name: "fp",
-        tracer_args: Some(&["--unwind", "fp"]),
+        name: "noop-symbols",
+        what: "no-op probes at the symbols (naive floor)",
+        tracer_args: Some(&["--noop-probes", "--probe-placement", "entry"]),
     },
     Mode {
-        name: "dwarf",
-        tracer_args: Some(&["--unwind", "dwarf"]),
+        name: "noop-placed",
+        what: "no-op probes at the placed offsets (our floor)",
+        tracer_args: Some(&["--noop-probes"]),
+    },
+    Mode {
+        name: "fp-exact",
+        what: "memtrace-bpf --unwind fp --sample-rate 1",
+        tracer_args: Some(&["--unwind", "fp", "--sample-rate", "1"]),
+    },
+    Mode {
+        name: "dwarf-exact",
+        what: "memtrace-bpf --sample-rate 1",
+        tracer_args: Some(&["--sample-rate", "1"]),
+    },
+    Mode {
+        name: "default-no-sessions",
+        what: "memtrace-bpf --uprobe-sessions off",
+        tracer_args: Some(&["--uprobe-sessions", "off"]),
+    },
+    Mode {
+        name: "default",
+        what: "memtrace-bpf (defaults: dwarf, sampled, sessions)",
+        tracer_args: Some(&[]),
     },
 ];
 
@@ -49,6 +76,8 @@ const MODES: &[Mode] = &[
 struct RunResult {
     ns_per_pair: f64,
     stacks_per_sec: Option<f64>,
+    tracer_cpu_secs: Option<f64>,
+    peak_rss_kib: Option<u64>,
     recorded: u64,
     lost: u64,
 }
@@ -61,7 +90,7 @@ pub fn run() -> Result<()> {
     let bin = dir.join("alloc_loop");
     run_cmd(
         Command::new("cc")
-            .args(["-O2", "-fomit-frame-pointer", "-o"])
+            .args(["-O2", "-fomit-frame-pointer", "-pthread", "-o"])
             .arg(&bin)
             .arg(repo_root().join("bench/alloc_loop.c")),
     )?;
@@ -92,52 +121,74 @@ fn median(runs: &[RunResult]) -> RunResult {
 }
 
 fn report(med: &[RunResult], dir: &Path) -> Result<()> {
-    let base = med[0].ns_per_pair;
-    println!("\nmalloc/free pairs, one thread, medians of {REPEATS} runs ({PAIRS} pairs each)\n");
+    let ns = |name: &str| -> f64 {
+        MODES
+            .iter()
+            .position(|m| m.name == name)
+            .map_or(f64::NAN, |i| med[i].ns_per_pair)
+    };
+    let base = ns("untraced");
     println!(
-        "| mode | ns per pair | × untraced | added ns per recorded allocation | recorded | lost |"
+        "\n{THREADS} threads x {PAIRS} malloc/free pairs, random sizes 16-4095, medians of {REPEATS} interleaved runs\n"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("| mode | ns per pair | x untraced | tracer CPU (% of a core) | tracer peak RSS | recorded | lost |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut json = Vec::new();
     for (mode, r) in MODES.iter().zip(med) {
+        let run_secs = r.ns_per_pair * PAIRS as f64 / 1e9;
+        let cpu = r
+            .tracer_cpu_secs
+            .map_or("-".to_string(), |c| format!("{:.1}%", 100.0 * c / run_secs));
+        let rss = r
+            .peak_rss_kib
+            .map_or("-".to_string(), |k| format!("{} MiB", k / 1024));
         println!(
-            "| {} | {:.0} | {:.2} | {} | {} | {} |",
-            mode.name,
+            "| {} | {:.0} | {:.2} | {cpu} | {rss} | {} | {} |",
+            mode.what,
             r.ns_per_pair,
             r.ns_per_pair / base,
-            if mode.tracer_args.is_some() {
-                format!("{:.0}", r.ns_per_pair - base)
-            } else {
-                "-".into()
-            },
             r.recorded,
             r.lost
         );
+        json.push(format!(
+            "{{\"mode\":\"{}\",\"ns_per_pair\":{:.1},\"tracer_cpu_secs\":{},\"peak_rss_kib\":{},\"recorded\":{},\"lost\":{}}}",
+            mode.name,
+            r.ns_per_pair,
+            r.tracer_cpu_secs.unwrap_or(0.0),
+            r.peak_rss_kib.unwrap_or(0),
+            r.recorded,
+            r.lost
+        ));
     }
-    let (fp, dwarf) = (&med[1], &med[2]);
+    println!();
     println!(
-        "\ndwarf vs fp: {:+.0} ns per recorded allocation ({:.2}× the fp cost)",
-        dwarf.ns_per_pair - fp.ns_per_pair,
-        (dwarf.ns_per_pair - base) / (fp.ns_per_pair - base).max(1.0)
+        "default / placed no-op floor: {:.2} (target <= 1.15)",
+        ns("default") / ns("noop-placed")
     );
+    println!(
+        "exact (dwarf, R=1) / naive no-op floor: {:.2} (target <= 0.35)",
+        ns("dwarf-exact") / ns("noop-symbols")
+    );
+    println!(
+        "dwarf vs fp, exact: {:+.0} ns per recorded allocation",
+        ns("dwarf-exact") - ns("fp-exact")
+    );
+    let dwarf = &med[MODES
+        .iter()
+        .position(|m| m.name == "dwarf-exact")
+        .unwrap_or(0)];
     if let Some(rate) = dwarf.stacks_per_sec {
         println!("user-space DWARF unwinding: {rate:.0} stacks/s on one core");
     }
-    let json = format!(
-        "{{\"untraced_ns_per_pair\":{:.1},\"fp_ns_per_pair\":{:.1},\"dwarf_ns_per_pair\":{:.1},\"unwind_stacks_per_sec\":{:.0}}}\n",
-        base,
-        fp.ns_per_pair,
-        dwarf.ns_per_pair,
-        dwarf.stacks_per_sec.unwrap_or(0.0)
-    );
-    let path = dir.join("unwind.json");
-    fs::write(&path, json)?;
+    let path = dir.join("bench.json");
+    fs::write(&path, format!("[{}]\n", json.join(",\n")))?;
     println!("written to {}", path.display());
     Ok(())
 }
 
 fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunResult> {
     let mut cmd = Command::new(bin);
-    cmd.arg(PAIRS);
+    cmd.arg(PAIRS.to_string()).arg(THREADS.to_string());
     let mut target = Proc::spawn(cmd, true)?;
     target.wait_line("ready")?;
     let report_path: PathBuf = dir.join(format!("{}.json", mode.name));
@@ -184,6 +235,17 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
             .find(|l| l.contains("stacks/s"))
             .and_then(|l| l.rsplit(": ").next())
             .and_then(|v| v.trim_end_matches(" stacks/s").parse().ok());
+        // "tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB"
+        if let Some(line) = stderr.iter().find(|l| l.contains("tracer CPU")) {
+            let nums: Vec<f64> = line
+                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            if let [user, sys, rss, ..] = nums[..] {
+                result.tracer_cpu_secs = Some(user + sys);
+                result.peak_rss_kib = Some(rss as u64);
+            }
+        }
         let text = fs::read_to_string(&report_path)?;
         result.recorded = json_u64(&text, "\"alloc_objects\"").unwrap_or(0);
         result.lost = ["\"ringbuf_full\"", "\"live_map_full\"", "\"stack_lost\""]
