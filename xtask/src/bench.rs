@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use crate::cmd::{repo_root, run as run_cmd, target_dir};
 
 const REPEATS: usize = 3;
-const PAIRS: u64 = 200_000;
+const PAIRS: u64 = 400_000;
 const THREADS: u64 = 2;
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -75,7 +75,10 @@ const MODES: &[Mode] = &[
 #[derive(Default, Clone)]
 struct RunResult {
     ns_per_pair: f64,
+    /// Allocations per second in the target while it ran.
+    allocs_per_sec: f64,
     stacks_per_sec: Option<f64>,
+    /// The tracer's CPU time per second of the target's run (1.0 = a core).
     tracer_cpu_secs: Option<f64>,
     peak_rss_kib: Option<u64>,
     recorded: u64,
@@ -131,22 +134,22 @@ fn report(med: &[RunResult], dir: &Path) -> Result<()> {
     println!(
         "\n{THREADS} threads x {PAIRS} malloc/free pairs, random sizes 16-4095, medians of {REPEATS} interleaved runs\n"
     );
-    println!("| mode | ns per pair | x untraced | tracer CPU (% of a core) | tracer peak RSS | recorded | lost |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| mode | ns per pair | x untraced | allocations/s | tracer CPU (% of a core) | tracer peak RSS | recorded (estimate) | lost |");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut json = Vec::new();
     for (mode, r) in MODES.iter().zip(med) {
-        let run_secs = r.ns_per_pair * PAIRS as f64 / 1e9;
         let cpu = r
             .tracer_cpu_secs
-            .map_or("-".to_string(), |c| format!("{:.1}%", 100.0 * c / run_secs));
+            .map_or("-".to_string(), |c| format!("{:.1}%", 100.0 * c));
         let rss = r
             .peak_rss_kib
             .map_or("-".to_string(), |k| format!("{} MiB", k / 1024));
         println!(
-            "| {} | {:.0} | {:.2} | {cpu} | {rss} | {} | {} |",
+            "| {} | {:.0} | {:.2} | {:.0} | {cpu} | {rss} | {} | {} |",
             mode.what,
             r.ns_per_pair,
             r.ns_per_pair / base,
+            r.allocs_per_sec,
             r.recorded,
             r.lost
         );
@@ -211,8 +214,15 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
             Some(t)
         }
     };
+    // The tracer's CPU time while the target runs, from /proc: start-up
+    // (BTF, ELF parsing) and the final symbolization are not counted.
+    let tracer_cpu = || tracer_proc.as_ref().and_then(|t| cpu_secs(t.child.id()));
+    let cpu_before = tracer_cpu();
+    let started = std::time::Instant::now();
     target.send("go\n")?;
     let line = target.wait_line("ns_per_pair")?;
+    let run_secs = started.elapsed().as_secs_f64();
+    let cpu_after = tracer_cpu();
     let ns_per_pair: f64 = line
         .split_whitespace()
         .nth(1)
@@ -220,6 +230,8 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
         .with_context(|| format!("unexpected target output {line:?}"))?;
     let mut result = RunResult {
         ns_per_pair,
+        allocs_per_sec: (PAIRS * THREADS) as f64 / run_secs,
+        tracer_cpu_secs: cpu_before.zip(cpu_after).map(|(a, b)| (b - a) / run_secs),
         ..Default::default()
     };
     if let Some(t) = tracer_proc.as_mut() {
@@ -241,8 +253,7 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
                 .split(|c: char| !(c.is_ascii_digit() || c == '.'))
                 .filter_map(|w| w.parse().ok())
                 .collect();
-            if let [user, sys, rss, ..] = nums[..] {
-                result.tracer_cpu_secs = Some(user + sys);
+            if let [_user, _sys, rss, ..] = nums[..] {
                 result.peak_rss_kib = Some(rss as u64);
             }
         }
@@ -254,6 +265,19 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
             .sum();
     }
     Ok(result)
+}
+
+/// utime + stime of a process, in seconds (/proc/PID/stat, proc(5)).
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the comm: state is field 3, utime 14 and stime 15.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((utime + stime) / hz)
 }
 
 /// The first integer after `key:` in a JSON text (the report's field names
