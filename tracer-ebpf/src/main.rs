@@ -279,13 +279,8 @@ fn take_inflight(ctx: &RetProbeContext) -> Option<InFlight> {
 #[inline(always)]
 fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) {
     let key = LiveKey { pid, _pad: 0, addr };
-    // One hash delete decides whether this block was recorded.
+    // The delete decides whether this block was recorded.
     if LIVE.remove(key).is_err() {
-        // When sampling, most frees are of unrecorded blocks: one hash
-        // lookup and nothing else.
-        if role == Role::Free && !sampling() {
-            count(counter::UNKNOWN_FREE);
-        }
         return;
     }
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
@@ -487,11 +482,23 @@ fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
 fn on_free(ctx: &ProbeContext) -> u32 {
     let addr = arg(ctx, 0);
     // free(NULL) is a no-op.
-    if addr == 0 || stopped() {
+    if addr == 0 {
         return 0;
     }
     let pid_tgid = bpf_get_current_pid_tgid();
-    emit_free((pid_tgid >> 32) as u32, pid_tgid as u32, addr, Role::Free);
+    let pid = (pid_tgid >> 32) as u32;
+    // When sampling, nearly every free is of a block that was not recorded:
+    // one hash lookup decides that, and nothing else is done.
+    // SAFETY: the value is not read.
+    if unsafe { LIVE.get(LiveKey { pid, _pad: 0, addr }) }.is_none() {
+        if !sampling() && !stopped() {
+            count(counter::UNKNOWN_FREE);
+        }
+        return 0;
+    }
+    if !stopped() {
+        emit_free(pid, pid_tgid as u32, addr, Role::Free);
+    }
     0
 }
 
