@@ -77,9 +77,9 @@ fn libc_hooks() -> Vec<Hook> {
         status: status.to_string(),
     };
     vec![
-        hook("malloc", 0xa50a0, "attached"),
-        hook("calloc", 0xa6b10, "attached"),
-        hook("realloc", 0xa5bc0, "attached"),
+        hook("malloc", 0xa50a0, "attached (uprobe session)"),
+        hook("calloc", 0xa6b10, "attached (uprobe session)"),
+        hook("realloc", 0xa5bc0, "attached (uprobe session)"),
         hook("free", 0xa56e0, "attached"),
         hook("posix_memalign", 0xa7300, "attached"),
         hook("pvalloc", 0, "not defined in this libc"),

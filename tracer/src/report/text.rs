@@ -79,7 +79,7 @@ fn hook_lines(hooks: &[Hook]) -> (Vec<String>, Vec<String>) {
     let mut hooked: Vec<((&str, &str), Vec<&str>)> = Vec::new();
     let mut skipped: Vec<((&str, &str), Vec<&str>)> = Vec::new();
     for hook in hooks {
-        let groups = if hook.status == "attached" {
+        let groups = if hook.status.starts_with("attached") {
             &mut hooked
         } else {
             &mut skipped
@@ -90,9 +90,22 @@ fn hook_lines(hooks: &[Hook]) -> (Vec<String>, Vec<String>) {
             None => groups.push((key, vec![&hook.function])),
         }
     }
+    // "attached (uprobe session)" adds its detail after the object.
     let hooked = hooked
         .into_iter()
-        .map(|((module, _), functions)| format!("{} ({})", functions.join(" "), basename(module)))
+        .map(|((module, status), functions)| {
+            let detail = status
+                .strip_prefix("attached")
+                .unwrap_or("")
+                .trim()
+                .trim_matches(['(', ')']);
+            let sep = if detail.is_empty() { "" } else { ", " };
+            format!(
+                "{} ({}{sep}{detail})",
+                functions.join(" "),
+                basename(module)
+            )
+        })
         .collect();
     let skipped = skipped
         .into_iter()
