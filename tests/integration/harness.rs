@@ -217,7 +217,8 @@ impl Tracer {
 
     fn spawn_with(args: &[&str], exact: bool) -> Tracer {
         let mut command = Command::new(TRACER);
-        command.args(args);
+        // The defaults below go before the test's own arguments, which may
+        // end with `-- CMD ...`.
         // Every allocation is recorded (exact mode) and the suite runs its
         // allocation-heavy targets in parallel on two cores, where the
         // tracer's reader gets little CPU: a bigger ring buffer keeps the
@@ -230,6 +231,7 @@ impl Tracer {
         if exact && !args.contains(&"--sample-rate") {
             command.args(["--sample-rate", "1"]);
         }
+        command.args(args);
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -7,6 +7,7 @@
 
 mod errors;
 mod harness;
+mod launch;
 mod lifecycle;
 mod sampling;
 mod sites;

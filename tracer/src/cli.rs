@@ -62,8 +62,12 @@ pub enum Sessions {
 #[command(name = "memtrace-bpf", version, about)]
 pub struct Cli {
     /// Process to trace (all of its threads).
-    #[arg(short, long, value_name = "PID")]
-    pub pid: u32,
+    #[arg(short, long, value_name = "PID", required_unless_present = "command")]
+    pub pid: Option<u32>,
+
+    /// Command to start and trace from its first instruction, after `--`.
+    #[arg(last = true, value_name = "CMD", conflicts_with = "pid")]
+    pub command: Vec<String>,
 
     /// Stop after this many seconds (default: until Ctrl-C or the target exits).
     #[arg(short, long, value_name = "SECS")]

@@ -21,6 +21,8 @@ pub enum TraceError {
     NoLibc { pid: u32, exe: String },
     #[error("{path} does not define {symbol}: it is not a usable glibc allocator")]
     MissingRequired { path: String, symbol: &'static str },
+    #[error("{0} is statically linked: its allocator is not in a shared libc that can be hooked; trace a dynamically linked program")]
+    StaticCommand(String),
     #[error("process {0} exited before the probes were attached: nothing was traced")]
     ExitedBeforeAttach(u32),
 }

@@ -5,6 +5,7 @@ mod cli;
 mod collector;
 mod error;
 mod heap;
+mod launch;
 mod loader;
 mod placement;
 mod preflight;

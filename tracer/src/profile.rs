@@ -16,6 +16,7 @@ pub struct Meta {
     pub pid: u32,
     pub command: String,
     pub exited: bool,
+    pub exit_status: Option<String>,
     pub duration: Duration,
     pub end_reason: String,
     pub hooks: Vec<Hook>,
@@ -69,6 +70,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
             pid: meta.pid,
             command: meta.command,
             exited: meta.exited,
+            exit_status: meta.exit_status.clone(),
         }],
         hooks: meta.hooks,
         totals,
@@ -102,8 +104,9 @@ fn notes(
     let mut notes = Vec::new();
     if meta.exited {
         notes.push(format!(
-            "process {} exited during the trace: in-use numbers are what it had not freed when it exited",
-            meta.pid
+            "process {} {} during the trace: in-use numbers are what it had not freed when it exited",
+            meta.pid,
+            meta.exit_status.as_deref().unwrap_or("exited")
         ));
     }
     if let Some(why) = &meta.session_error {

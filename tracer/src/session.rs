@@ -18,6 +18,7 @@ use crate::{
     cli::{Cli, Format},
     collector::{read_losses, Collector},
     error::TraceError,
+    launch::Launched,
     loader::{self, Limits, GLIBC_HOOKS},
     profile::{self, Meta},
     report,
@@ -32,9 +33,24 @@ const STOP_GRACE: Duration = Duration::from_millis(20);
 
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
     crate::preflight::check()?;
-    let pid = cli.pid;
-    let process = Process::inspect(pid)?;
-    let libc = process.libc_path()?;
+    // A command is started held (see launch.rs) and hooked in the libc this
+    // tracer uses: it runs on the same system. A pid is inspected as it is.
+    let mut launched = None;
+    let (pid, command, libc, mappings) = match cli.pid {
+        Some(pid) => {
+            let process = Process::inspect(pid)?;
+            let libc = process.libc_path()?;
+            (pid, process.command, libc, process.mappings)
+        }
+        None => {
+            let started = Launched::spawn(&cli.command)?;
+            let me = Process::inspect(std::process::id())?;
+            let libc = me.libc_path()?;
+            let pid = started.pid;
+            launched = Some(started);
+            (pid, cli.command.join(" "), libc, Vec::new())
+        }
+    };
     // Opened before attaching, so a reused pid cannot fool the exit check.
     let pidfd = PidFd::open(pid)?;
 
@@ -48,11 +64,13 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     };
     let (mut loaded, maps) = loader::load(&limits)?;
     let mut modules = Modules::default();
-    modules.set_maps(pid, process.mappings.clone());
+    if !mappings.is_empty() {
+        modules.set_maps(pid, mappings);
+    }
     let hooks = loader::attach(
         &mut loaded,
         GLIBC_HOOKS,
-        &process.host_path(&libc),
+        &crate::target::host_path(pid, &libc),
         &libc,
         pid,
         &loader::AttachOptions {
@@ -81,9 +99,11 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
             );
         }
     }
+    if let Some(started) = &mut launched {
+        started.release()?;
+    }
     eprintln!(
-        "memtrace-bpf: tracing pid {pid} ({}): {} hooked in {libc}; {}",
-        process.command,
+        "memtrace-bpf: tracing pid {pid} ({command}): {} hooked in {libc}; {}",
         attached.join(", "),
         match cli.duration {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
@@ -109,10 +129,14 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     }
 
     let meta = Meta {
-        target: format!("pid {pid}"),
+        target: match &launched {
+            Some(started) => format!("command {}", started.path.display()),
+            None => format!("pid {pid}"),
+        },
         pid,
-        command: process.command.clone(),
+        command,
         exited: pidfd.has_exited(),
+        exit_status: launched.as_ref().and_then(Launched::exit_status),
         duration,
         end_reason,
         hooks,

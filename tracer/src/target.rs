@@ -98,11 +98,6 @@ impl Process {
                 exe: self.exe.clone(),
             })
     }
-
-    /// `path` as seen from this tracer: through the process's root.
-    pub fn host_path(&self, path: &str) -> PathBuf {
-        host_path(self.pid, path)
-    }
 }
 
 pub fn host_path(pid: u32, path: &str) -> PathBuf {
@@ -220,7 +215,7 @@ mod tests {
         let me = Process::inspect(std::process::id()).expect("inspect self");
         let libc = me.libc_path().expect("test binary maps libc");
         let offsets = function_offsets(
-            &me.host_path(&libc),
+            &host_path(me.pid, &libc),
             &["malloc", "free", "no_such_function"],
         )
         .expect("read libc");

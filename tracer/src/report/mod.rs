@@ -51,6 +51,9 @@ pub struct ProcessInfo {
     pub command: String,
     /// True when the process exited before the report was made.
     pub exited: bool,
+    /// How a command started by memtrace-bpf (`-- CMD`) ended, e.g.
+    /// "exited with status 0"; null otherwise.
+    pub exit_status: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]

@@ -161,6 +161,7 @@ fn one_process() -> Profile {
             pid: 4242,
             command: "/opt/demo/bin/server --port 8080".to_string(),
             exited: false,
+            exit_status: None,
         }],
         hooks: libc_hooks(),
         totals: counts(44864, 17, 1_097_536, 274),
@@ -213,11 +214,13 @@ fn two_processes() -> Profile {
                 pid: 101,
                 command: "/opt/demo/bin/server --worker".to_string(),
                 exited: false,
+                exit_status: None,
             },
             ProcessInfo {
                 pid: 102,
                 command: "/opt/demo/bin/server --worker".to_string(),
                 exited: true,
+                exit_status: None,
             },
         ],
         hooks: libc_hooks()[..5].to_vec(),
@@ -249,6 +252,7 @@ fn empty() -> Profile {
             pid: 7,
             command: String::new(),
             exited: true,
+            exit_status: None,
         }],
         ..Profile::default()
     }

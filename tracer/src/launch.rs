@@ -1,0 +1,145 @@
+//! `memtrace-bpf -- CMD ARGS`: start CMD held, so that the probes are
+//! attached before its first instruction runs, then release it.
+//!
+//! The child is forked and waits on a pipe before it execs; uprobes are
+//! registered on the libc file for its pid, and the kernel puts them into
+//! the libc mapping that the dynamic loader creates after exec. std's
+//! `Command::spawn` cannot be used: it waits for the exec to happen.
+
+use std::{
+    ffi::CString,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::unix::ffi::OsStrExt,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{bail, Context as _};
+use object::Object as _;
+
+use crate::error::TraceError;
+
+/// A started, still held command.
+pub struct Launched {
+    pub pid: u32,
+    pub path: PathBuf,
+    go: Option<OwnedFd>,
+}
+
+impl Launched {
+    /// Forks; the child execs `args` once `release` is called.
+    pub fn spawn(args: &[String]) -> anyhow::Result<Launched> {
+        let program = args.first().context("no command given after --")?;
+        let path = find_program(program)?;
+        check_dynamic(&path)?;
+        let c_path = CString::new(path.as_os_str().as_bytes()).context("command path")?;
+        let c_args: Vec<CString> = args
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .context("command arguments")?;
+        let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fds on success.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("creating a pipe");
+        }
+        // SAFETY: both fds are new and ours.
+        let (wait_end, go_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: the tracer is single-threaded here (no runtime yet); the
+        // child only calls read, close, execv and _exit, all safe after fork,
+        // on memory prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error()).context("fork");
+        }
+        if pid == 0 {
+            // SAFETY: see above; the child never returns from this block.
+            unsafe {
+                let mut byte = 0u8;
+                libc::close(go_end.as_raw_fd());
+                if libc::read(wait_end.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) == 1 {
+                    libc::execv(c_path.as_ptr(), argv.as_ptr());
+                }
+                libc::_exit(127);
+            }
+        }
+        drop(wait_end);
+        Ok(Launched {
+            pid: pid as u32,
+            path,
+            go: Some(go_end),
+        })
+    }
+
+    /// Lets the child exec the command.
+    pub fn release(&mut self) -> anyhow::Result<()> {
+        if let Some(go) = self.go.take() {
+            // SAFETY: writes one byte from a local to our own pipe.
+            let n = unsafe { libc::write(go.as_raw_fd(), b"g".as_ptr().cast(), 1) };
+            if n != 1 {
+                return Err(std::io::Error::last_os_error()).context("releasing the command");
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the command (it has exited) and describes how it ended.
+    pub fn exit_status(&self) -> Option<String> {
+        let mut status = 0;
+        // SAFETY: waits for our own child; WNOHANG never blocks.
+        let rc = unsafe { libc::waitpid(self.pid as libc::pid_t, &mut status, libc::WNOHANG) };
+        if rc != self.pid as libc::pid_t {
+            return None;
+        }
+        Some(if libc::WIFEXITED(status) {
+            format!("exited with status {}", libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            format!("killed by signal {}", libc::WTERMSIG(status))
+        } else {
+            format!("ended with wait status {status}")
+        })
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        // Not released (tracing failed): the child exits without running.
+        self.go.take();
+    }
+}
+
+/// `program` as execvp would find it.
+fn find_program(program: &str) -> anyhow::Result<PathBuf> {
+    let candidates: Vec<PathBuf> = if program.contains('/') {
+        vec![PathBuf::from(program)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
+            .unwrap_or_default()
+    };
+    candidates
+        .into_iter()
+        .find(|p| is_executable(p))
+        .with_context(|| format!("command not found or not executable: {program}"))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Only dynamically linked programs load the libc whose allocator is hooked.
+fn check_dynamic(path: &Path) -> anyhow::Result<()> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let Ok(file) = object::File::parse(&*data) else {
+        // A script: its interpreter is dynamically linked or it fails later.
+        return Ok(());
+    };
+    let has_interp = file.section_by_name(".interp").is_some();
+    if !has_interp {
+        bail!(TraceError::StaticCommand(path.display().to_string()));
+    }
+    Ok(())
+}
