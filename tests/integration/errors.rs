@@ -82,10 +82,17 @@ fn without_capabilities_it_says_how_to_get_them() {
 
 #[test]
 fn bad_command_lines_exit_with_status_2() {
-    // No BPF involved: runs without root too.
-    let (code, err) = run(&[]);
+    // No BPF involved: runs without root too. (No arguments at all is
+    // valid: system-wide tracing.)
+    let (code, err) = run(&["--pid"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--pid"), "{err}");
+    let (code, err) = run(&["--pid", "1", "--binary", "/bin/true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    let (code, err) = run(&["--pid", "1", "--comm", "x"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("system-wide"), "{err}");
     let (code, err) = run(&["--pid", "1", "--ringbuf-mb", "3"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("power of two"), "{err}");

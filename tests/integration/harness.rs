@@ -200,7 +200,7 @@ impl Tracer {
     /// Starts the tracer and waits until its probes are attached.
     pub fn start(args: &[&str]) -> Tracer {
         let mut t = Tracer::spawn(args);
-        t.stderr.wait_for("tracing pid", "tracer attach");
+        t.stderr.wait_for("memtrace-bpf: tracing ", "tracer attach");
         t
     }
 
@@ -211,7 +211,7 @@ impl Tracer {
     /// Starts the tracer with its default sampling rate (no --sample-rate).
     pub fn start_sampling(args: &[&str]) -> Tracer {
         let mut t = Tracer::spawn_with(args, false);
-        t.stderr.wait_for("tracing pid", "tracer attach");
+        t.stderr.wait_for("memtrace-bpf: tracing ", "tracer attach");
         t
     }
 

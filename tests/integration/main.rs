@@ -10,5 +10,6 @@ mod harness;
 mod launch;
 mod lifecycle;
 mod sampling;
+mod scopes;
 mod sites;
 mod unwind;

@@ -61,6 +61,15 @@ pub const EXP_TABLE_SHIFT: u32 = 16;
 pub const CONTROL_STOPPED: u32 = 1;
 pub const CONTROL_SESSION: u32 = 2;
 
+/// `FILTER` values: which processes the probes record. With FILTER_NONE the
+/// attachment itself is per process (perf event / link pid); FILTER_PIDS
+/// records only the tgids in the TRACED map (--binary); FILTER_ALL records
+/// every process except the tgids in TRACED, and only threads named COMM
+/// when COMM is set (system-wide).
+pub const FILTER_NONE: u32 = 0;
+pub const FILTER_PIDS: u32 = 1;
+pub const FILTER_ALL: u32 = 2;
+
 /// `UNWIND_MODE` values (a read-only global set at load time).
 pub const UNWIND_FP: u32 = 0;
 pub const UNWIND_DWARF: u32 = 1;

@@ -14,7 +14,9 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+    },
     macros::{map, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext, ProbeContext, RetProbeContext},
@@ -22,7 +24,7 @@ use aya_ebpf::{
 use tracer_common::{
     counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample, CONTROL_SESSION,
     CONTROL_STOPPED, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_FREE, EXP_TABLE_LEN, EXP_TABLE_SHIFT,
-    MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
+    FILTER_ALL, FILTER_NONE, FILTER_PIDS, MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -70,6 +72,37 @@ static PROGS: ProgramArray = ProgramArray::with_max_entries(16, 0);
 #[inline(always)]
 fn no_return_needed() -> u32 {
     u32::from(control() & CONTROL_SESSION != 0)
+}
+
+/// See tracer_common::FILTER_*; set at load time.
+#[unsafe(no_mangle)]
+static FILTER: u32 = FILTER_NONE;
+/// FILTER_ALL: only threads with this name (NUL-padded), if not empty.
+#[unsafe(no_mangle)]
+static COMM: [u8; 16] = [0; 16];
+/// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL), kept by user space.
+#[map]
+static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
+
+/// Whether calls of process `pid` are recorded.
+#[inline(always)]
+fn traced(pid: u32) -> bool {
+    match tunable(&FILTER) {
+        FILTER_PIDS => {
+            // SAFETY: the value is not read.
+            unsafe { TRACED.get(pid) }.is_some()
+        }
+        FILTER_ALL => {
+            // SAFETY: as above.
+            if unsafe { TRACED.get(pid) }.is_some() {
+                return false;
+            }
+            // SAFETY: a plain read of a global, volatile as in `tunable`.
+            let want = unsafe { core::ptr::read_volatile(&COMM) };
+            want[0] == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == want)
+        }
+        _ => true,
+    }
 }
 
 /// Mean bytes between recorded allocations (`--sample-rate`); 1 records
@@ -190,7 +223,7 @@ fn stack_pointer(regs: *mut aya_ebpf::bindings::pt_regs) -> u64 {
 
 #[inline(always)]
 fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u32 {
-    if stopped() {
+    if stopped() || !traced((bpf_get_current_pid_tgid() >> 32) as u32) {
         return no_return_needed();
     }
     let record = should_record(size);
@@ -487,6 +520,9 @@ fn on_free(ctx: &ProbeContext) -> u32 {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
+    if !traced(pid) {
+        return 0;
+    }
     // When sampling, nearly every free is of a block that was not recorded:
     // one hash lookup decides that, and nothing else is done.
     // SAFETY: the value is not read.

@@ -61,12 +61,26 @@ pub enum Sessions {
 #[derive(Debug, Parser)]
 #[command(name = "memtrace-bpf", version, about)]
 pub struct Cli {
-    /// Process to trace (all of its threads).
-    #[arg(short, long, value_name = "PID", required_unless_present = "command")]
+    /// Process to trace (all of its threads). Without --pid, --binary or a
+    /// command, every process on the machine is traced.
+    #[arg(short, long, value_name = "PID")]
     pub pid: Option<u32>,
 
+    /// Trace every process running this program, those running now and
+    /// those started during the trace.
+    #[arg(long, value_name = "PATH", conflicts_with = "pid")]
+    pub binary: Option<std::path::PathBuf>,
+
+    /// System-wide: only threads with this name (as in /proc/PID/comm).
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+
+    /// System-wide: never trace this process (repeatable).
+    #[arg(long = "exclude-pid", value_name = "PID")]
+    pub exclude_pid: Vec<u32>,
+
     /// Command to start and trace from its first instruction, after `--`.
-    #[arg(last = true, value_name = "CMD", conflicts_with = "pid")]
+    #[arg(last = true, value_name = "CMD", conflicts_with_all = ["pid", "binary"])]
     pub command: Vec<String>,
 
     /// Stop after this many seconds (default: until Ctrl-C or the target exits).
@@ -139,6 +153,17 @@ pub struct Cli {
 impl Cli {
     /// Checks that clap cannot express; each message says what to do.
     pub fn validate(&self) -> Result<(), String> {
+        let system_wide = self.pid.is_none() && self.binary.is_none() && self.command.is_empty();
+        if !system_wide && (self.comm.is_some() || !self.exclude_pid.is_empty()) {
+            return Err("--comm and --exclude-pid filter system-wide tracing: drop --pid, --binary and the command".into());
+        }
+        if self
+            .comm
+            .as_ref()
+            .is_some_and(|c| c.is_empty() || c.len() > 15)
+        {
+            return Err("--comm takes a thread name of 1 to 15 bytes, as in /proc/PID/comm".into());
+        }
         if let Some(d) = self.duration {
             if !(d.is_finite() && d > 0.0) {
                 return Err(format!(

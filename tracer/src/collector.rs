@@ -62,6 +62,9 @@ pub struct State {
     pub unwinders: Unwinders,
     /// Mean sampling interval in bytes; 1 = every allocation.
     sample_rate: u64,
+    /// Every process an allocation came from, with its command line as
+    /// read when its first event arrived.
+    pub processes: std::collections::BTreeMap<u32, String>,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
@@ -90,6 +93,7 @@ impl Collector {
                 modules,
                 unwinders: Unwinders::default(),
                 sample_rate,
+                processes: std::collections::BTreeMap::new(),
                 malformed_events: 0,
                 sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                     .and_then(|path| std::fs::File::create(path).ok())
@@ -151,6 +155,9 @@ impl State {
     }
 
     fn record(&mut self, ev: &Event, stack: StackHandle) {
+        self.processes
+            .entry(ev.pid)
+            .or_insert_with(|| crate::target::read_cmdline(ev.pid));
         let weight = crate::sampling::weight(ev.size, self.sample_rate);
         self.heap.alloc(ev.pid, ev.addr, ev.size, weight, stack);
     }

@@ -131,7 +131,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Only dynamically linked programs load the libc whose allocator is hooked.
-fn check_dynamic(path: &Path) -> anyhow::Result<()> {
+pub fn check_dynamic(path: &Path) -> anyhow::Result<()> {
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let Ok(file) = object::File::parse(&*data) else {
         // A script: its interpreter is dynamically linked or it fails later.

@@ -99,6 +99,9 @@ pub struct Limits {
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
     pub sample_rate: u64,
+    /// tracer_common::FILTER_* and, for FILTER_ALL, the thread name.
+    pub filter: u32,
+    pub comm: [u8; 16],
 }
 
 /// The loaded object with its probes and control maps.
@@ -119,6 +122,8 @@ pub struct Loaded {
     session_links: Vec<OwnedFd>,
     /// Why uprobe sessions are not used, when they were wanted.
     pub session_error: Option<String>,
+    /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL).
+    traced: aya::maps::HashMap<MapData, u32, u8>,
 }
 
 /// The maps the collector reads events and stacks from.
@@ -131,6 +136,13 @@ impl Loaded {
     /// Ends the trace at this instant: entry and free probes turn into
     /// no-ops (calls already inside the allocator still complete), so the
     /// heap is not changed by what happens while the probes are detached.
+    /// Adds `pid` to the TRACED map (see tracer_common::FILTER_*).
+    pub fn add_filtered_pid(&mut self, pid: u32) -> anyhow::Result<()> {
+        self.traced
+            .insert(pid, 1, 0)
+            .with_context(|| format!("adding pid {pid} to the process filter"))
+    }
+
     pub fn stop(&mut self) -> anyhow::Result<()> {
         self.set_control(CONTROL_STOPPED)
             .context("telling the BPF programs to stop")
@@ -167,6 +179,8 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .override_global("UNWIND_MODE", &mode, true)
         .override_global("STACK_BYTES", &limits.stack_bytes, true)
         .override_global("SAMPLE_RATE", &limits.sample_rate, true)
+        .override_global("FILTER", &limits.filter, true)
+        .override_global("COMM", &limits.comm, true)
         .override_global("EXP_TABLE", table.as_slice(), true)
         .load(BPF_OBJECT)
         .context("loading the BPF object into the kernel")?;
@@ -175,6 +189,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?)?;
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
+    let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
     let progs_fd = map_fds
         .get("PROGS")
         .context("BPF object has no map PROGS")?
@@ -196,6 +211,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             session_progs: Vec::new(),
             session_links: Vec::new(),
             session_error: None,
+            traced,
         },
         EventMaps { events, stacks },
     ))
@@ -246,12 +262,12 @@ pub fn attach(
     specs: &[HookSpec],
     host_path: &Path,
     display_path: &str,
-    pid: u32,
+    pid: Option<u32>,
     opts: &AttachOptions,
 ) -> anyhow::Result<Vec<Hook>> {
     let names: Vec<&str> = specs.iter().map(|s| s.symbol).collect();
     let offsets = crate::target::function_offsets(host_path, &names)?;
-    let pid = NonZeroU32::new(pid).context("pid 0 cannot be traced")?;
+    let pid = pid.and_then(NonZeroU32::new);
     let mut hooked_at: HashMap<u64, &str> = HashMap::new();
     let mut hooks = Vec::new();
     let mut to_attach = Vec::new();
@@ -330,7 +346,7 @@ fn attach_sessions(
     loaded: &mut Loaded,
     to_attach: &[(&HookSpec, u64)],
     path: &Path,
-    pid: NonZeroU32,
+    pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
     if loaded.session_progs.is_empty() {
         // The kernel lets a session program tail-call only programs of the
@@ -363,7 +379,13 @@ fn attach_sessions(
         attach_one(loaded, entry_program(spec.role), offset, path, pid)?;
     }
     let prog = loaded.session_progs.last().context("session program")?;
-    let link = uprobe_session::attach(prog, path, &offsets, &cookies, pid.get())?;
+    let link = uprobe_session::attach(
+        prog,
+        path,
+        &offsets,
+        &cookies,
+        pid.map_or(0, NonZeroU32::get),
+    )?;
     loaded.session_links.push(link);
     loaded.set_control(CONTROL_SESSION)
 }
@@ -405,10 +427,14 @@ fn attach_one(
     program: &str,
     offset: u64,
     path: &Path,
-    pid: NonZeroU32,
+    pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
+    let scope = match pid {
+        Some(pid) => UProbeScope::OneProcess(pid),
+        None => UProbeScope::AllProcesses,
+    };
     uprobe(&mut loaded.ebpf, program)?
-        .attach(offset, path, UProbeScope::OneProcess(pid))
+        .attach(offset, path, scope)
         .with_context(|| format!("attaching {program} at {}+{offset:#x}", path.display()))?;
     Ok(())
 }

@@ -12,6 +12,7 @@ mod preflight;
 mod profile;
 mod report;
 mod sampling;
+mod scope;
 mod session;
 mod symbolize;
 mod target;

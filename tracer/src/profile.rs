@@ -13,10 +13,8 @@ use crate::{
 /// What the session knows about the trace besides the collected data.
 pub struct Meta {
     pub target: String,
-    pub pid: u32,
-    pub command: String,
-    pub exited: bool,
-    pub exit_status: Option<String>,
+    /// Every process traced, by pid.
+    pub processes: Vec<ProcessInfo>,
     pub duration: Duration,
     pub end_reason: String,
     pub hooks: Vec<Hook>,
@@ -66,12 +64,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
         end_reason: meta.end_reason,
         sample_rate: meta.sample_rate,
         unwind: meta.unwind.name().into(),
-        processes: vec![ProcessInfo {
-            pid: meta.pid,
-            command: meta.command,
-            exited: meta.exited,
-            exit_status: meta.exit_status.clone(),
-        }],
+        processes: meta.processes,
         hooks: meta.hooks,
         totals,
         stacks,
@@ -102,11 +95,11 @@ fn notes(
     stacks: &[StackReport],
 ) -> Vec<String> {
     let mut notes = Vec::new();
-    if meta.exited {
+    for p in meta.processes.iter().filter(|p| p.exited) {
         notes.push(format!(
             "process {} {} during the trace: in-use numbers are what it had not freed when it exited",
-            meta.pid,
-            meta.exit_status.as_deref().unwrap_or("exited")
+            p.pid,
+            p.exit_status.as_deref().unwrap_or("exited")
         ));
     }
     if let Some(why) = &meta.session_error {

@@ -4,7 +4,7 @@
 use std::{
     fs::File,
     io::{BufWriter, Write},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::AsRawFd,
     time::{Duration, Instant},
 };
 
@@ -17,43 +17,35 @@ use tokio::{
 use crate::{
     cli::{Cli, Format},
     collector::{read_losses, Collector},
-    error::TraceError,
-    launch::Launched,
     loader::{self, Limits, GLIBC_HOOKS},
     profile::{self, Meta},
     report,
+    scope::{Scope, Start},
     symbolize::Modules,
-    target::Process,
 };
 
 /// How often the ring buffer is drained (BPF submits without wakeups).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// How often --binary looks for new processes running the program.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How long calls already inside the allocator get to return after the stop.
 const STOP_GRACE: Duration = Duration::from_millis(20);
 
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
     crate::preflight::check()?;
-    // A command is started held (see launch.rs) and hooked in the libc this
-    // tracer uses: it runs on the same system. A pid is inspected as it is.
-    let mut launched = None;
-    let (pid, command, libc, mappings) = match cli.pid {
-        Some(pid) => {
-            let process = Process::inspect(pid)?;
-            let libc = process.libc_path()?;
-            (pid, process.command, libc, process.mappings)
-        }
-        None => {
-            let started = Launched::spawn(&cli.command)?;
-            let me = Process::inspect(std::process::id())?;
-            let libc = me.libc_path()?;
-            let pid = started.pid;
-            launched = Some(started);
-            (pid, cli.command.join(" "), libc, Vec::new())
-        }
-    };
-    // Opened before attaching, so a reused pid cannot fool the exit check.
-    let pidfd = PidFd::open(pid)?;
-
+    let Start {
+        mut scope,
+        libc,
+        libc_host_path,
+        maps: initial_maps,
+    } = Scope::start(cli)?;
+    let mut comm = [0u8; 16];
+    for (d, s) in comm
+        .iter_mut()
+        .zip(cli.comm.as_deref().unwrap_or("").bytes())
+    {
+        *d = s;
+    }
     let limits = Limits {
         max_live: cli.max_live,
         stack_storage_size: cli.stack_storage_size,
@@ -61,18 +53,20 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         unwind: cli.unwind,
         stack_bytes: cli.stack_bytes,
         sample_rate: cli.sample_rate,
+        filter: scope.filter(),
+        comm,
     };
     let (mut loaded, maps) = loader::load(&limits)?;
     let mut modules = Modules::default();
-    if !mappings.is_empty() {
+    for (pid, mappings) in initial_maps {
         modules.set_maps(pid, mappings);
     }
     let hooks = loader::attach(
         &mut loaded,
         GLIBC_HOOKS,
-        &crate::target::host_path(pid, &libc),
+        &libc_host_path,
         &libc,
-        pid,
+        scope.attach_pid(),
         &loader::AttachOptions {
             placement: cli.probe_placement,
             noop: cli.noop_probes,
@@ -82,9 +76,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     if let (Some(why), true) = (&loaded.session_error, cli.verbose) {
         eprintln!("memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {why}");
     }
-    if pidfd.has_exited() {
-        return Err(TraceError::ExitedBeforeAttach(pid).into());
-    }
+    scope.begin(cli, &mut loaded, &mut modules)?;
     let started = Instant::now();
     let attached: Vec<&str> = hooks
         .iter()
@@ -99,11 +91,15 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
             );
         }
     }
-    if let Some(started) = &mut launched {
-        started.release()?;
+    if matches!(scope, Scope::SystemWide) {
+        eprintln!(
+            "memtrace-bpf: warning: tracing every process that uses {libc}: each of them pays \
+             the probe cost on every allocation while the trace runs"
+        );
     }
     eprintln!(
-        "memtrace-bpf: tracing pid {pid} ({command}): {} hooked in {libc}; {}",
+        "memtrace-bpf: tracing {}: {} hooked in {libc}; {}",
+        scope.label(),
         attached.join(", "),
         match cli.duration {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
@@ -116,7 +112,12 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let end_reason = runtime.block_on(collect(&mut collector, &pidfd, cli.duration))?;
+    let end_reason = runtime.block_on(collect(
+        &mut collector,
+        &mut scope,
+        &mut loaded,
+        cli.duration,
+    ))?;
     let duration = started.elapsed();
     // Freeze the heap as it is now; calls already inside the allocator get
     // a moment to return, then everything they emitted is drained.
@@ -129,14 +130,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     }
 
     let meta = Meta {
-        target: match &launched {
-            Some(started) => format!("command {}", started.path.display()),
-            None => format!("pid {pid}"),
-        },
-        pid,
-        command,
-        exited: pidfd.has_exited(),
-        exit_status: launched.as_ref().and_then(Launched::exit_status),
+        target: scope.target(),
+        processes: scope.processes(&collector.state.processes),
         duration,
         end_reason,
         hooks,
@@ -149,8 +144,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     write_report(cli, &profile)?;
     if profile.totals.alloc_objects == 0 {
         eprintln!(
-            "memtrace-bpf: warning: pid {pid} made no allocation through {libc} during the trace: \
-             it was idle, or it allocates with another allocator (only glibc's is hooked)"
+            "memtrace-bpf: warning: no allocation through {libc} was seen during the trace: \
+             the target was idle, or it allocates with another allocator (only glibc's is hooked)"
         );
     }
     // After the report: detaching takes seconds and changes nothing in it.
@@ -174,15 +169,24 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
 /// SIGTERM arrives. Returns why it stopped.
 async fn collect(
     collector: &mut Collector,
-    pidfd: &PidFd,
+    scope: &mut Scope,
+    loaded: &mut loader::Loaded,
     duration: Option<f64>,
 ) -> anyhow::Result<String> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    // SAFETY: the pidfd is borrowed for this whole function, so the raw fd
-    // stays open for as long as the AsyncFd exists.
-    let exit = unsafe { AsyncFd::register(pidfd.fd.as_raw_fd()) }
-        .map_err(|e| anyhow::anyhow!("watching the target for exit: {e}"))?;
+    let exit_fd = scope.exit_fd().map(|pidfd| pidfd.fd.as_raw_fd());
+    let exit = match exit_fd {
+        // SAFETY: the scope owns the pidfd and is borrowed for this whole
+        // function, so the raw fd stays open while the AsyncFd exists.
+        Some(fd) => Some(
+            unsafe { AsyncFd::register(fd) }
+                .map_err(|e| anyhow::anyhow!("watching the target for exit: {e}"))?,
+        ),
+        None => None,
+    };
+    let mut poll = tokio::time::interval(POLL_INTERVAL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // SAFETY: the collector, which owns the ring buffer, is borrowed for
     // this whole function, so the fd stays open while the AsyncFd exists.
     let events =
@@ -195,7 +199,8 @@ async fn collect(
         tokio::select! {
             _ = sigint.recv() => return Ok("interrupted (SIGINT)".into()),
             _ = sigterm.recv() => return Ok("terminated (SIGTERM)".into()),
-            _ = exit.readable() => return Ok("target exited".into()),
+            _ = exited(exit.as_ref()) => return Ok("target exited".into()),
+            _ = poll.tick() => scope.poll(loaded, &mut collector.state.modules)?,
             _ = sleep_until(deadline) => return Ok("duration elapsed".into()),
             _ = tick.tick() => { collector.drain(); }
             guard = events.readable() => {
@@ -205,6 +210,15 @@ async fn collect(
                 }
             }
         }
+    }
+}
+
+async fn exited(exit: Option<&AsyncFd<std::os::fd::RawFd>>) {
+    match exit {
+        Some(fd) => {
+            let _ = fd.readable().await;
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -273,35 +287,5 @@ fn print_stats(collector: &Collector) {
             secs(u.ru_stime),
             u.ru_maxrss
         );
-    }
-}
-
-/// A pidfd: readable once the process has exited.
-struct PidFd {
-    fd: OwnedFd,
-}
-
-impl PidFd {
-    fn open(pid: u32) -> Result<PidFd, TraceError> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
-        if fd < 0 {
-            return Err(TraceError::NoSuchProcess(pid));
-        }
-        // SAFETY: fd is a fresh descriptor that we own from here on.
-        Ok(PidFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) },
-        })
-    }
-
-    fn has_exited(&self) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        n > 0 && pfd.revents & libc::POLLIN != 0
     }
 }
