@@ -3,7 +3,7 @@
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Target, Tracer},
-    sites::{assert_sites_exact, read_json, FP_FLAGS},
+    sites::{assert_sites_exact, read_json, trace_sites_to_json, FP_FLAGS},
 };
 
 #[test]
@@ -13,20 +13,7 @@ fn sigterm_during_the_trace_still_writes_the_whole_report() {
     }
     let bin = compile_c("sites", "fp-sigterm", FP_FLAGS);
     let mut target = Target::start(&bin, &[]);
-    let path = scratch("sigterm.json");
-    let tracer = Tracer::start(&[
-        "--pid",
-        &target.pid().to_string(),
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
-    target.run_sites();
-    tracer.signal(libc::SIGTERM);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
+    let report = trace_sites_to_json(&mut target, "sigterm", true, libc::SIGTERM);
     assert_eq!(report["end_reason"], "terminated (SIGTERM)");
     assert_sites_exact(&report);
 }

@@ -2,8 +2,8 @@
 //! site that keeps nothing is estimated near zero.
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
-    sites::{per_site, read_json, O2_FLAGS},
+    harness::{compile_c, root_or_skip, Target},
+    sites::{per_site, trace_sites_to_json, O2_FLAGS},
 };
 
 const KEPT: f64 = (128u64 << 20) as f64;
@@ -19,20 +19,8 @@ fn default_sampling_estimates_kept_sites_within_ten_percent() {
     let bin = compile_c("accuracy", "O2", O2_FLAGS);
     for run in 0..2 {
         let mut target = Target::start(&bin, &[]);
-        let path = scratch(&format!("accuracy-{run}.json"));
-        let tracer = Tracer::start_sampling(&[
-            "--pid",
-            &target.pid().to_string(),
-            "--format",
-            "json",
-            "-o",
-            path.to_str().expect("utf-8 path"),
-        ]);
-        target.run_sites();
-        tracer.signal(libc::SIGINT);
-        let out = tracer.finish();
-        assert!(out.status.success(), "tracer failed: {}", out.stderr);
-        let report = read_json(&path);
+        let report =
+            trace_sites_to_json(&mut target, &format!("accuracy-{run}"), false, libc::SIGINT);
         let rate = report["sample_rate"].as_u64().expect("sample_rate");
         assert!(rate > 1, "the default samples: {rate}");
         let sites = per_site(&report);

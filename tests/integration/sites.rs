@@ -74,6 +74,37 @@ pub fn assert_sites_exact(report: &Value) {
     }
 }
 
+/// Attaches a JSON-writing tracer to `target`, runs its sites, stops the
+/// tracer with `signal` and returns the report. `exact`: --sample-rate 1,
+/// otherwise the tracer's default sampling.
+pub fn trace_sites_to_json(
+    target: &mut Target,
+    tag: &str,
+    exact: bool,
+    signal: libc::c_int,
+) -> Value {
+    let path = scratch(&format!("{tag}.json"));
+    let pid = target.pid().to_string();
+    let args = [
+        "--pid",
+        &pid,
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ];
+    let tracer = if exact {
+        Tracer::start(&args)
+    } else {
+        Tracer::start_sampling(&args)
+    };
+    target.run_sites();
+    tracer.signal(signal);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    read_json(&path)
+}
+
 pub fn read_json(path: &std::path::Path) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("read report {}: {e}", path.display()));
