@@ -142,8 +142,14 @@ pub struct Target {
 impl Target {
     /// Starts `bin` and waits until it prints "ready".
     pub fn start(bin: &Path, args: &[&str]) -> Target {
+        Target::start_with_env(bin, args, &[])
+    }
+
+    /// Starts `bin` with extra environment variables (e.g. LD_PRELOAD).
+    pub fn start_with_env(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Target {
         let mut child = Command::new(bin)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

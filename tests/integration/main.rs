@@ -5,6 +5,7 @@
 //! except where MEMTRACE_REQUIRE_ROOT_TESTS or CI is set (xtask test, CI),
 //! where they fail instead.
 
+mod allocators;
 mod errors;
 mod harness;
 mod launch;

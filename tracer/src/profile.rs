@@ -23,6 +23,8 @@ pub struct Meta {
     pub sample_rate: u64,
     /// Why not, when they were wanted.
     pub session_error: Option<String>,
+    /// The allocator hooked and where, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
+    pub allocator: String,
 }
 
 pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
@@ -94,7 +96,7 @@ fn notes(
     losses: &Losses,
     stacks: &[StackReport],
 ) -> Vec<String> {
-    let mut notes = Vec::new();
+    let mut notes = vec![format!("allocator hooked: {}", meta.allocator)];
     for p in meta.processes.iter().filter(|p| p.exited) {
         notes.push(format!(
             "process {} {} during the trace: in-use numbers are what it had not freed when it exited",

@@ -46,13 +46,16 @@ pub struct Start {
     pub libc: String,
     pub libc_host_path: PathBuf,
     pub maps: Vec<(u32, Vec<crate::target::Mapping>)>,
+    /// Which allocator `libc` is: "glibc", "jemalloc", ...
+    pub allocator: String,
 }
 
 impl Scope {
     pub fn start(cli: &Cli) -> anyhow::Result<Start> {
         if let Some(pid) = cli.pid {
             let process = Process::inspect(pid)?;
-            let libc = process.libc_path()?;
+            let allocator = process.allocator()?;
+            let (libc, kind) = (allocator.path, allocator.kind);
             // Opened before attaching, so a reused pid cannot fool the exit
             // check.
             let pidfd = PidFd::open(pid)?;
@@ -60,6 +63,7 @@ impl Scope {
                 libc_host_path: crate::target::host_path(pid, &libc),
                 libc,
                 maps: vec![(pid, process.mappings)],
+                allocator: kind,
                 scope: Scope::Pid {
                     pid,
                     pidfd,
@@ -75,6 +79,7 @@ impl Scope {
             libc_host_path: crate::target::host_path(me.pid, &own_libc),
             libc: own_libc.clone(),
             maps: Vec::new(),
+            allocator: "glibc".to_string(),
             scope,
         };
         if !cli.command.is_empty() {

@@ -38,6 +38,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         libc,
         libc_host_path,
         maps: initial_maps,
+        allocator,
     } = Scope::start(cli)?;
     let mut comm = [0u8; 16];
     for (d, s) in comm
@@ -139,13 +140,14 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         stack_bytes: cli.stack_bytes,
         sample_rate: cli.sample_rate,
         session_error: loaded.session_error.clone(),
+        allocator: format!("{allocator} ({libc})"),
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, &profile)?;
     if profile.totals.alloc_objects == 0 {
         eprintln!(
             "memtrace-bpf: warning: no allocation through {libc} was seen during the trace: \
-             the target was idle, or it allocates with another allocator (only glibc's is hooked)"
+             the target was idle, or it allocates with an allocator that is not hooked"
         );
     }
     // After the report: detaching takes seconds and changes nothing in it.

@@ -100,6 +100,75 @@ impl Process {
     }
 }
 
+/// The object whose allocator a process's calls reach, and what it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocator {
+    /// Path as the process sees it.
+    pub path: String,
+    /// "glibc", "jemalloc", "tcmalloc", "mimalloc", or "the executable's own".
+    pub kind: String,
+}
+
+impl Process {
+    /// Which mapped object's malloc and free the process's calls reach.
+    /// Symbol lookup goes through the executable, then preloaded and needed
+    /// libraries, then libc; so an executable that defines malloc wins,
+    /// then another library that defines both (jemalloc, tcmalloc,
+    /// mimalloc, preloaded or linked), then glibc. Only that one is hooked,
+    /// so nothing is counted twice.
+    pub fn allocator(&self) -> Result<Allocator, TraceError> {
+        let libc = self.libc_path()?;
+        let mut objects: Vec<&str> = Vec::new();
+        for m in self.mappings.iter().filter(|m| m.executable) {
+            if !objects.contains(&m.path.as_str()) {
+                objects.push(&m.path);
+            }
+        }
+        // The executable first; ld.so and libc are not candidates here.
+        objects.sort_by_key(|p| *p != self.exe);
+        let chosen = objects
+            .into_iter()
+            .filter(|p| *p != libc && !is_dynamic_loader(p))
+            .find(|p| defines_malloc_and_free(&host_path(self.pid, p)));
+        Ok(match chosen {
+            Some(path) => Allocator {
+                kind: allocator_kind(path, &self.exe),
+                path: path.to_string(),
+            },
+            None => Allocator {
+                path: libc,
+                kind: "glibc".into(),
+            },
+        })
+    }
+}
+
+fn is_dynamic_loader(path: &str) -> bool {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("ld-linux") || n.starts_with("ld-"))
+}
+
+fn defines_malloc_and_free(path: &Path) -> bool {
+    function_offsets(path, &["malloc", "free"]).is_ok_and(|found| found.len() == 2)
+}
+
+fn allocator_kind(path: &str, exe: &str) -> String {
+    if path == exe {
+        return "the executable's own".into();
+    }
+    let name = Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(path);
+    ["jemalloc", "tcmalloc", "mimalloc"]
+        .into_iter()
+        .find(|k| name.contains(k))
+        .unwrap_or("a library's own")
+        .to_string()
+}
+
 pub fn host_path(pid: u32, path: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/root{path}"))
 }

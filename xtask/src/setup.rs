@@ -23,6 +23,7 @@ pub fn run() -> Result<()> {
     bpf_linker(&mut apt)?;
     c_compiler(&mut apt)?;
     setpriv(&mut apt)?;
+    jemalloc(&mut apt)?;
     lint_tools()?;
     Ok(())
 }
@@ -111,6 +112,17 @@ fn setpriv(apt: &mut Apt) -> Result<()> {
     }
     println!("installing: util-linux (for `setpriv`)");
     apt.ensure(&["util-linux"])
+}
+
+/// The tests trace a program with Debian's jemalloc preloaded.
+fn jemalloc(apt: &mut Apt) -> Result<()> {
+    let lib = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    if std::path::Path::new(lib).exists() {
+        println!("ok: {lib}");
+        return Ok(());
+    }
+    println!("installing: libjemalloc2 (for the allocator tests)");
+    apt.ensure(&["libjemalloc2"])
 }
 
 /// `cargo xtask test` runs clippy and rustfmt on the default toolchain.

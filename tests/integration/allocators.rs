@@ -1,0 +1,82 @@
+//! Allocators other than glibc's: the one the process's calls reach is
+//! found and hooked, and only that one.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::{
+    harness::{compile_c, root_or_skip, Target},
+    sites::{trace_sites_to_json, EXPECTED_PER_THREAD, O2_FLAGS},
+};
+
+const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+/// Per-site sums keyed by the first `site_*` frame: with an interposed
+/// allocator, glibc's reallocarray calls jemalloc's realloc, so the frame
+/// nearest the allocator is glibc's, and the site is the one after it.
+fn per_calling_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
+    let mut sums = BTreeMap::new();
+    for stack in report["stacks"].as_array().expect("stacks") {
+        let Some(site) = stack["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .find(|f| f.starts_with("site_"))
+        else {
+            continue;
+        };
+        let e: &mut [u64; 4] = sums.entry(site.to_string()).or_default();
+        for (i, key) in [
+            "inuse_bytes",
+            "inuse_objects",
+            "alloc_bytes",
+            "alloc_objects",
+        ]
+        .iter()
+        .enumerate()
+        {
+            e[i] += stack[key].as_u64().expect("count");
+        }
+    }
+    sums
+}
+
+#[test]
+fn a_preloaded_jemalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
+    if !root_or_skip("a_preloaded_jemalloc_is_hooked_instead_of_glibc_with_exact_numbers") {
+        return;
+    }
+    assert!(
+        std::path::Path::new(JEMALLOC).exists(),
+        "{JEMALLOC} is missing: run `cargo xtask setup` (Debian package libjemalloc2)"
+    );
+    let bin = compile_c("sites", "jemalloc", O2_FLAGS);
+    let mut target = Target::start_with_env(&bin, &[], &[("LD_PRELOAD", JEMALLOC)]);
+    let report = trace_sites_to_json(&mut target, "jemalloc", true, libc::SIGINT);
+    let hooks = report["hooks"].as_array().expect("hooks");
+    let malloc = hooks
+        .iter()
+        .find(|h| h["function"] == "malloc")
+        .expect("malloc hook");
+    assert_eq!(malloc["module"], JEMALLOC, "{malloc}");
+    assert!(
+        report["notes"]
+            .to_string()
+            .contains("allocator hooked: jemalloc"),
+        "{}",
+        report["notes"]
+    );
+    // jemalloc has neither reallocarray nor pvalloc: skipped, not an error.
+    let reallocarray = hooks
+        .iter()
+        .find(|h| h["function"] == "reallocarray")
+        .expect("hook");
+    assert_eq!(reallocarray["status"], "not defined in this object");
+    let got = per_calling_site(&report);
+    for (site, per_thread) in EXPECTED_PER_THREAD {
+        let want = per_thread.map(|v| v * 2);
+        assert_eq!(got.get(*site), Some(&want), "{site}: {got:#?}");
+    }
+}
