@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::{
     harness::{compile_c, root_or_skip, Target},
-    sites::{trace_sites_to_json, EXPECTED_PER_THREAD, O2_FLAGS},
+    sites::{per_site_by, trace_sites_to_json, EXPECTED_PER_THREAD, O2_FLAGS},
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -16,31 +16,14 @@ const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 /// allocator, glibc's reallocarray calls jemalloc's realloc, so the frame
 /// nearest the allocator is glibc's, and the site is the one after it.
 fn per_calling_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
-    let mut sums = BTreeMap::new();
-    for stack in report["stacks"].as_array().expect("stacks") {
-        let Some(site) = stack["frames"]
-            .as_array()
-            .expect("frames")
+    per_site_by(report, |stack| {
+        stack["frames"]
+            .as_array()?
             .iter()
             .filter_map(|f| f["function"].as_str())
             .find(|f| f.starts_with("site_"))
-        else {
-            continue;
-        };
-        let e: &mut [u64; 4] = sums.entry(site.to_string()).or_default();
-        for (i, key) in [
-            "inuse_bytes",
-            "inuse_objects",
-            "alloc_bytes",
-            "alloc_objects",
-        ]
-        .iter()
-        .enumerate()
-        {
-            e[i] += stack[key].as_u64().expect("count");
-        }
-    }
-    sums
+            .map(str::to_string)
+    })
 }
 
 #[test]

@@ -30,14 +30,23 @@ const THREADS: u64 = 2;
 
 /// Sums the JSON report's stacks by their leaf function.
 pub fn per_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
+    per_site_by(report, |stack| {
+        stack["frames"][0]["function"].as_str().map(str::to_string)
+    })
+}
+
+/// Sums the stacks' [inuse bytes, inuse objects, alloc bytes, alloc
+/// objects] by the name `key` gives each stack (stacks without one are
+/// left out).
+pub fn per_site_by(
+    report: &Value,
+    key: impl Fn(&Value) -> Option<String>,
+) -> BTreeMap<String, [u64; 4]> {
     let mut sums = BTreeMap::new();
     for stack in report["stacks"].as_array().expect("stacks array") {
-        let leaf = stack["frames"][0]["function"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        let e: &mut [u64; 4] = sums.entry(leaf).or_default();
-        for (i, key) in [
+        let Some(name) = key(stack) else { continue };
+        let e: &mut [u64; 4] = sums.entry(name).or_default();
+        for (i, field) in [
             "inuse_bytes",
             "inuse_objects",
             "alloc_bytes",
@@ -46,7 +55,7 @@ pub fn per_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
         .iter()
         .enumerate()
         {
-            e[i] += stack[key].as_u64().expect("count is a number");
+            e[i] += stack[field].as_u64().expect("count is a number");
         }
     }
     sums

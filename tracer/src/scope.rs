@@ -168,12 +168,11 @@ impl Scope {
         loaded: &mut Loaded,
         modules: &mut Modules,
     ) -> anyhow::Result<()> {
-        if let Some(pidfd) = self.exit_fd() {
-            if pidfd.has_exited() && !matches!(self, Scope::Command { .. }) {
-                return Err(TraceError::ExitedBeforeAttach(self.attach_pid().unwrap_or(0)).into());
-            }
-        }
         match self {
+            // A held command cannot have exited; a pid may have, meanwhile.
+            Scope::Pid { pid, pidfd, .. } if pidfd.has_exited() => {
+                Err(TraceError::ExitedBeforeAttach(*pid).into())
+            }
             Scope::Command { launched, .. } => launched.release(),
             Scope::SystemWide => {
                 loaded.add_filtered_pid(std::process::id())?;
