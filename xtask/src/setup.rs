@@ -23,7 +23,7 @@ pub fn run() -> Result<()> {
     bpf_linker(&mut apt)?;
     c_compiler(&mut apt)?;
     setpriv(&mut apt)?;
-    jemalloc(&mut apt)?;
+    allocators(&mut apt)?;
     lint_tools()?;
     Ok(())
 }
@@ -114,15 +114,23 @@ fn setpriv(apt: &mut Apt) -> Result<()> {
     apt.ensure(&["util-linux"])
 }
 
-/// The tests trace a program with Debian's jemalloc preloaded.
-fn jemalloc(apt: &mut Apt) -> Result<()> {
-    let lib = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
-    if std::path::Path::new(lib).exists() {
-        println!("ok: {lib}");
-        return Ok(());
+/// The tests trace a program with Debian's jemalloc and tcmalloc preloaded.
+fn allocators(apt: &mut Apt) -> Result<()> {
+    for (lib, package) in [
+        ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2"),
+        (
+            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+            "libtcmalloc-minimal4",
+        ),
+    ] {
+        if std::path::Path::new(lib).exists() {
+            println!("ok: {lib}");
+            continue;
+        }
+        println!("installing: {package} (for the allocator tests)");
+        apt.ensure(&[package])?;
     }
-    println!("installing: libjemalloc2 (for the allocator tests)");
-    apt.ensure(&["libjemalloc2"])
+    Ok(())
 }
 
 /// `cargo xtask test` runs clippy and rustfmt on the default toolchain.
