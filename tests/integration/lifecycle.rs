@@ -97,13 +97,19 @@ fn a_target_busy_during_attach_and_detach_is_counted_right() {
             request[3] > 100 && grow[3] > 100,
             "round {round}: too few calls seen: {sites:?}"
         );
-        assert_eq!(
-            request[..2],
-            [0, 0],
-            "round {round}: request keeps nothing: {sites:?}"
+        // The report is the heap at the stop instant, which may fall
+        // between one request's malloc(256)/calloc(8, 64) and their frees:
+        // at most those two blocks. Stale pairings (the bug this test
+        // guards against) left many blocks live, or bytes on wrong stacks.
+        let in_flight = [[0, 0], [256, 1], [512, 1], [768, 2]];
+        assert!(
+            in_flight.contains(&[request[0], request[1]]),
+            "round {round}: request keeps nothing beyond one call in flight: {sites:?}"
         );
-        assert_eq!(
-            grow[1], 1,
+        // One buffer, or none in the instant between free(buf) and the
+        // realloc(NULL) that starts over (once every 256 calls).
+        assert!(
+            grow[1] <= 1,
             "round {round}: one grow buffer is live: {sites:?}"
         );
         assert_eq!(
