@@ -133,7 +133,7 @@ fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> std::io::Result<RawFd> {
 pub fn load_dispatcher(progs_fd: RawFd) -> anyhow::Result<OwnedFd> {
     let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
     let id = btf
-        .id_by_type_name_kind("bpf_session_is_return", aya_obj_func_kind())
+        .id_by_type_name_kind("bpf_session_is_return", aya_obj::btf::BtfKind::Func)
         .map_err(|e: BtfError| anyhow::anyhow!("kernel has no bpf_session_is_return: {e}"))?;
     load_program(
         &dispatcher(progs_fd, id),
@@ -175,10 +175,6 @@ fn load_program(insns: &[Insn], name: &str, expected_attach_type: u32) -> anyhow
             )
         }
     }
-}
-
-fn aya_obj_func_kind() -> aya_obj::btf::BtfKind {
-    aya_obj::btf::BtfKind::Func
 }
 
 /// Puts program `prog` at `index` of the program array `map_fd`.
