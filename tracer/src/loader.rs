@@ -91,6 +91,9 @@ fn entry_program(role: Role) -> &'static str {
     }
 }
 
+/// Entries of the TRACED map (tracer-ebpf sets the same size).
+pub const MAX_FILTERED_PIDS: u32 = 8192;
+
 /// Map sizes and tunables chosen on the command line.
 pub struct Limits {
     pub max_live: u32,
@@ -175,6 +178,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("LIVE", limits.max_live)
         .map_max_entries("STACKS", stack_entries)
+        .map_max_entries("TRACED", MAX_FILTERED_PIDS)
         .map_max_entries("EVENTS", limits.ringbuf_bytes)
         .override_global("UNWIND_MODE", &mode, true)
         .override_global("STACK_BYTES", &limits.stack_bytes, true)

@@ -25,6 +25,8 @@ pub struct Meta {
     pub session_error: Option<String>,
     /// The allocator hooked and where, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
     pub allocator: String,
+    /// Remarks about what was traced (see `Scope::notes`).
+    pub scope_notes: Vec<String>,
 }
 
 pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
@@ -97,6 +99,7 @@ fn notes(
     stacks: &[StackReport],
 ) -> Vec<String> {
     let mut notes = vec![format!("allocator hooked: {}", meta.allocator)];
+    notes.extend(meta.scope_notes.iter().cloned());
     for p in meta.processes.iter().filter(|p| p.exited) {
         notes.push(format!(
             "process {} {} during the trace: in-use numbers are what it had not freed when it exited",

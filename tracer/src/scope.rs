@@ -35,6 +35,8 @@ pub enum Scope {
     Binary {
         path: PathBuf,
         known: BTreeMap<u32, String>,
+        /// Processes that could not be added to the filter map (full).
+        untraced: Vec<u32>,
     },
     SystemWide,
 }
@@ -99,6 +101,7 @@ impl Scope {
             let mut start = own(Scope::Binary {
                 path,
                 known: BTreeMap::new(),
+                untraced: Vec::new(),
             });
             if let Some(&pid) = running.first() {
                 if let Ok(process) = Process::inspect(pid) {
@@ -181,26 +184,50 @@ impl Scope {
                 }
                 Ok(())
             }
-            Scope::Binary { .. } => self.poll(loaded, modules),
+            Scope::Binary { .. } => {
+                self.poll(loaded, modules);
+                Ok(())
+            }
             Scope::Pid { .. } => Ok(()),
         }
     }
 
     /// Called every POLL_INTERVAL: picks up new processes running the
     /// binary (their allocations before that are not seen).
-    pub fn poll(&mut self, loaded: &mut Loaded, modules: &mut Modules) -> anyhow::Result<()> {
-        let Scope::Binary { path, known } = self else {
-            return Ok(());
+    pub fn poll(&mut self, loaded: &mut Loaded, modules: &mut Modules) {
+        let Scope::Binary {
+            path,
+            known,
+            untraced,
+        } = self
+        else {
+            return;
         };
         for pid in running(path) {
-            if known.contains_key(&pid) {
+            if known.contains_key(&pid) || untraced.contains(&pid) {
                 continue;
             }
-            loaded.add_filtered_pid(pid)?;
+            // A full filter map must not end the trace: count and go on.
+            if loaded.add_filtered_pid(pid).is_err() {
+                untraced.push(pid);
+                continue;
+            }
             modules.refresh(pid);
             known.insert(pid, read_cmdline(pid));
         }
-        Ok(())
+    }
+
+    /// What the report must say about the scope itself.
+    pub fn notes(&self) -> Vec<String> {
+        match self {
+            Scope::Binary { path, untraced, .. } if !untraced.is_empty() => vec![format!(
+                "{} processes running {} were not traced: the process filter map ({} entries) was full",
+                untraced.len(),
+                path.display(),
+                crate::loader::MAX_FILTERED_PIDS
+            )],
+            _ => Vec::new(),
+        }
     }
 
     /// Every process traced, for the report: those known to the scope and

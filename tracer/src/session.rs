@@ -141,6 +141,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         sample_rate: cli.sample_rate,
         session_error: loaded.session_error.clone(),
         allocator: format!("{allocator} ({libc})"),
+        scope_notes: scope.notes(),
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, &profile)?;
@@ -202,7 +203,7 @@ async fn collect(
             _ = sigint.recv() => return Ok("interrupted (SIGINT)".into()),
             _ = sigterm.recv() => return Ok("terminated (SIGTERM)".into()),
             _ = exited(exit.as_ref()) => return Ok("target exited".into()),
-            _ = poll.tick() => scope.poll(loaded, &mut collector.state.modules)?,
+            _ = poll.tick() => scope.poll(loaded, &mut collector.state.modules),
             _ = sleep_until(deadline) => return Ok("duration elapsed".into()),
             _ = tick.tick() => { collector.drain(); }
             guard = events.readable() => {
