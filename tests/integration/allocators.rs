@@ -7,11 +7,12 @@ use serde_json::Value;
 
 use crate::{
     harness::{compile_c, root_or_skip, Target},
-    sites::{per_site_by, trace_sites_to_json, EXPECTED_PER_THREAD, O2_FLAGS},
+    sites::{per_site_by, read_json, trace_sites_to_json, EXPECTED_PER_THREAD, O2_FLAGS},
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 const TCMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+const MIMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
 
 /// Per-site sums keyed by the first `site_*` frame: with an interposed
 /// allocator, glibc's reallocarray calls jemalloc's realloc, so the frame
@@ -30,13 +31,67 @@ fn per_calling_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
 /// Traces sites.c with `lib` preloaded: its functions are hooked (not
 /// glibc's), the report names `kind`, and every site's numbers are exact.
 fn assert_preloaded_allocator_exact(lib: &str, kind: &str, tag: &str) {
+    let bin = compile_c("sites", tag, O2_FLAGS);
+    let mut target = Target::start_with_env(&bin, &[], &[("LD_PRELOAD", lib)]);
+    let report = trace_sites_to_json(&mut target, tag, true, libc::SIGINT);
+    assert_hooked_instead_of_glibc(&report, lib, kind);
+    // Neither has reallocarray: skipped, not an error; glibc's reallocarray
+    // then reaches the hooked realloc.
+    let reallocarray = report["hooks"]
+        .as_array()
+        .expect("hooks")
+        .iter()
+        .find(|h| h["function"] == "reallocarray")
+        .expect("hook");
+    assert_eq!(reallocarray["status"], "not defined in this object");
+    assert_sites_exact(&report);
+}
+
+/// sites.c linked against `lib` (a DT_NEEDED before libc, as `-lmimalloc`
+/// gives): the loader resolves malloc there, so that is what is hooked.
+/// `differs`: sites whose truth under this allocator is not glibc's.
+fn assert_linked_allocator_exact(lib: &str, kind: &str, tag: &str, differs: &[(&str, [u64; 4])]) {
+    let mut flags = O2_FLAGS.to_vec();
+    flags.extend(["-Wl,--no-as-needed", lib]);
+    let bin = compile_c("sites", tag, &flags);
+    let mut target = Target::start(&bin, &[]);
+    let report = trace_sites_to_json(&mut target, tag, true, libc::SIGINT);
+    assert_hooked_instead_of_glibc(&report, lib, kind);
+    assert_sites_exact_but(&report, differs);
+}
+
+fn assert_sites_exact(report: &Value) {
+    assert_sites_exact_but(report, &[]);
+}
+
+fn assert_sites_exact_but(report: &Value, differs: &[(&str, [u64; 4])]) {
+    let got = per_calling_site(report);
+    for (site, per_thread) in EXPECTED_PER_THREAD {
+        let per_thread = differs
+            .iter()
+            .find(|(s, _)| s == site)
+            .map_or(per_thread, |(_, v)| v);
+        let want = per_thread.map(|v| v * 2);
+        assert_eq!(got.get(*site), Some(&want), "{site}: {got:#?}");
+    }
+    assert_no_losses(report);
+}
+
+fn assert_no_losses(report: &Value) {
+    for (key, value) in report["losses"].as_object().expect("losses") {
+        if key != "unknown_frees" && key != "return_without_entry" {
+            assert_eq!(value, 0, "{key}: {}", report["losses"]);
+        }
+    }
+}
+
+/// malloc is hooked in `lib`, the report and the process entry name `kind`,
+/// and glibc is not hooked at all.
+fn assert_hooked_instead_of_glibc(report: &Value, lib: &str, kind: &str) {
     assert!(
         std::path::Path::new(lib).exists(),
         "{lib} is missing: run `cargo xtask setup`"
     );
-    let bin = compile_c("sites", tag, O2_FLAGS);
-    let mut target = Target::start_with_env(&bin, &[], &[("LD_PRELOAD", lib)]);
-    let report = trace_sites_to_json(&mut target, tag, true, libc::SIGINT);
     let hooks = report["hooks"].as_array().expect("hooks");
     let malloc = hooks
         .iter()
@@ -53,18 +108,21 @@ fn assert_preloaded_allocator_exact(lib: &str, kind: &str, tag: &str) {
         "{}",
         report["notes"]
     );
-    // Neither has reallocarray: skipped, not an error; glibc's reallocarray
-    // then reaches the hooked realloc.
-    let reallocarray = hooks
-        .iter()
-        .find(|h| h["function"] == "reallocarray")
-        .expect("hook");
-    assert_eq!(reallocarray["status"], "not defined in this object");
-    let got = per_calling_site(&report);
-    for (site, per_thread) in EXPECTED_PER_THREAD {
-        let want = per_thread.map(|v| v * 2);
-        assert_eq!(got.get(*site), Some(&want), "{site}: {got:#?}");
-    }
+    assert!(
+        hooks
+            .iter()
+            .all(|h| !h["module"].as_str().unwrap_or("").contains("/libc.so")),
+        "glibc must not be hooked as well: {hooks:#?}"
+    );
+    let process = &report["processes"][0];
+    let allocators = process["allocators"].as_array().expect("allocators");
+    assert_eq!(allocators.len(), 1, "{process}");
+    assert_eq!(allocators[0]["kind"], kind, "{process}");
+    assert_eq!(allocators[0]["resolves_malloc"], true, "{process}");
+    assert!(
+        allocators[0]["functions"].to_string().contains("\"free\""),
+        "{process}"
+    );
 }
 
 #[test]
@@ -81,4 +139,109 @@ fn a_preloaded_tcmalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
         return;
     }
     assert_preloaded_allocator_exact(TCMALLOC, "tcmalloc", "tcmalloc");
+}
+
+#[test]
+fn a_linked_mimalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
+    if !root_or_skip("a_linked_mimalloc_is_hooked_instead_of_glibc_with_exact_numbers") {
+        return;
+    }
+    // mimalloc's realloc(p, 0) frees p but returns a new 0-byte block
+    // (glibc's returns NULL): 3 live empty objects per thread.
+    let realloc_zero = ("site_realloc_zero", [0, 3, 3 * 300, 6]);
+    assert_linked_allocator_exact(MIMALLOC, "mimalloc", "mimalloc-linked", &[realloc_zero]);
+}
+
+#[test]
+fn a_linked_tcmalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
+    if !root_or_skip("a_linked_tcmalloc_is_hooked_instead_of_glibc_with_exact_numbers") {
+        return;
+    }
+    assert_linked_allocator_exact(TCMALLOC, "tcmalloc", "tcmalloc-linked", &[]);
+}
+
+/// [in-use bytes, in-use objects, allocated bytes, allocated objects] per
+/// function of tests/targets/jemalloc_api.c (see its comments).
+const JEMALLOC_API_EXPECTED: &[(&str, [u64; 4])] = &[
+    ("site_mallocx_aligned", [4 * 3000, 4, 4 * 3000, 4]),
+    ("site_rallocx", [3 * 5000, 3, 3 * 5100, 6]),
+    // In place: the block now holds min(usable 1024, 1010 + 10).
+    ("site_xallocx_grow", [2 * 1020, 2, 2 * (1000 + 1020), 4]),
+    // Could not grow: unchanged.
+    ("site_xallocx_fail", [2 * 1000, 2, 2 * 1000, 2]),
+    ("site_sized_free", [0, 0, 50 * 2000 + 30 * 700, 80]),
+    ("site_operator_new", [5 * 48, 5, 10 * 48, 10]),
+];
+
+#[test]
+fn jemallocs_own_api_and_operator_new_give_exact_numbers() {
+    if !root_or_skip("jemallocs_own_api_and_operator_new_give_exact_numbers") {
+        return;
+    }
+    let bin = compile_c(
+        "jemalloc_api",
+        "linked",
+        &["-O2", "-g", "-Wl,--no-as-needed", JEMALLOC],
+    );
+    for sessions in ["auto", "off"] {
+        let mut target = Target::start(&bin, &[]);
+        let tag = format!("jemalloc-api-{sessions}");
+        let pid = target.pid().to_string();
+        let path = crate::harness::scratch(&format!("{tag}.json"));
+        let tracer = crate::harness::Tracer::start(&[
+            "--pid",
+            &pid,
+            "--uprobe-sessions",
+            sessions,
+            "--format",
+            "json",
+            "-o",
+            path.to_str().expect("utf-8 path"),
+        ]);
+        target.run_sites();
+        tracer.signal(libc::SIGINT);
+        let out = tracer.finish();
+        assert!(out.status.success(), "{}", out.stderr);
+        let report = read_json(&path);
+        let hooks = report["hooks"].as_array().expect("hooks");
+        for f in [
+            "mallocx", "rallocx", "xallocx", "sdallocx", "dallocx", "_Znwm", "_ZdlPv",
+        ] {
+            let hook = hooks.iter().find(|h| h["function"] == f).expect(f);
+            assert!(
+                hook["status"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("attached"),
+                "{hook}"
+            );
+        }
+        let got = per_calling_site(&report);
+        for (site, want) in JEMALLOC_API_EXPECTED {
+            assert_eq!(got.get(*site), Some(want), "{sessions}: {site}: {got:#?}");
+        }
+        assert_no_losses(&report);
+    }
+}
+
+/// A static executable is its own allocator: glibc's malloc linked into it
+/// is hooked there, from its symbol table.
+#[test]
+fn a_static_executable_with_symbols_is_traced_exactly() {
+    if !root_or_skip("a_static_executable_with_symbols_is_traced_exactly") {
+        return;
+    }
+    let bin = compile_c("sites", "static", &["-O1", "-g", "-static"]);
+    let mut target = Target::start(&bin, &[]);
+    let report = trace_sites_to_json(&mut target, "sites-static", true, libc::SIGINT);
+    let process = &report["processes"][0];
+    assert_eq!(process["allocators"][0]["kind"], "glibc", "{process}");
+    let module = report["hooks"][0]["module"].as_str().unwrap_or("");
+    assert_eq!(
+        std::path::Path::new(module),
+        std::fs::canonicalize(&bin).expect("path"),
+        "{}",
+        report["hooks"]
+    );
+    assert_sites_exact(&report);
 }

@@ -44,16 +44,17 @@ fn kernel_thread_is_refused() {
 }
 
 #[test]
-fn statically_linked_target_is_refused_with_the_reason() {
-    if !root_or_skip("statically_linked_target_is_refused_with_the_reason") {
+fn a_stripped_static_target_is_refused_with_the_reason() {
+    if !root_or_skip("a_stripped_static_target_is_refused_with_the_reason") {
         return;
     }
-    let bin = compile_c("sites", "static", &["-O1", "-static"]);
+    let bin = compile_c("sites", "static-stripped", &["-O1", "-static", "-s"]);
     let target = Target::start(&bin, &[]);
     let (code, err) = run(&["--pid", &target.pid().to_string()]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("maps no libc") && err.contains("statically linked"),
+        err.contains("no object it loads defines malloc and free")
+            && err.contains("statically linked and stripped"),
         "{err}"
     );
 }

@@ -169,6 +169,20 @@ impl Target {
         self.child.id()
     }
 
+    /// Writes `line` and a newline to the target's stdin.
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("target stdin open");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .expect("write to target");
+        stdin.flush().expect("flush target stdin");
+    }
+
+    /// Waits for a line of the target's output containing `needle`.
+    pub fn wait_for(&mut self, needle: &str) -> String {
+        self.stdout.wait_for(needle, "target output")
+    }
+
     /// Lets the target run its allocations and waits until it is done.
     pub fn run_sites(&mut self) {
         let stdin = self.stdin.as_mut().expect("target stdin open");

@@ -48,15 +48,15 @@ fn a_command_that_cannot_be_found_is_an_error() {
 }
 
 #[test]
-fn a_statically_linked_command_is_refused_with_the_reason() {
-    if !root_or_skip("a_statically_linked_command_is_refused_with_the_reason") {
+fn a_stripped_static_command_is_refused_with_the_reason() {
+    if !root_or_skip("a_stripped_static_command_is_refused_with_the_reason") {
         return;
     }
-    let bin = compile_c("first_line", "static", &["-O1", "-static"]);
+    let bin = compile_c("first_line", "static-stripped", &["-O1", "-static", "-s"]);
     let out = Tracer::spawn(&["--", bin.to_str().expect("utf-8 path")]).finish();
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     assert!(
-        out.stderr.contains("is statically linked"),
+        out.stderr.contains("is statically linked and stripped"),
         "{}",
         out.stderr
     );

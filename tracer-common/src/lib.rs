@@ -20,10 +20,13 @@ pub enum Role {
     Memalign = 7,
     Valloc = 8,
     Pvalloc = 9,
+    /// jemalloc's xallocx(ptr, size, extra, flags): resizes in place and
+    /// returns the usable size (at least `size` when it succeeded).
+    Xallocx = 10,
 }
 
 impl Role {
-    pub const ALL: [Role; 10] = [
+    pub const ALL: [Role; 11] = [
         Role::Malloc,
         Role::Calloc,
         Role::Realloc,
@@ -34,6 +37,7 @@ impl Role {
         Role::Memalign,
         Role::Valloc,
         Role::Pvalloc,
+        Role::Xallocx,
     ];
 
     pub fn from_u32(v: u32) -> Option<Role> {
@@ -48,6 +52,9 @@ pub const EVENT_FREE: u32 = 2;
 /// A recorded allocation with registers and a copy of the user stack for
 /// unwinding in user space (`StackSample`, of variable length).
 pub const EVENT_ALLOC_SAMPLE: u32 = 3;
+/// A process that may be traced called exec: its old heap is gone and its
+/// new image has new mappings (only `kind` and `pid` are set).
+pub const EVENT_EXEC: u32 = 4;
 
 /// Entries of the exponential table used to draw sampling intervals: entry
 /// i is the mean of -ln(u) for u in [i/N, (i+1)/N), in 16.16 fixed point.
@@ -161,6 +168,8 @@ pub struct InFlight {
     /// added there without touching the return path.
     pub record: u32,
     pub _pad: u32,
+    /// xallocx: `size + extra`, the most it asked for.
+    pub size_max: u64,
     /// Stack pointer at entry (pointing at the return address). A hooked
     /// call made at or below it is nested in this one; a return or entry
     /// above it means this record is stale (its return was never seen).

@@ -17,14 +17,15 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
-    macros::{map, uprobe, uretprobe},
+    macros::{map, raw_tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
-    programs::{tracing::StackIdContext, ProbeContext, RetProbeContext},
+    programs::{tracing::StackIdContext, ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
     counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample, CONTROL_SESSION,
-    CONTROL_STOPPED, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_FREE, EXP_TABLE_LEN, EXP_TABLE_SHIFT,
-    FILTER_ALL, FILTER_NONE, FILTER_PIDS, MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
+    CONTROL_STOPPED, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_FREE, EXP_TABLE_LEN,
+    EXP_TABLE_SHIFT, FILTER_ALL, FILTER_NONE, FILTER_PIDS, MAX_STACK_BYTES, STACK_CHUNK,
+    UNWIND_DWARF, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -223,6 +224,17 @@ fn stack_pointer(regs: *mut aya_ebpf::bindings::pt_regs) -> u64 {
 
 #[inline(always)]
 fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u32 {
+    on_alloc_enter_max(ctx, role, size, size, ptr_arg)
+}
+
+#[inline(always)]
+fn on_alloc_enter_max(
+    ctx: &ProbeContext,
+    role: Role,
+    size: u64,
+    size_max: u64,
+    ptr_arg: u64,
+) -> u32 {
     if stopped() || !traced((bpf_get_current_pid_tgid() >> 32) as u32) {
         return no_return_needed();
     }
@@ -231,7 +243,7 @@ fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u3
     // block (realloc of a non-NULL pointer), which its return must see.
     // A return probe without a record then costs one hash lookup; nested
     // calls are still told apart by the stack pointer (take_inflight).
-    let frees_old = matches!(role, Role::Realloc | Role::ReallocArray) && ptr_arg != 0;
+    let frees_old = resizes(role) && ptr_arg != 0;
     if !record && !frees_old {
         return no_return_needed();
     }
@@ -261,6 +273,7 @@ fn on_alloc_enter(ctx: &ProbeContext, role: Role, size: u64, ptr_arg: u64) -> u3
         depth: 0,
         record: record as u32,
         _pad: 0,
+        size_max,
         entry_sp: sp,
     };
     if INFLIGHT.insert(key, value, 0).is_err() {
@@ -307,6 +320,12 @@ fn take_inflight(ctx: &RetProbeContext) -> Option<InFlight> {
     let value = *inflight;
     let _ = INFLIGHT.remove(key);
     Some(value)
+}
+
+/// Functions that give up the block passed to them when they succeed.
+#[inline(always)]
+fn resizes(role: Role) -> bool {
+    matches!(role, Role::Realloc | Role::ReallocArray | Role::Xallocx)
 }
 
 #[inline(always)]
@@ -496,6 +515,24 @@ fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
         }
         _ => ret,
     };
+    if role == Role::Xallocx {
+        // In place: `ret` is the usable size, at least `size` on success,
+        // the old (smaller) usable size on failure. The block keeps its
+        // address and now has the size asked for, up to size + extra.
+        if ret < call.size || call.ptr_arg == 0 {
+            return 0;
+        }
+        emit_free(pid, tid, call.ptr_arg, role);
+        if call.record != 0 {
+            let size = if ret < call.size_max {
+                ret
+            } else {
+                call.size_max
+            };
+            record_alloc(ctx, pid, tid, call.ptr_arg, size, role);
+        }
+        return 0;
+    }
     if matches!(role, Role::Realloc | Role::ReallocArray) && call.ptr_arg != 0 {
         // realloc frees the old block when it returns a new one, and
         // realloc(p, 0) frees p and returns NULL. A failed realloc (NULL for
@@ -592,6 +629,48 @@ pub fn valloc_enter(ctx: ProbeContext) -> u32 {
 #[uprobe]
 pub fn pvalloc_enter(ctx: ProbeContext) -> u32 {
     on_alloc_enter(&ctx, Role::Pvalloc, arg(&ctx, 0), 0)
+}
+
+#[uprobe]
+pub fn xallocx_enter(ctx: ProbeContext) -> u32 {
+    let (ptr, size, extra) = (arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2));
+    on_alloc_enter_max(&ctx, Role::Xallocx, size, size.saturating_add(extra), ptr)
+}
+
+/// sched_process_exec: a traced process (or, under --binary, any process,
+/// which may now run the binary) replaced its image. Its old heap is gone,
+/// and user space must read its new mappings and maybe hook new objects.
+/// Sent from the exec'ing task before the new image runs, so it precedes
+/// that image's events in the ring buffer.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid = (pid_tgid >> 32) as u32;
+    let wanted = match tunable(&FILTER) {
+        // SAFETY: the value is not read. User space puts the one traced
+        // process into TRACED for this check.
+        FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
+        FILTER_PIDS => true,
+        _ => traced(pid),
+    };
+    if !wanted || stopped() {
+        return 0;
+    }
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        count(counter::RINGBUF_FULL);
+        return 0;
+    };
+    entry.write(event(
+        EVENT_EXEC,
+        pid,
+        pid_tgid as u32,
+        0,
+        0,
+        0,
+        Role::Malloc,
+    ));
+    entry.submit(BPF_RB_FORCE_WAKEUP);
+    0
 }
 
 /// One return program serves every allocating function: the role comes from

@@ -83,6 +83,13 @@ pub struct Cli {
     #[arg(last = true, value_name = "CMD", conflicts_with_all = ["pid", "binary"])]
     pub command: Vec<String>,
 
+    /// Which allocator to hook: `auto` finds, per process, the object its
+    /// malloc calls reach (plus any object with jemalloc, tcmalloc or
+    /// mimalloc's own functions); `glibc`, `jemalloc`, `tcmalloc`,
+    /// `mimalloc` or the path of a loaded object hooks only that one.
+    #[arg(long, default_value = "auto", value_name = "NAME|PATH")]
+    pub allocator: String,
+
     /// Stop after this many seconds (default: until Ctrl-C or the target exits).
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,

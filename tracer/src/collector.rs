@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf, StackTraceMap};
-use tracer_common::{counter, Event, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_FREE};
+use tracer_common::{
+    counter, Event, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_FREE,
+};
 
 use crate::{
     heap::{Heap, StackHandle},
@@ -45,6 +47,13 @@ impl StackTable {
             .flatten()
     }
 
+    /// Process `pid` has a new image: its addresses mean other code now.
+    /// Interned stacks stay (the heap refers to them) but are not reused.
+    fn forget_process(&mut self, pid: u32) {
+        self.by_id.retain(|k, _| k.0 != pid);
+        self.by_addrs.retain(|k, _| k.0 != pid);
+    }
+
     fn push(&mut self, stack: Stack) -> StackHandle {
         let h = self.stacks.len() as StackHandle;
         self.stacks.push(stack);
@@ -67,6 +76,8 @@ pub struct State {
     pub processes: std::collections::BTreeMap<u32, String>,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
+    /// Processes that called exec since the session last looked.
+    pub execs: Vec<u32>,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
     /// with its unwound addresses as a JSON line (unwinder test fixtures).
     sample_log: Option<std::io::BufWriter<std::fs::File>>,
@@ -95,6 +106,7 @@ impl Collector {
                 sample_rate,
                 processes: std::collections::BTreeMap::new(),
                 malformed_events: 0,
+                execs: Vec::new(),
                 sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                     .and_then(|path| std::fs::File::create(path).ok())
                     .map(std::io::BufWriter::new),
@@ -150,6 +162,16 @@ impl State {
                 self.record(&ev, handle);
             }
             EVENT_FREE => self.heap.free(ev.pid, ev.addr),
+            EVENT_EXEC => {
+                self.heap.drop_process(ev.pid);
+                self.stacks.forget_process(ev.pid);
+                self.unwinders.invalidate(ev.pid);
+                self.modules.forget(ev.pid);
+                if let Some(command) = self.processes.get_mut(&ev.pid) {
+                    *command = crate::target::read_cmdline(ev.pid);
+                }
+                self.execs.push(ev.pid);
+            }
             _ => self.malformed_events += 1,
         }
     }

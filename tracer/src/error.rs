@@ -17,11 +17,17 @@ pub enum TraceError {
         "pid {0} is a kernel thread, which has no user-space heap: pass the pid of a user process"
     )]
     KernelThread(u32),
-    #[error("pid {pid} ({exe}) maps no libc: it is probably statically linked, and statically linked allocators are not supported yet; trace a dynamically linked program")]
-    NoLibc { pid: u32, exe: String },
-    #[error("{path} does not define {symbol}: it is not a usable glibc allocator")]
+    #[error("{exe}: no object it loads defines malloc and free (it is probably statically linked and stripped): trace a dynamically linked program, or name the allocator's file with --allocator PATH")]
+    NoAllocator { exe: String },
+    #[error("--allocator {allocator}: {exe} loads no such allocator (objects with allocator functions: {objects}); pass auto, glibc, jemalloc, tcmalloc, mimalloc or the path of a loaded object")]
+    AllocatorNotFound {
+        allocator: String,
+        exe: String,
+        objects: String,
+    },
+    #[error("{path} does not define {symbol}: it is not a usable allocator (pass another with --allocator)")]
     MissingRequired { path: String, symbol: &'static str },
-    #[error("{0} is statically linked: its allocator is not in a shared libc that can be hooked; trace a dynamically linked program")]
+    #[error("{0} is statically linked and stripped: its allocator has no symbol to hook; trace a dynamically linked build, or one that keeps its symbol table")]
     StaticCommand(String),
     #[error("process {0} exited before the probes were attached: nothing was traced")]
     ExitedBeforeAttach(u32),

@@ -50,6 +50,12 @@ pub struct Heap {
     /// ALLOC events for an address already live in the same process: the
     /// FREE in between was lost. The old block is dropped from in-use.
     pub replaced_allocs: u64,
+    /// Blocks of images replaced by exec, which BPF still holds in LIVE
+    /// until the new image frees or reuses the address: such a FREE is
+    /// expected, not unmatched.
+    exec_dropped: std::collections::HashSet<(u32, u64)>,
+    /// Live blocks that exec made disappear.
+    pub dropped_by_exec: u64,
 }
 
 impl Heap {
@@ -60,6 +66,7 @@ impl Heap {
             size,
             weight,
         };
+        self.exec_dropped.remove(&(pid, addr));
         if let Some(old) = self.live.insert((pid, addr), block) {
             self.replaced_allocs += 1;
             self.release(old);
@@ -75,7 +82,21 @@ impl Heap {
     pub fn free(&mut self, pid: u32, addr: u64) {
         match self.live.remove(&(pid, addr)) {
             Some(block) => self.release(block),
+            None if self.exec_dropped.remove(&(pid, addr)) => {}
             None => self.unmatched_frees += 1,
+        }
+    }
+
+    /// Process `pid` replaced its image (exec): its live blocks are gone.
+    /// They stay in the allocation totals and leave the in-use ones.
+    pub fn drop_process(&mut self, pid: u32) {
+        let keys: Vec<(u32, u64)> = self.live.keys().filter(|k| k.0 == pid).copied().collect();
+        for key in keys {
+            if let Some(block) = self.live.remove(&key) {
+                self.release(block);
+                self.exec_dropped.insert(key);
+                self.dropped_by_exec += 1;
+            }
         }
     }
 
@@ -100,6 +121,26 @@ impl Heap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exec_drops_the_old_images_blocks_and_their_late_frees_match() {
+        let mut h = Heap::default();
+        h.alloc(1, 0x10, 100, 1.0, 7);
+        h.alloc(1, 0x20, 50, 1.0, 7);
+        h.alloc(2, 0x10, 10, 1.0, 8);
+        h.drop_process(1);
+        assert_eq!(h.dropped_by_exec, 2);
+        let c = counts(&h, 7);
+        assert_eq!((c.inuse_bytes, c.alloc_bytes), (0, 150));
+        // BPF's stale entry for 0x10 is freed by the new image: expected.
+        h.free(1, 0x10);
+        // 0x20 is reused by a recorded allocation, then freed twice over.
+        h.alloc(1, 0x20, 5, 1.0, 9);
+        h.free(1, 0x20);
+        h.free(1, 0x20);
+        assert_eq!(h.unmatched_frees, 1);
+        assert_eq!(counts(&h, 8).inuse_bytes, 10);
+    }
 
     fn counts(h: &Heap, stack: StackHandle) -> Counts {
         h.stacks()

@@ -5,13 +5,14 @@ use std::{collections::HashMap, num::NonZeroU32, path::Path};
 use anyhow::Context as _;
 use aya::{
     maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf, StackTraceMap},
-    programs::{uprobe::UProbeScope, UProbe},
+    programs::{uprobe::UProbeScope, Program, RawTracePoint, UProbe},
     Ebpf, EbpfLoader,
 };
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use tracer_common::{Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use crate::{
+    allocators::{EntryPoint, Hooked, CORE},
     cli::{ProbePlacement, UnwindMode},
     error::TraceError,
     placement,
@@ -23,44 +24,9 @@ use iced_x86::Register;
 /// The BPF object built by build.rs from tracer-ebpf.
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrace"));
 
-/// One allocator entry point to hook.
-pub struct HookSpec {
-    pub symbol: &'static str,
-    pub role: Role,
-    /// Whether the function returns an allocation (gets `alloc_return`).
-    pub returns_block: bool,
-    /// Tracing is meaningless without it.
-    pub required: bool,
-}
-
-const fn hook(symbol: &'static str, role: Role, required: bool) -> HookSpec {
-    HookSpec {
-        symbol,
-        role,
-        returns_block: !matches!(role, Role::Free),
-        required,
-    }
-}
-
-/// glibc's allocator. Optional entries are skipped with a note when absent.
-pub const GLIBC_HOOKS: &[HookSpec] = &[
-    hook("malloc", Role::Malloc, true),
-    hook("free", Role::Free, true),
-    // Every glibc has these, but a libc-compatible allocator might not.
-    hook("calloc", Role::Calloc, false),
-    hook("realloc", Role::Realloc, false),
-    // glibc >= 2.26.
-    hook("reallocarray", Role::ReallocArray, false),
-    hook("posix_memalign", Role::PosixMemalign, false),
-    // C11; an alias of memalign in some glibc versions (deduplicated below).
-    hook("aligned_alloc", Role::AlignedAlloc, false),
-    // Obsolete interfaces, still exported by glibc.
-    hook("memalign", Role::Memalign, false),
-    hook("valloc", Role::Valloc, false),
-    hook("pvalloc", Role::Pvalloc, false),
-];
-
 const RETURN_PROGRAM: &str = "alloc_return";
+const EXEC_PROGRAM: &str = "process_exec";
+const EXEC_TRACEPOINT: &str = "sched_process_exec";
 
 /// The argument registers each entry program reads (System V ABI order
 /// rdi, rsi, rdx): instructions skipped by probe placement must not write them.
@@ -72,6 +38,7 @@ fn args_read(role: Role) -> &'static [Register] {
         Role::ReallocArray => &[RDI, RSI, RDX],
         Role::PosixMemalign => &[RDI, RDX],
         Role::AlignedAlloc | Role::Memalign => &[RSI],
+        Role::Xallocx => &[RDI, RSI, RDX],
     }
 }
 
@@ -88,6 +55,7 @@ fn entry_program(role: Role) -> &'static str {
         Role::Memalign => "memalign_enter",
         Role::Valloc => "valloc_enter",
         Role::Pvalloc => "pvalloc_enter",
+        Role::Xallocx => "xallocx_enter",
     }
 }
 
@@ -146,6 +114,12 @@ impl Loaded {
             .with_context(|| format!("adding pid {pid} to the process filter"))
     }
 
+    pub fn remove_filtered_pid(&mut self, pid: u32) -> anyhow::Result<()> {
+        self.traced
+            .remove(&pid)
+            .with_context(|| format!("removing pid {pid} from the process filter"))
+    }
+
     pub fn stop(&mut self) -> anyhow::Result<()> {
         self.set_control(CONTROL_STOPPED)
             .context("telling the BPF programs to stop")
@@ -200,10 +174,18 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .as_raw_fd();
     seed_countdowns(&mut ebpf, limits.sample_rate, &table)?;
     for (name, prog) in ebpf.programs_mut() {
-        let prog: &mut UProbe = prog.try_into()?;
-        prog.load()
-            .with_context(|| format!("verifying BPF program {name}"))?;
+        match prog {
+            Program::RawTracePoint(p) => p.load(),
+            p => <&mut UProbe>::try_from(p)?.load(),
+        }
+        .with_context(|| format!("verifying BPF program {name}"))?;
     }
+    let exec: &mut RawTracePoint = ebpf
+        .program_mut(EXEC_PROGRAM)
+        .with_context(|| format!("BPF object has no program {EXEC_PROGRAM}"))?
+        .try_into()?;
+    exec.attach(EXEC_TRACEPOINT)
+        .context("attaching to the sched_process_exec tracepoint (exec of traced processes)")?;
     Ok((
         Loaded {
             ebpf,
@@ -255,37 +237,57 @@ fn raise_memlock_limit() {
     let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
-/// Attaches `specs` to the object at `host_path` (shown as `display_path`)
-/// for process `pid`. Returns one `Hook` line per spec for the report.
+/// Attaches the entry points of `object` for process `pid` (every process
+/// when None). Returns one `Hook` line per entry point for the report; for
+/// the object that malloc resolves to, the C functions it lacks are listed
+/// too, and malloc and free are required.
 ///
 /// Return probes are attached before any entry probe, so that every entry
 /// that fires has its return hooked; `detach` removes them in the opposite
 /// order. An entry without its return would leave a stale in-flight record.
 pub fn attach(
     loaded: &mut Loaded,
-    specs: &[HookSpec],
-    host_path: &Path,
-    display_path: &str,
+    object: &Hooked,
     pid: Option<u32>,
     opts: &AttachOptions,
 ) -> anyhow::Result<Vec<Hook>> {
-    let names: Vec<&str> = specs.iter().map(|s| s.symbol).collect();
-    let offsets = crate::target::function_offsets(host_path, &names)?;
+    let host_path = object.host_path.as_path();
+    let display_path = object.path.as_str();
+    let offsets = crate::allocators::ObjectInfo::parse(host_path)?.defined;
     let pid = pid.and_then(NonZeroU32::new);
     let mut hooked_at: HashMap<u64, &str> = HashMap::new();
     let mut hooks = Vec::new();
-    let mut to_attach = Vec::new();
-    for spec in specs {
+    let mut to_attach: Vec<(&EntryPoint, u64)> = Vec::new();
+    let mut listed: Vec<&EntryPoint> = object.entry_points.iter().collect();
+    let missing_core: Vec<EntryPoint> = if object.resolves_malloc {
+        CORE.iter()
+            .filter(|(n, _)| !object.entry_points.iter().any(|e| e.name == *n))
+            .map(|&(n, role)| EntryPoint {
+                name: n.to_string(),
+                role,
+                standard: true,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    listed.extend(missing_core.iter());
+    for spec in listed {
         let mut hook = Hook {
-            function: spec.symbol.to_string(),
+            function: spec.name.clone(),
             module: display_path.to_string(),
             ..Hook::default()
         };
-        match offsets.get(spec.symbol) {
-            None if spec.required => {
+        let required = object.resolves_malloc && matches!(spec.name.as_str(), "malloc" | "free");
+        match offsets.get(&spec.name) {
+            None if required => {
                 return Err(TraceError::MissingRequired {
                     path: display_path.to_string(),
-                    symbol: spec.symbol,
+                    symbol: if spec.name == "malloc" {
+                        "malloc"
+                    } else {
+                        "free"
+                    },
                 }
                 .into())
             }
@@ -296,7 +298,7 @@ pub fn attach(
                 if let Some(first) = hooked_at.get(&offset) {
                     hook.status = format!("alias of {first}, counted there");
                 } else {
-                    hooked_at.insert(offset, spec.symbol);
+                    hooked_at.insert(offset, &spec.name);
                     let placed = match opts.placement {
                         ProbePlacement::Entry => placement::Placement {
                             offset: 0,
@@ -318,8 +320,13 @@ pub fn attach(
     if opts.sessions && !opts.noop {
         match attach_sessions(loaded, &to_attach, host_path, pid) {
             Ok(()) => {
+                let frees: Vec<&str> = to_attach
+                    .iter()
+                    .filter(|(e, _)| e.role == Role::Free)
+                    .map(|(e, _)| e.name.as_str())
+                    .collect();
                 for hook in hooks.iter_mut().filter(|h| h.status == "attached") {
-                    if hook.function != "free" {
+                    if !frees.contains(&hook.function.as_str()) {
                         hook.status = "attached (uprobe session)".into();
                     }
                 }
@@ -334,7 +341,7 @@ pub fn attach(
         (RETURN_PROGRAM, entry_program)
     };
     for &(spec, offset) in &to_attach {
-        if spec.returns_block {
+        if spec.role != Role::Free {
             attach_one(loaded, ret, offset, host_path, pid)?;
         }
     }
@@ -348,7 +355,7 @@ pub fn attach(
 /// uprobe_session.rs) and free as a plain uprobe.
 fn attach_sessions(
     loaded: &mut Loaded,
-    to_attach: &[(&HookSpec, u64)],
+    to_attach: &[(&EntryPoint, u64)],
     path: &Path,
     pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
@@ -374,12 +381,12 @@ fn attach_sessions(
 
     let (offsets, cookies): (Vec<u64>, Vec<u64>) = to_attach
         .iter()
-        .filter(|(spec, _)| spec.returns_block)
+        .filter(|(spec, _)| spec.role != Role::Free)
         .map(|&(spec, offset)| (offset, spec.role as u64))
         .unzip();
     // free first: a block recorded before free is hooked would have its
     // free missed, stay "live" and be replaced when its address is reused.
-    for &(spec, offset) in to_attach.iter().filter(|(spec, _)| !spec.returns_block) {
+    for &(spec, offset) in to_attach.iter().filter(|(spec, _)| spec.role == Role::Free) {
         attach_one(loaded, entry_program(spec.role), offset, path, pid)?;
     }
     let prog = loaded.session_progs.last().context("session program")?;
@@ -458,6 +465,7 @@ pub fn detach(loaded: Loaded) -> anyhow::Result<()> {
     drop(loaded.session_progs);
     let mut ebpf = loaded.ebpf;
     let mut programs: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
+    programs.retain(|n| n != EXEC_PROGRAM);
     programs.sort_by_key(|n| n == RETURN_PROGRAM || n == "noop_return");
     for name in programs {
         uprobe(&mut ebpf, &name)?

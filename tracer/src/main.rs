@@ -1,10 +1,12 @@
 //! memtrace-bpf: trace the heap allocations of a running process with eBPF
 //! uprobes and report where its outstanding memory was allocated.
 
+mod allocators;
 mod cli;
 mod collector;
 mod error;
 mod heap;
+mod hooks;
 mod launch;
 mod loader;
 mod placement;

@@ -23,8 +23,8 @@ pub struct Meta {
     pub sample_rate: u64,
     /// Why not, when they were wanted.
     pub session_error: Option<String>,
-    /// The allocator hooked and where, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
-    pub allocator: String,
+    /// The allocator objects hooked, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
+    pub allocators: Vec<String>,
     /// Remarks about what was traced (see `Scope::notes`).
     pub scope_notes: Vec<String>,
 }
@@ -98,7 +98,11 @@ fn notes(
     losses: &Losses,
     stacks: &[StackReport],
 ) -> Vec<String> {
-    let mut notes = vec![format!("allocator hooked: {}", meta.allocator)];
+    let mut notes: Vec<String> = meta
+        .allocators
+        .iter()
+        .map(|a| format!("allocator hooked: {a}"))
+        .collect();
     notes.extend(meta.scope_notes.iter().cloned());
     for p in meta.processes.iter().filter(|p| p.exited) {
         notes.push(format!(

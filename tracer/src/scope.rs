@@ -11,8 +11,10 @@ use anyhow::Context as _;
 use tracer_common::{FILTER_ALL, FILTER_NONE, FILTER_PIDS};
 
 use crate::{
+    allocators::Program,
     cli::Cli,
     error::TraceError,
+    hooks::Hooks,
     launch::{check_dynamic, Launched},
     loader::Loaded,
     report::ProcessInfo,
@@ -37,35 +39,27 @@ pub enum Scope {
         known: BTreeMap<u32, String>,
         /// Processes that could not be added to the filter map (full).
         untraced: Vec<u32>,
+        /// Processes that exec'ed another program: no longer traced.
+        left: Vec<u32>,
     },
     SystemWide,
 }
 
-/// The scope, the libc to hook (as the first process sees it, and as a path
-/// to open from here), and the maps of the processes known at the start.
+/// The scope and the maps of the processes known at the start.
 pub struct Start {
     pub scope: Scope,
-    pub libc: String,
-    pub libc_host_path: PathBuf,
     pub maps: Vec<(u32, Vec<crate::target::Mapping>)>,
-    /// Which allocator `libc` is: "glibc", "jemalloc", ...
-    pub allocator: String,
 }
 
 impl Scope {
     pub fn start(cli: &Cli) -> anyhow::Result<Start> {
         if let Some(pid) = cli.pid {
             let process = Process::inspect(pid)?;
-            let allocator = process.allocator()?;
-            let (libc, kind) = (allocator.path, allocator.kind);
             // Opened before attaching, so a reused pid cannot fool the exit
             // check.
             let pidfd = PidFd::open(pid)?;
             return Ok(Start {
-                libc_host_path: crate::target::host_path(pid, &libc),
-                libc,
                 maps: vec![(pid, process.mappings)],
-                allocator: kind,
                 scope: Scope::Pid {
                     pid,
                     pidfd,
@@ -73,47 +67,128 @@ impl Scope {
                 },
             });
         }
-        // The others are hooked in the libc this tracer uses unless a
-        // running process shows another: they run on the same system.
-        let me = Process::inspect(std::process::id())?;
-        let own_libc = me.libc_path()?;
-        let own = |scope| Start {
-            libc_host_path: crate::target::host_path(me.pid, &own_libc),
-            libc: own_libc.clone(),
-            maps: Vec::new(),
-            allocator: "glibc".to_string(),
-            scope,
-        };
-        if !cli.command.is_empty() {
+        let scope = if !cli.command.is_empty() {
             let launched = Launched::spawn(&cli.command)?;
             let pidfd = PidFd::open(launched.pid)?;
-            return Ok(own(Scope::Command {
+            Scope::Command {
                 launched,
                 pidfd,
                 command: cli.command.join(" "),
-            }));
-        }
-        if let Some(binary) = &cli.binary {
+            }
+        } else if let Some(binary) = &cli.binary {
             let path = std::fs::canonicalize(binary)
                 .with_context(|| format!("--binary {}: no such file", binary.display()))?;
             check_dynamic(&path)?;
-            let running = running(&path);
-            let mut start = own(Scope::Binary {
+            Scope::Binary {
                 path,
                 known: BTreeMap::new(),
                 untraced: Vec::new(),
-            });
-            if let Some(&pid) = running.first() {
-                if let Ok(process) = Process::inspect(pid) {
-                    if let Ok(libc) = process.libc_path() {
-                        start.libc_host_path = crate::target::host_path(pid, &libc);
-                        start.libc = libc;
+                left: Vec::new(),
+            }
+        } else {
+            Scope::SystemWide
+        };
+        Ok(Start {
+            scope,
+            maps: Vec::new(),
+        })
+    }
+
+    /// Attaches the allocators of the processes known now (or, for a
+    /// command or a binary not running yet, of the program as the dynamic
+    /// loader will load it).
+    pub fn hook_initial(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> anyhow::Result<()> {
+        match self {
+            Scope::Pid { pid, .. } => {
+                loaded.add_filtered_pid(*pid)?;
+                hooks.hook(loaded, &Program::running(*pid)?, Some(*pid), Some(*pid))
+            }
+            Scope::Command { launched, .. } => {
+                loaded.add_filtered_pid(launched.pid)?;
+                let program = Program::to_start(&launched.path);
+                hooks.hook(loaded, &program, Some(launched.pid), Some(launched.pid))
+            }
+            Scope::Binary { path, .. } => {
+                let running = running(path);
+                for &pid in &running {
+                    hooks.hook_running(loaded, pid, Program::running(pid), None);
+                }
+                if hooks.is_empty() {
+                    // Nothing runs it yet (or those that do could not be
+                    // read): hook what the loader will load for it.
+                    hooks.hook(loaded, &Program::to_start(path), None, None)?;
+                }
+                Ok(())
+            }
+            Scope::SystemWide => {
+                let me = std::process::id();
+                hooks.hook(loaded, &Program::running(me)?, None, None)?;
+                hooks.per_process.remove(&me);
+                for pid in all_pids().into_iter().filter(|&p| p != me) {
+                    if !is_kernel_thread(pid) {
+                        hooks.hook_running(loaded, pid, Program::running(pid), None);
                     }
                 }
+                // Processes that vanished while being read are not failures.
+                hooks.failures.retain(|(pid, _)| !has_exited(*pid));
+                Ok(())
             }
-            return Ok(start);
         }
-        Ok(own(Scope::SystemWide))
+    }
+
+    /// Process `pid` called exec (see tracer-ebpf's process_exec): hook
+    /// what its new image uses, and under --binary start or stop tracing it.
+    pub fn on_exec(
+        &mut self,
+        pid: u32,
+        loaded: &mut Loaded,
+        hooks: &mut Hooks,
+        modules: &mut Modules,
+    ) {
+        match self {
+            Scope::Pid {
+                pid: target,
+                command,
+                ..
+            } if *target == pid => {
+                *command = read_cmdline(pid);
+                hooks.hook_running(loaded, pid, Program::just_executed(pid), Some(pid));
+            }
+            Scope::Command {
+                launched, command, ..
+            } if launched.pid == pid => {
+                *command = read_cmdline(pid);
+                hooks.hook_running(loaded, pid, Program::just_executed(pid), Some(pid));
+            }
+            Scope::Pid { .. } | Scope::Command { .. } => {}
+            Scope::Binary {
+                path,
+                known,
+                untraced,
+                left,
+            } => {
+                let runs_it =
+                    std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == *path);
+                if runs_it {
+                    if let std::collections::btree_map::Entry::Vacant(entry) = known.entry(pid) {
+                        if loaded.add_filtered_pid(pid).is_err() {
+                            untraced.push(pid);
+                            return;
+                        }
+                        entry.insert(read_cmdline(pid));
+                    }
+                    hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
+                    modules.refresh(pid);
+                } else if known.contains_key(&pid) && !left.contains(&pid) {
+                    // It no longer runs the binary: stop recording it.
+                    let _ = loaded.remove_filtered_pid(pid);
+                    left.push(pid);
+                }
+            }
+            Scope::SystemWide => {
+                hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
+            }
+        }
     }
 
     pub fn filter(&self) -> u32 {
@@ -121,15 +196,6 @@ impl Scope {
             Scope::Pid { .. } | Scope::Command { .. } => FILTER_NONE,
             Scope::Binary { .. } => FILTER_PIDS,
             Scope::SystemWide => FILTER_ALL,
-        }
-    }
-
-    /// The one process the probes are attached for, if only one.
-    pub fn attach_pid(&self) -> Option<u32> {
-        match self {
-            Scope::Pid { pid, .. } => Some(*pid),
-            Scope::Command { launched, .. } => Some(launched.pid),
-            Scope::Binary { .. } | Scope::SystemWide => None,
         }
     }
 
@@ -169,6 +235,7 @@ impl Scope {
         &mut self,
         cli: &Cli,
         loaded: &mut Loaded,
+        hooks: &mut Hooks,
         modules: &mut Modules,
     ) -> anyhow::Result<()> {
         match self {
@@ -185,7 +252,7 @@ impl Scope {
                 Ok(())
             }
             Scope::Binary { .. } => {
-                self.poll(loaded, modules);
+                self.poll(loaded, hooks, modules);
                 Ok(())
             }
             Scope::Pid { .. } => Ok(()),
@@ -194,11 +261,12 @@ impl Scope {
 
     /// Called every POLL_INTERVAL: picks up new processes running the
     /// binary (their allocations before that are not seen).
-    pub fn poll(&mut self, loaded: &mut Loaded, modules: &mut Modules) {
+    pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks, modules: &mut Modules) {
         let Scope::Binary {
             path,
             known,
             untraced,
+            ..
         } = self
         else {
             return;
@@ -212,6 +280,9 @@ impl Scope {
                 untraced.push(pid);
                 continue;
             }
+            if !hooks.per_process.contains_key(&pid) {
+                hooks.hook_running(loaded, pid, Program::running(pid), None);
+            }
             modules.refresh(pid);
             known.insert(pid, read_cmdline(pid));
         }
@@ -219,15 +290,29 @@ impl Scope {
 
     /// What the report must say about the scope itself.
     pub fn notes(&self) -> Vec<String> {
-        match self {
-            Scope::Binary { path, untraced, .. } if !untraced.is_empty() => vec![format!(
-                "{} processes running {} were not traced: the process filter map ({} entries) was full",
-                untraced.len(),
-                path.display(),
-                crate::loader::MAX_FILTERED_PIDS
-            )],
-            _ => Vec::new(),
+        let mut notes = Vec::new();
+        if let Scope::Binary {
+            path,
+            untraced,
+            left,
+            ..
+        } = self
+        {
+            if !untraced.is_empty() {
+                notes.push(format!(
+                    "{} processes running {} were not traced: the process filter map ({} entries) was full",
+                    untraced.len(),
+                    path.display(),
+                    crate::loader::MAX_FILTERED_PIDS
+                ));
+            }
+            for pid in left {
+                notes.push(format!(
+                    "process {pid} exec'ed another program and was no longer traced from then on"
+                ));
+            }
         }
+        notes
     }
 
     /// Every process traced, for the report: those known to the scope and
@@ -238,6 +323,7 @@ impl Scope {
             command: command.to_string(),
             exited: exit_status.is_some() || has_exited(pid),
             exit_status,
+            allocators: Vec::new(),
         };
         match self {
             Scope::Pid {
@@ -282,6 +368,21 @@ fn running(path: &Path) -> Vec<u32> {
         .collect();
     pids.sort_unstable();
     pids
+}
+
+/// Every pid in /proc.
+fn all_pids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+fn is_kernel_thread(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| crate::target::is_kernel_thread(&stat))
 }
 
 /// Gone, or a zombie.

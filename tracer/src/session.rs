@@ -15,9 +15,11 @@ use tokio::{
 };
 
 use crate::{
+    allocators::Choice,
     cli::{Cli, Format},
     collector::{read_losses, Collector},
-    loader::{self, Limits, GLIBC_HOOKS},
+    hooks::Hooks,
+    loader::{self, Limits},
     profile::{self, Meta},
     report,
     scope::{Scope, Start},
@@ -35,10 +37,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     crate::preflight::check()?;
     let Start {
         mut scope,
-        libc,
-        libc_host_path,
         maps: initial_maps,
-        allocator,
     } = Scope::start(cli)?;
     let mut comm = [0u8; 16];
     for (d, s) in comm
@@ -62,46 +61,44 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     for (pid, mappings) in initial_maps {
         modules.set_maps(pid, mappings);
     }
-    let hooks = loader::attach(
-        &mut loaded,
-        GLIBC_HOOKS,
-        &libc_host_path,
-        &libc,
-        scope.attach_pid(),
-        &loader::AttachOptions {
+    let mut hooks = Hooks::new(
+        Choice::parse(&cli.allocator),
+        loader::AttachOptions {
             placement: cli.probe_placement,
             noop: cli.noop_probes,
             sessions: cli.uprobe_sessions == crate::cli::Sessions::Auto,
         },
-    )?;
+    );
+    scope.hook_initial(&mut loaded, &mut hooks)?;
     if let (Some(why), true) = (&loaded.session_error, cli.verbose) {
         eprintln!("memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {why}");
     }
-    scope.begin(cli, &mut loaded, &mut modules)?;
+    scope.begin(cli, &mut loaded, &mut hooks, &mut modules)?;
+    hooks.announce = true;
     let started = Instant::now();
-    let attached: Vec<&str> = hooks
-        .iter()
-        .filter(|h| h.status.starts_with("attached"))
-        .map(|h| h.function.as_str())
-        .collect();
     if cli.verbose {
-        for h in &hooks {
+        for h in &hooks.lines {
             eprintln!(
                 "memtrace-bpf: {} at {}+{:#x}: {}; probes at {:#x}: {}",
                 h.function, h.module, h.offset, h.status, h.probe_offset, h.placement
             );
         }
     }
+    let hooked = hooks.objects.join(", ");
     if matches!(scope, Scope::SystemWide) {
         eprintln!(
-            "memtrace-bpf: warning: tracing every process that uses {libc}: each of them pays \
+            "memtrace-bpf: warning: tracing every process that uses {hooked}: each of them pays \
              the probe cost on every allocation while the trace runs"
         );
     }
+    let functions = hooks
+        .lines
+        .iter()
+        .filter(|h| h.status.starts_with("attached"))
+        .count();
     eprintln!(
-        "memtrace-bpf: tracing {}: {} hooked in {libc}; {}",
+        "memtrace-bpf: tracing {}: {functions} allocator functions hooked in {hooked}; {}",
         scope.label(),
-        attached.join(", "),
         match cli.duration {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
             None => "press Ctrl-C to stop and report".to_string(),
@@ -117,6 +114,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         &mut collector,
         &mut scope,
         &mut loaded,
+        &mut hooks,
         cli.duration,
     ))?;
     let duration = started.elapsed();
@@ -130,24 +128,41 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         print_stats(&collector);
     }
 
+    let mut processes = scope.processes(&collector.state.processes);
+    for p in &mut processes {
+        p.allocators = hooks.describe_process(p.pid);
+    }
+    let mut scope_notes = scope.notes();
+    for (pid, why) in &hooks.failures {
+        scope_notes.push(format!(
+            "process {pid}: its allocator could not be hooked: {why}"
+        ));
+    }
+    if collector.state.heap.dropped_by_exec > 0 {
+        scope_notes.push(format!(
+            "{} blocks still live when their process called exec were dropped from in-use \
+             (the new image does not have them)",
+            collector.state.heap.dropped_by_exec
+        ));
+    }
     let meta = Meta {
         target: scope.target(),
-        processes: scope.processes(&collector.state.processes),
+        processes,
         duration,
         end_reason,
-        hooks,
+        hooks: hooks.lines.clone(),
         unwind: cli.unwind,
         stack_bytes: cli.stack_bytes,
         sample_rate: cli.sample_rate,
         session_error: loaded.session_error.clone(),
-        allocator: format!("{allocator} ({libc})"),
-        scope_notes: scope.notes(),
+        allocators: hooks.objects.clone(),
+        scope_notes,
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, &profile)?;
     if profile.totals.alloc_objects == 0 {
         eprintln!(
-            "memtrace-bpf: warning: no allocation through {libc} was seen during the trace: \
+            "memtrace-bpf: warning: no allocation through {hooked} was seen during the trace: \
              the target was idle, or it allocates with an allocator that is not hooked"
         );
     }
@@ -174,6 +189,7 @@ async fn collect(
     collector: &mut Collector,
     scope: &mut Scope,
     loaded: &mut loader::Loaded,
+    hooks: &mut Hooks,
     duration: Option<f64>,
 ) -> anyhow::Result<String> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -203,7 +219,7 @@ async fn collect(
             _ = sigint.recv() => return Ok("interrupted (SIGINT)".into()),
             _ = sigterm.recv() => return Ok("terminated (SIGTERM)".into()),
             _ = exited(exit.as_ref()) => return Ok("target exited".into()),
-            _ = poll.tick() => scope.poll(loaded, &mut collector.state.modules),
+            _ = poll.tick() => scope.poll(loaded, hooks, &mut collector.state.modules),
             _ = sleep_until(deadline) => return Ok("duration elapsed".into()),
             _ = tick.tick() => { collector.drain(); }
             guard = events.readable() => {
@@ -212,6 +228,9 @@ async fn collect(
                     guard.clear_ready();
                 }
             }
+        }
+        for pid in std::mem::take(&mut collector.state.execs) {
+            scope.on_exec(pid, loaded, hooks, &mut collector.state.modules);
         }
     }
 }

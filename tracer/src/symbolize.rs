@@ -69,6 +69,14 @@ impl Modules {
         true
     }
 
+    /// The process exec'ed: its maps are read again at its next event
+    /// (files already open stay, for stacks of the old image).
+    pub fn forget(&mut self, pid: u32) {
+        self.maps.remove(&pid);
+        self.last_read.remove(&pid);
+        self.by_key.retain(|k, _| k.0 != pid);
+    }
+
     pub fn set_maps(&mut self, pid: u32, mut maps: Vec<Mapping>) {
         maps.sort_by_key(|m| m.start);
         self.maps.insert(pid, maps);

@@ -2,14 +2,7 @@
 //! allocator lives. Paths are resolved through /proc/PID/root so that
 //! processes in other mount namespaces (containers) work.
 
-use std::{
-    collections::HashMap,
-    fs,
-    path::{Path, PathBuf},
-};
-
-use anyhow::Context as _;
-use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+use std::{fs, path::PathBuf};
 
 use crate::error::TraceError;
 
@@ -57,10 +50,8 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
 /// A process we are about to trace.
 #[derive(Debug)]
 pub struct Process {
-    pub pid: u32,
     /// Command line, arguments joined with spaces.
     pub command: String,
-    pub exe: String,
     pub mappings: Vec<Mapping>,
 }
 
@@ -75,98 +66,11 @@ impl Process {
         }
         let maps = fs::read_to_string(proc_dir.join("maps"))
             .map_err(|_| TraceError::NoSuchProcess(pid))?;
-        let exe = fs::read_link(proc_dir.join("exe"))
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
         Ok(Process {
-            pid,
             command: read_cmdline(pid),
-            exe,
             mappings: parse_maps(&maps),
         })
     }
-
-    /// The glibc this process maps, as the path the process sees.
-    pub fn libc_path(&self) -> Result<String, TraceError> {
-        self.mappings
-            .iter()
-            .map(|m| m.path.as_str())
-            .find(|p| is_libc(p))
-            .map(str::to_string)
-            .ok_or_else(|| TraceError::NoLibc {
-                pid: self.pid,
-                exe: self.exe.clone(),
-            })
-    }
-}
-
-/// The object whose allocator a process's calls reach, and what it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Allocator {
-    /// Path as the process sees it.
-    pub path: String,
-    /// "glibc", "jemalloc", "tcmalloc", "mimalloc", or "the executable's own".
-    pub kind: String,
-}
-
-impl Process {
-    /// Which mapped object's malloc and free the process's calls reach.
-    /// Symbol lookup goes through the executable, then preloaded and needed
-    /// libraries, then libc; so an executable that defines malloc wins,
-    /// then another library that defines both (jemalloc, tcmalloc,
-    /// mimalloc, preloaded or linked), then glibc. Only that one is hooked,
-    /// so nothing is counted twice.
-    pub fn allocator(&self) -> Result<Allocator, TraceError> {
-        let libc = self.libc_path()?;
-        let mut objects: Vec<&str> = Vec::new();
-        for m in self.mappings.iter().filter(|m| m.executable) {
-            if !objects.contains(&m.path.as_str()) {
-                objects.push(&m.path);
-            }
-        }
-        // The executable first; ld.so and libc are not candidates here.
-        objects.sort_by_key(|p| *p != self.exe);
-        let chosen = objects
-            .into_iter()
-            .filter(|p| *p != libc && !is_dynamic_loader(p))
-            .find(|p| defines_malloc_and_free(&host_path(self.pid, p)));
-        Ok(match chosen {
-            Some(path) => Allocator {
-                kind: allocator_kind(path, &self.exe),
-                path: path.to_string(),
-            },
-            None => Allocator {
-                path: libc,
-                kind: "glibc".into(),
-            },
-        })
-    }
-}
-
-fn is_dynamic_loader(path: &str) -> bool {
-    Path::new(path)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("ld-linux") || n.starts_with("ld-"))
-}
-
-fn defines_malloc_and_free(path: &Path) -> bool {
-    function_offsets(path, &["malloc", "free"]).is_ok_and(|found| found.len() == 2)
-}
-
-fn allocator_kind(path: &str, exe: &str) -> String {
-    if path == exe {
-        return "the executable's own".into();
-    }
-    let name = Path::new(path)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or(path);
-    ["jemalloc", "tcmalloc", "mimalloc"]
-        .into_iter()
-        .find(|k| name.contains(k))
-        .unwrap_or("a library's own")
-        .to_string()
 }
 
 pub fn host_path(pid: u32, path: &str) -> PathBuf {
@@ -185,51 +89,13 @@ pub fn read_cmdline(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-fn is_kernel_thread(stat: &str) -> bool {
+pub fn is_kernel_thread(stat: &str) -> bool {
     // Fields after the parenthesised comm: state ppid pgrp session tty_nr
     // tpgid flags ... (proc(5)); comm itself may contain spaces and ')'.
     stat.rsplit_once(')')
         .and_then(|(_, rest)| rest.split_whitespace().nth(6))
         .and_then(|f| f.parse::<u64>().ok())
         .is_some_and(|flags| flags & PF_KTHREAD != 0)
-}
-
-fn is_libc(path: &str) -> bool {
-    let name = Path::new(path)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("");
-    name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
-}
-
-/// File offsets of the named functions defined in an ELF file, from the
-/// dynamic and the static symbol table. Uprobes are placed by file offset.
-pub fn function_offsets(path: &Path, names: &[&str]) -> anyhow::Result<HashMap<String, u64>> {
-    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let file = object::File::parse(&*data)
-        .with_context(|| format!("{} is not an ELF file", path.display()))?;
-    let mut found = HashMap::new();
-    for sym in file.dynamic_symbols().chain(file.symbols()) {
-        if !sym.is_definition() || sym.kind() != object::SymbolKind::Text {
-            continue;
-        }
-        let Ok(name) = sym.name() else { continue };
-        if !names.contains(&name) || found.contains_key(name) {
-            continue;
-        }
-        if let Some(offset) = vaddr_to_file_offset(&file, sym.address()) {
-            found.insert(name.to_string(), offset);
-        }
-    }
-    Ok(found)
-}
-
-fn vaddr_to_file_offset(file: &object::File<'_>, vaddr: u64) -> Option<u64> {
-    file.segments().find_map(|seg| {
-        let (file_start, file_size) = seg.file_range();
-        let rel = vaddr.checked_sub(seg.address())?;
-        (rel < file_size).then_some(file_start + rel)
-    })
 }
 
 #[cfg(test)]
@@ -264,32 +130,10 @@ mod tests {
     }
 
     #[test]
-    fn recognises_libc_names() {
-        assert!(is_libc("/usr/lib/x86_64-linux-gnu/libc.so.6"));
-        assert!(is_libc("/lib/libc-2.31.so"));
-        assert!(!is_libc("/usr/lib/libcrypto.so.3"));
-        assert!(!is_libc("/usr/lib/libc_malloc_debug.so.0"));
-    }
-
-    #[test]
     fn kernel_thread_flag() {
         let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0";
         let user = "1234 (my prog) (x) S 1 1234 1234 0 -1 4194560 100 0";
         assert!(is_kernel_thread(kthread));
         assert!(!is_kernel_thread(user));
-    }
-
-    #[test]
-    fn finds_glibc_allocator_offsets() {
-        let me = Process::inspect(std::process::id()).expect("inspect self");
-        let libc = me.libc_path().expect("test binary maps libc");
-        let offsets = function_offsets(
-            &host_path(me.pid, &libc),
-            &["malloc", "free", "no_such_function"],
-        )
-        .expect("read libc");
-        assert!(offsets.contains_key("malloc") && offsets.contains_key("free"));
-        assert!(!offsets.contains_key("no_such_function"));
-        assert_ne!(offsets["malloc"], offsets["free"]);
     }
 }

@@ -54,6 +54,21 @@ pub struct ProcessInfo {
     /// How a command started by memtrace-bpf (`-- CMD`) ended, e.g.
     /// "exited with status 0"; null otherwise.
     pub exit_status: Option<String>,
+    /// The allocator objects hooked for it (empty when it was not inspected).
+    pub allocators: Vec<ProcessAllocator>,
+}
+
+/// One allocator object a process uses and what of it is hooked.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ProcessAllocator {
+    /// "glibc", "jemalloc", "tcmalloc", "mimalloc" or "own".
+    pub kind: String,
+    /// Path as the process sees it.
+    pub path: String,
+    /// Whether malloc and the other standard names resolve here.
+    pub resolves_malloc: bool,
+    /// Entry points hooked in it.
+    pub functions: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]

@@ -162,6 +162,12 @@ fn one_process() -> Profile {
             command: "/opt/demo/bin/server --port 8080".to_string(),
             exited: false,
             exit_status: None,
+            allocators: vec![ProcessAllocator {
+                kind: "glibc".into(),
+                path: LIBC.into(),
+                resolves_malloc: true,
+                functions: vec!["malloc".into(), "free".into()],
+            }],
         }],
         hooks: libc_hooks(),
         totals: counts(44864, 17, 1_097_536, 274),
@@ -215,12 +221,27 @@ fn two_processes() -> Profile {
                 command: "/opt/demo/bin/server --worker".to_string(),
                 exited: false,
                 exit_status: None,
+                allocators: vec![
+                    ProcessAllocator {
+                        kind: "jemalloc".into(),
+                        path: "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2".into(),
+                        resolves_malloc: true,
+                        functions: vec!["malloc".into(), "mallocx".into(), "free".into()],
+                    },
+                    ProcessAllocator {
+                        kind: "mimalloc".into(),
+                        path: APP.into(),
+                        resolves_malloc: false,
+                        functions: vec!["mi_malloc".into()],
+                    },
+                ],
             },
             ProcessInfo {
                 pid: 102,
                 command: "/opt/demo/bin/server --worker".to_string(),
                 exited: true,
                 exit_status: None,
+                allocators: Vec::new(),
             },
         ],
         hooks: libc_hooks()[..5].to_vec(),
@@ -253,6 +274,7 @@ fn empty() -> Profile {
             command: String::new(),
             exited: true,
             exit_status: None,
+            allocators: Vec::new(),
         }],
         ..Profile::default()
     }

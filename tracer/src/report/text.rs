@@ -68,7 +68,19 @@ fn process_lines(p: &Profile) -> Vec<String> {
                 command => command,
             };
             let exited = if proc.exited { " (exited)" } else { "" };
-            format!("{:>width$}  {command}{exited}", proc.pid)
+            let allocators: Vec<String> = proc
+                .allocators
+                .iter()
+                .map(|a| {
+                    let file = a.path.rsplit('/').next().unwrap_or(&a.path);
+                    format!("{} in {file}", a.kind)
+                })
+                .collect();
+            let allocators = match allocators.is_empty() {
+                true => String::new(),
+                false => format!("  [{}]", allocators.join(" + ")),
+            };
+            format!("{:>width$}  {command}{exited}{allocators}", proc.pid)
         })
         .collect()
 }

@@ -1,0 +1,855 @@
+//! Which objects of a process define allocator entry points, which of them
+//! its calls reach, and what is hooked in each.
+//!
+//! The dynamic loader resolves a symbol to its first definition in load
+//! order: the executable, then LD_PRELOAD objects, then the needed libraries
+//! breadth first, then anything dlopen'ed. So the standard names (malloc,
+//! free, ..., C++'s operator new and delete) are hooked in the first object
+//! of that order that defines malloc and free, and only there: when an
+//! executable or jemalloc defines malloc, glibc's malloc is not also counted
+//! for the same calls. Allocator-specific names (jemalloc's mallocx family,
+//! prefixed builds such as `_rjem_*` and `je_*`, tcmalloc's `tc_*`,
+//! mimalloc's `mi_*`) do not collide with anything: they are hooked in every
+//! object that defines them. Calls from one hooked function into another
+//! (mimalloc's malloc into mi_malloc) count once: see `on_alloc_enter` in
+//! tracer-ebpf.
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    sync::{Arc, LazyLock},
+};
+
+use anyhow::Context as _;
+use object::{read::elf::ElfFile64, Object as _, ObjectSegment as _, ObjectSymbol as _};
+use tracer_common::Role;
+
+use crate::{error::TraceError, target::host_path};
+
+/// One entry point that can be hooked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryPoint {
+    pub name: String,
+    pub role: Role,
+    /// A name that every allocator defines (C, POSIX, glibc, C++): hooked
+    /// only where the dynamic loader resolves it.
+    pub standard: bool,
+}
+
+/// The C and POSIX names, in the order the report lists them. The core
+/// ones are listed for the chosen object even when it lacks them.
+pub const CORE: &[(&str, Role)] = &[
+    ("malloc", Role::Malloc),
+    ("free", Role::Free),
+    ("calloc", Role::Calloc),
+    ("realloc", Role::Realloc),
+    ("reallocarray", Role::ReallocArray),
+    ("posix_memalign", Role::PosixMemalign),
+    ("aligned_alloc", Role::AlignedAlloc),
+    ("memalign", Role::Memalign),
+    ("valloc", Role::Valloc),
+    ("pvalloc", Role::Pvalloc),
+];
+
+/// C++ operators new and delete (Itanium mangling, 64-bit size_t). glibc's
+/// libstdc++ implements them with malloc and free, which are hooked; an
+/// allocator that defines them (jemalloc, tcmalloc, mimalloc) serves them
+/// directly, so they are hooked in the object that also defines malloc.
+const CXX: &[(&str, Role)] = &[
+    ("_Znwm", Role::Malloc),
+    ("_Znam", Role::Malloc),
+    ("_ZnwmRKSt9nothrow_t", Role::Malloc),
+    ("_ZnamRKSt9nothrow_t", Role::Malloc),
+    ("_ZnwmSt11align_val_t", Role::Malloc),
+    ("_ZnamSt11align_val_t", Role::Malloc),
+    ("_ZnwmSt11align_val_tRKSt9nothrow_t", Role::Malloc),
+    ("_ZnamSt11align_val_tRKSt9nothrow_t", Role::Malloc),
+    ("_ZdlPv", Role::Free),
+    ("_ZdaPv", Role::Free),
+    ("_ZdlPvm", Role::Free),
+    ("_ZdaPvm", Role::Free),
+    ("_ZdlPvRKSt9nothrow_t", Role::Free),
+    ("_ZdaPvRKSt9nothrow_t", Role::Free),
+    ("_ZdlPvSt11align_val_t", Role::Free),
+    ("_ZdaPvSt11align_val_t", Role::Free),
+    ("_ZdlPvmSt11align_val_t", Role::Free),
+    ("_ZdaPvmSt11align_val_t", Role::Free),
+    ("_ZdlPvSt11align_val_tRKSt9nothrow_t", Role::Free),
+    ("_ZdaPvSt11align_val_tRKSt9nothrow_t", Role::Free),
+];
+
+/// jemalloc's non-standard API. Alignment and zeroing travel in `flags`
+/// and do not change what is accounted: the requested size. xallocx
+/// resizes in place and returns the resulting usable size.
+const JEMALLOC_API: &[(&str, Role)] = &[
+    ("mallocx", Role::Malloc),
+    ("rallocx", Role::Realloc),
+    ("xallocx", Role::Xallocx),
+    ("dallocx", Role::Free),
+    ("sdallocx", Role::Free),
+];
+
+/// Prefixes of jemalloc builds configured with --with-jemalloc-prefix:
+/// `_rjem_` (Rust's tikv-jemalloc-sys) and `je_` (Redis's bundled copy).
+const JEMALLOC_PREFIXES: &[&str] = &["_rjem_", "je_"];
+
+/// The standard names a prefixed jemalloc also defines with its prefix.
+const JEMALLOC_PREFIXED_C: &[(&str, Role)] = &[
+    ("malloc", Role::Malloc),
+    ("calloc", Role::Calloc),
+    ("realloc", Role::Realloc),
+    ("free", Role::Free),
+    ("posix_memalign", Role::PosixMemalign),
+    ("aligned_alloc", Role::AlignedAlloc),
+    ("memalign", Role::Memalign),
+    ("valloc", Role::Valloc),
+];
+
+/// gperftools' tcmalloc: `tc_*` (aliases of its malloc etc. where the
+/// compiler allows, so counted once).
+const TCMALLOC_API: &[(&str, Role)] = &[
+    ("tc_malloc", Role::Malloc),
+    ("tc_malloc_skip_new_handler", Role::Malloc),
+    ("tc_calloc", Role::Calloc),
+    ("tc_realloc", Role::Realloc),
+    ("tc_free", Role::Free),
+    ("tc_free_sized", Role::Free),
+    ("tc_cfree", Role::Free),
+    ("tc_memalign", Role::Memalign),
+    ("tc_posix_memalign", Role::PosixMemalign),
+    ("tc_valloc", Role::Valloc),
+    ("tc_pvalloc", Role::Pvalloc),
+    ("tc_new", Role::Malloc),
+    ("tc_newarray", Role::Malloc),
+    ("tc_new_nothrow", Role::Malloc),
+    ("tc_newarray_nothrow", Role::Malloc),
+    ("tc_new_aligned", Role::Malloc),
+    ("tc_newarray_aligned", Role::Malloc),
+    ("tc_new_aligned_nothrow", Role::Malloc),
+    ("tc_newarray_aligned_nothrow", Role::Malloc),
+    ("tc_delete", Role::Free),
+    ("tc_deletearray", Role::Free),
+    ("tc_delete_nothrow", Role::Free),
+    ("tc_deletearray_nothrow", Role::Free),
+    ("tc_delete_sized", Role::Free),
+    ("tc_deletearray_sized", Role::Free),
+    ("tc_delete_aligned", Role::Free),
+    ("tc_deletearray_aligned", Role::Free),
+    ("tc_delete_sized_aligned", Role::Free),
+    ("tc_deletearray_sized_aligned", Role::Free),
+    ("tc_delete_aligned_nothrow", Role::Free),
+    ("tc_deletearray_aligned_nothrow", Role::Free),
+];
+
+/// mimalloc's public API (not the `mi_heap_*` functions, which take a heap
+/// first). `mi_reallocf` also frees its argument when it fails; that
+/// difference is not modelled.
+const MIMALLOC_API: &[(&str, Role)] = &[
+    ("mi_malloc", Role::Malloc),
+    ("mi_zalloc", Role::Malloc),
+    ("mi_malloc_aligned", Role::Malloc),
+    ("mi_malloc_aligned_at", Role::Malloc),
+    ("mi_zalloc_aligned", Role::Malloc),
+    ("mi_zalloc_aligned_at", Role::Malloc),
+    ("mi_new", Role::Malloc),
+    ("mi_new_aligned", Role::Malloc),
+    ("mi_new_nothrow", Role::Malloc),
+    ("mi_new_aligned_nothrow", Role::Malloc),
+    ("mi_calloc", Role::Calloc),
+    ("mi_mallocn", Role::Calloc),
+    ("mi_new_n", Role::Calloc),
+    ("mi_calloc_aligned", Role::Calloc),
+    ("mi_calloc_aligned_at", Role::Calloc),
+    ("mi_realloc", Role::Realloc),
+    ("mi_reallocf", Role::Realloc),
+    ("mi_rezalloc", Role::Realloc),
+    ("mi_realloc_aligned", Role::Realloc),
+    ("mi_realloc_aligned_at", Role::Realloc),
+    ("mi_rezalloc_aligned", Role::Realloc),
+    ("mi_new_realloc", Role::Realloc),
+    ("mi_reallocn", Role::ReallocArray),
+    ("mi_recalloc", Role::ReallocArray),
+    ("mi_reallocarray", Role::ReallocArray),
+    ("mi_new_reallocn", Role::ReallocArray),
+    ("mi_posix_memalign", Role::PosixMemalign),
+    ("mi_aligned_alloc", Role::AlignedAlloc),
+    ("mi_memalign", Role::Memalign),
+    ("mi_valloc", Role::Valloc),
+    ("mi_pvalloc", Role::Pvalloc),
+    ("mi_free", Role::Free),
+    ("mi_cfree", Role::Free),
+    ("mi_free_size", Role::Free),
+    ("mi_free_aligned", Role::Free),
+    ("mi_free_size_aligned", Role::Free),
+];
+
+/// Every entry point, standard ones first.
+pub static ENTRY_POINTS: LazyLock<Vec<EntryPoint>> = LazyLock::new(|| {
+    let entry = |name: String, role, standard| EntryPoint {
+        name,
+        role,
+        standard,
+    };
+    let mut all: Vec<EntryPoint> = CORE
+        .iter()
+        .chain(CXX)
+        .chain(&[("cfree", Role::Free)])
+        .map(|&(n, r)| entry(n.to_string(), r, true))
+        .collect();
+    for &(n, r) in JEMALLOC_API.iter().chain(TCMALLOC_API).chain(MIMALLOC_API) {
+        all.push(entry(n.to_string(), r, false));
+    }
+    for prefix in JEMALLOC_PREFIXES {
+        for &(n, r) in JEMALLOC_PREFIXED_C.iter().chain(JEMALLOC_API) {
+            all.push(entry(format!("{prefix}{n}"), r, false));
+        }
+    }
+    all
+});
+
+/// What one ELF file offers: the entry points it defines (name to file
+/// offset) and what the loader needs to find its dependencies.
+#[derive(Debug, Default)]
+pub struct ObjectInfo {
+    pub defined: HashMap<String, u64>,
+    needed: Vec<String>,
+    runpath: Vec<String>,
+    rpath: Vec<String>,
+    /// 64-bit x86: a library the loader could pick for this process.
+    native: bool,
+    /// Defines glibc's internal `__libc_malloc` (libc, or a static binary).
+    glibc: bool,
+}
+
+impl ObjectInfo {
+    pub fn parse(path: &Path) -> anyhow::Result<ObjectInfo> {
+        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let file = object::File::parse(&*data)
+            .with_context(|| format!("{} is not an ELF file", path.display()))?;
+        let wanted: HashSet<&str> = ENTRY_POINTS.iter().map(|e| e.name.as_str()).collect();
+        let mut info = ObjectInfo {
+            native: file.architecture() == object::Architecture::X86_64,
+            ..ObjectInfo::default()
+        };
+        for sym in file.dynamic_symbols().chain(file.symbols()) {
+            if !sym.is_definition() || sym.kind() != object::SymbolKind::Text {
+                continue;
+            }
+            let Ok(name) = sym.name() else { continue };
+            info.glibc |= name == "__libc_malloc";
+            if !wanted.contains(name) || info.defined.contains_key(name) {
+                continue;
+            }
+            if let Some(offset) = vaddr_to_file_offset(&file, sym.address()) {
+                info.defined.insert(name.to_string(), offset);
+            }
+        }
+        if let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) {
+            let table = elf
+                .elf_section_table()
+                .dynamic_table(elf.endian(), &*data)
+                .unwrap_or_default();
+            for d in &table {
+                let Ok(value) = table.string(d) else { continue };
+                let value = String::from_utf8_lossy(value).into_owned();
+                let split = |v: &str| v.split(':').map(str::to_string).collect::<Vec<_>>();
+                match d.tag {
+                    object::elf::DT_NEEDED => info.needed.push(value),
+                    object::elf::DT_RUNPATH => info.runpath = split(&value),
+                    object::elf::DT_RPATH => info.rpath = split(&value),
+                    _ => {}
+                }
+            }
+        }
+        Ok(info)
+    }
+
+    pub fn defines_malloc_and_free(&self) -> bool {
+        self.defined.contains_key("malloc") && self.defined.contains_key("free")
+    }
+
+    /// The allocator this object is, from what it defines.
+    fn kind(&self, path: &str) -> &'static str {
+        let has = |n: &str| self.defined.contains_key(n);
+        if ["mallocx", "_rjem_mallocx", "je_mallocx"]
+            .iter()
+            .any(|n| has(n))
+        {
+            "jemalloc"
+        } else if has("tc_malloc") {
+            "tcmalloc"
+        } else if has("mi_malloc") {
+            "mimalloc"
+        } else if is_libc(path) || self.glibc {
+            "glibc"
+        } else {
+            "own"
+        }
+    }
+}
+
+fn vaddr_to_file_offset(file: &object::File<'_>, vaddr: u64) -> Option<u64> {
+    file.segments().find_map(|seg| {
+        let (file_start, file_size) = seg.file_range();
+        let rel = vaddr.checked_sub(seg.address())?;
+        (rel < file_size).then_some(file_start + rel)
+    })
+}
+
+pub fn is_libc(path: &str) -> bool {
+    let name = file_name(path);
+    name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))
+}
+
+fn is_dynamic_loader(path: &str) -> bool {
+    file_name(path).starts_with("ld-")
+}
+
+fn file_name(path: &str) -> &str {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(path)
+}
+
+/// Identity of a file: device and inode.
+pub type FileId = (u64, u64);
+
+pub fn file_id(path: &Path) -> Option<FileId> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Parsed objects by file identity, shared across the processes of a trace.
+#[derive(Default)]
+pub struct ObjectCache {
+    by_id: HashMap<FileId, Arc<ObjectInfo>>,
+}
+
+impl ObjectCache {
+    pub fn get(&mut self, host: &Path) -> Option<(FileId, Arc<ObjectInfo>)> {
+        let id = file_id(host)?;
+        if let Some(info) = self.by_id.get(&id) {
+            return Some((id, info.clone()));
+        }
+        let info = Arc::new(ObjectInfo::parse(host).ok()?);
+        self.by_id.insert(id, info.clone());
+        Some((id, info))
+    }
+}
+
+/// `--allocator`: which object to hook instead of the detected one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    Auto,
+    /// "glibc", "jemalloc", "tcmalloc", "mimalloc": the object of that kind.
+    Kind(String),
+    /// This file (as the process sees it).
+    Path(String),
+}
+
+impl Choice {
+    pub fn parse(s: &str) -> Choice {
+        match s {
+            "auto" => Choice::Auto,
+            "glibc" | "jemalloc" | "tcmalloc" | "mimalloc" => Choice::Kind(s.to_string()),
+            path => Choice::Path(path.to_string()),
+        }
+    }
+}
+
+/// One object to hook for a process, and what in it.
+#[derive(Clone, Debug)]
+pub struct Hooked {
+    /// Path as the process sees it.
+    pub path: String,
+    /// Path to open from the tracer.
+    pub host_path: PathBuf,
+    pub id: FileId,
+    /// "glibc", "jemalloc", "tcmalloc", "mimalloc" or "own".
+    pub kind: &'static str,
+    /// The object the standard names resolve to.
+    pub resolves_malloc: bool,
+    /// Whether it is the executable itself.
+    pub is_executable: bool,
+    /// Entry points to hook, in table order.
+    pub entry_points: Vec<EntryPoint>,
+}
+
+impl Hooked {
+    /// "jemalloc (/usr/lib/x86_64-linux-gnu/libjemalloc.so.2)".
+    pub fn describe(&self) -> String {
+        let kind = match (self.kind, self.is_executable) {
+            ("own", true) => "the executable's own allocator",
+            ("own", false) => "a library's own allocator",
+            (k, _) => k,
+        };
+        format!("{kind} ({})", self.path)
+    }
+}
+
+/// A program's objects in the dynamic loader's search order.
+struct Candidate {
+    path: String,
+    host: PathBuf,
+    id: FileId,
+    info: Arc<ObjectInfo>,
+}
+
+/// What decides a process's objects: its root directory, its executable,
+/// and the loader's environment variables.
+pub struct Program {
+    /// "/" or /proc/PID/root.
+    pub root: PathBuf,
+    /// Executable path inside `root`.
+    pub exe: String,
+    pub ld_preload: Vec<String>,
+    pub ld_library_path: Vec<String>,
+    /// The process's file-backed executable mappings, when it runs (paths
+    /// as it sees them); dlopen'ed objects are only found there.
+    pub mapped: Option<Vec<String>>,
+}
+
+impl Program {
+    /// A program about to be started by this tracer, with its environment.
+    /// A script is its interpreter.
+    pub fn to_start(exe: &Path) -> Program {
+        let var = |k| std::env::var(k).unwrap_or_default();
+        Program {
+            root: PathBuf::from("/"),
+            exe: interpreter(exe).unwrap_or_else(|| exe.display().to_string()),
+            ld_preload: split_list(&var("LD_PRELOAD"), &[' ', ':']),
+            ld_library_path: split_list(&var("LD_LIBRARY_PATH"), &[':', ';']),
+            mapped: None,
+        }
+    }
+
+    /// A running process (or one that just exec'ed: its libraries may not
+    /// be mapped yet, and are then found by the loader's rules).
+    pub fn running(pid: u32) -> Result<Program, TraceError> {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map_err(|_| TraceError::NoSuchProcess(pid))?
+            .display()
+            .to_string();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let mut preload = String::new();
+        let mut library_path = String::new();
+        for var in environ.split(|&b| b == 0) {
+            let var = String::from_utf8_lossy(var);
+            if let Some(v) = var.strip_prefix("LD_PRELOAD=") {
+                preload = v.to_string();
+            } else if let Some(v) = var.strip_prefix("LD_LIBRARY_PATH=") {
+                library_path = v.to_string();
+            }
+        }
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let mut mapped: Vec<String> = Vec::new();
+        for m in crate::target::parse_maps(&maps) {
+            if m.executable && !mapped.contains(&m.path) {
+                mapped.push(m.path);
+            }
+        }
+        Ok(Program {
+            root: host_path(pid, ""),
+            exe: exe.trim_end_matches(" (deleted)").to_string(),
+            ld_preload: split_list(&preload, &[' ', ':']),
+            ld_library_path: split_list(&library_path, &[':', ';']),
+            mapped: Some(mapped),
+        })
+    }
+
+    /// A process that just exec'ed: its libraries may not be mapped yet,
+    /// so they are found by the loader's rules alone.
+    pub fn just_executed(pid: u32) -> Result<Program, TraceError> {
+        let mut program = Program::running(pid)?;
+        program.mapped = None;
+        Ok(program)
+    }
+
+    fn host(&self, path: &str) -> PathBuf {
+        let mut p = self.root.clone().into_os_string();
+        p.push(path);
+        PathBuf::from(p)
+    }
+
+    /// The objects in the order the loader searches them for a symbol.
+    fn search_order(&self, cache: &mut ObjectCache) -> Vec<Candidate> {
+        let mut out: Vec<Candidate> = Vec::new();
+        let mut seen: HashSet<FileId> = HashSet::new();
+        let mut add = |path: String, out: &mut Vec<Candidate>, cache: &mut ObjectCache| {
+            let host = self.host(&path);
+            let (id, info) = cache.get(&host)?;
+            if !info.native || !seen.insert(id) {
+                return None;
+            }
+            out.push(Candidate {
+                path,
+                host,
+                id,
+                info: info.clone(),
+            });
+            Some(info)
+        };
+        add(self.exe.clone(), &mut out, cache);
+        let exe_dir = parent(&self.exe);
+        for p in &self.ld_preload {
+            let path = if p.contains('/') {
+                Some(p.clone())
+            } else {
+                self.find_library(p, &exe_dir, &[], &[])
+            };
+            if let Some(path) = path {
+                add(path, &mut out, cache);
+            }
+        }
+        // Breadth first over DT_NEEDED, starting from the executable.
+        let mut queue: VecDeque<usize> = (0..out.len().min(1)).collect();
+        while let Some(i) = queue.pop_front() {
+            let (needed, dir, runpath, rpath) = {
+                let c = &out[i];
+                (
+                    c.info.needed.clone(),
+                    parent(&c.path),
+                    c.info.runpath.clone(),
+                    c.info.rpath.clone(),
+                )
+            };
+            for name in needed {
+                let Some(path) = self.find_library(&name, &dir, &runpath, &rpath) else {
+                    continue;
+                };
+                if add(path, &mut out, cache).is_some() {
+                    queue.push_back(out.len() - 1);
+                }
+            }
+        }
+        let Some(mapped) = &self.mapped else {
+            return out;
+        };
+        // Keep what the process really maps; what it maps beyond that was
+        // loaded later (dlopen) and comes last.
+        let mapped_ids: Vec<(String, FileId)> = mapped
+            .iter()
+            .filter_map(|p| Some((p.clone(), file_id(&self.host(p))?)))
+            .collect();
+        if !mapped_ids.is_empty() {
+            out.retain(|c| mapped_ids.iter().any(|(_, id)| *id == c.id));
+            for c in &mut out {
+                // Name it as the process's maps do (symlinks resolved).
+                if let Some((p, _)) = mapped_ids.iter().find(|(_, id)| *id == c.id) {
+                    c.path = p.clone();
+                }
+            }
+            for (path, _) in mapped_ids {
+                if !is_dynamic_loader(&path) {
+                    add(path, &mut out, cache);
+                }
+            }
+        }
+        out
+    }
+
+    /// The loader's search for a DT_NEEDED or LD_PRELOAD name (ld.so(8)):
+    /// DT_RPATH when there is no DT_RUNPATH, LD_LIBRARY_PATH, DT_RUNPATH,
+    /// the ld.so.conf directories, then the defaults.
+    fn find_library(
+        &self,
+        name: &str,
+        origin: &str,
+        runpath: &[String],
+        rpath: &[String],
+    ) -> Option<String> {
+        if name.contains('/') {
+            return Some(name.to_string());
+        }
+        let expand = |d: &String| d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin);
+        let mut dirs: Vec<String> = Vec::new();
+        if runpath.is_empty() {
+            dirs.extend(rpath.iter().map(expand));
+        }
+        dirs.extend(self.ld_library_path.iter().cloned());
+        dirs.extend(runpath.iter().map(expand));
+        dirs.extend(ld_so_conf_dirs(&self.host("/etc/ld.so.conf")));
+        dirs.extend(
+            [
+                "/lib/x86_64-linux-gnu",
+                "/usr/lib/x86_64-linux-gnu",
+                "/lib64",
+                "/usr/lib64",
+                "/lib",
+                "/usr/lib",
+            ]
+            .map(str::to_string),
+        );
+        dirs.into_iter()
+            .filter(|d| !d.is_empty())
+            .map(|d| format!("{}/{name}", d.trim_end_matches('/')))
+            .find(|p| {
+                let host = self.host(p);
+                host.is_file() && is_x86_64_elf(&host)
+            })
+    }
+
+    /// The objects to hook for this program.
+    pub fn allocators(
+        &self,
+        cache: &mut ObjectCache,
+        choice: &Choice,
+    ) -> Result<Vec<Hooked>, TraceError> {
+        let order = self.search_order(cache);
+        let hooked = |c: &Candidate, resolves_malloc: bool| Hooked {
+            path: c.path.clone(),
+            host_path: c.host.clone(),
+            id: c.id,
+            kind: c.info.kind(&c.path),
+            resolves_malloc,
+            is_executable: c.path == self.exe,
+            entry_points: ENTRY_POINTS
+                .iter()
+                .filter(|e| c.info.defined.contains_key(&e.name))
+                .filter(|e| resolves_malloc || !e.standard)
+                .cloned()
+                .collect(),
+        };
+        let chosen = match choice {
+            Choice::Auto => order.iter().find(|c| c.info.defines_malloc_and_free()),
+            Choice::Kind(kind) => order.iter().find(|c| c.info.kind(&c.path) == kind),
+            Choice::Path(path) => {
+                let id = file_id(&self.host(path));
+                order.iter().find(|c| Some(c.id) == id || c.path == *path)
+            }
+        };
+        let Some(chosen) = chosen else {
+            return Err(match choice {
+                Choice::Auto => TraceError::NoAllocator {
+                    exe: self.exe.clone(),
+                },
+                Choice::Kind(k) | Choice::Path(k) => TraceError::AllocatorNotFound {
+                    allocator: k.clone(),
+                    exe: self.exe.clone(),
+                    objects: order
+                        .iter()
+                        .filter(|c| !c.info.defined.is_empty())
+                        .map(|c| format!("{} ({})", c.path, c.info.kind(&c.path)))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                },
+            });
+        };
+        let mut out = vec![hooked(chosen, true)];
+        if *choice == Choice::Auto {
+            for c in order.iter().filter(|c| c.id != chosen.id) {
+                let h = hooked(c, false);
+                if !h.entry_points.is_empty() {
+                    out.push(h);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The ELF header says 64-bit x86 (e_machine at byte 18): the loader
+/// skips libraries of other architectures in its search directories.
+fn is_x86_64_elf(path: &Path) -> bool {
+    use std::io::Read as _;
+    let mut header = [0u8; 20];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .is_ok()
+        && header.starts_with(b"\x7fELF")
+        && header[4] == 2
+        && u16::from_le_bytes([header[18], header[19]]) == 62
+}
+
+/// The interpreter of a `#!` script (`#!/usr/bin/env NAME` looks NAME up
+/// in PATH), or None for anything else.
+fn interpreter(script: &Path) -> Option<String> {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(script).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line.split(|&b| b == b'\n').next()?).into_owned();
+    let mut words = line.split_whitespace();
+    let first = words.next()?.to_string();
+    if Path::new(&first).file_name().is_some_and(|n| n == "env") {
+        let name = words.find(|w| !w.starts_with('-'))?;
+        let paths = std::env::var_os("PATH")?;
+        return std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+            .map(|p| p.display().to_string());
+    }
+    Some(first)
+}
+
+fn parent(path: &str) -> String {
+    Path::new(path)
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "/".into())
+}
+
+fn split_list(s: &str, seps: &[char]) -> Vec<String> {
+    s.split(seps)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Directories listed in ld.so.conf and the files it includes.
+fn ld_so_conf_dirs(conf: &Path) -> Vec<String> {
+    let mut dirs = Vec::new();
+    read_ld_so_conf(conf, &mut dirs, 0);
+    dirs
+}
+
+fn read_ld_so_conf(conf: &Path, dirs: &mut Vec<String>, depth: u32) {
+    let Ok(text) = std::fs::read_to_string(conf) else {
+        return;
+    };
+    // The root prefix of `conf` (/proc/PID/root) applies to includes too.
+    let root = conf
+        .to_str()
+        .and_then(|c| c.strip_suffix("/etc/ld.so.conf"))
+        .unwrap_or("")
+        .to_string();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if let Some(pattern) = line.strip_prefix("include") {
+            if depth > 4 {
+                continue;
+            }
+            // Only the "DIR/*.conf" form of glob is supported.
+            let pattern = pattern.trim();
+            let (dir, suffix) = match pattern.rsplit_once("/*") {
+                Some((d, s)) => (d, s),
+                None => (pattern, ""),
+            };
+            let Ok(entries) = std::fs::read_dir(format!("{root}{dir}")) else {
+                continue;
+            };
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(|e| Some(e.ok()?.path()))
+                .filter(|p| p.to_str().is_some_and(|s| s.ends_with(suffix)))
+                .collect();
+            files.sort();
+            for f in files {
+                read_ld_so_conf(&f, dirs, depth + 1);
+            }
+        } else if line.starts_with('/') {
+            dirs.push(line.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(exe: &str) -> Program {
+        Program {
+            root: PathBuf::from("/"),
+            exe: exe.into(),
+            ld_preload: Vec::new(),
+            ld_library_path: Vec::new(),
+            mapped: None,
+        }
+    }
+
+    #[test]
+    fn recognises_libc_names() {
+        assert!(is_libc("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(is_libc("/lib/libc-2.31.so"));
+        assert!(!is_libc("/usr/lib/libcrypto.so.3"));
+        assert!(!is_libc("/usr/lib/libc_malloc_debug.so.0"));
+    }
+
+    #[test]
+    fn finds_glibc_allocator_offsets() {
+        let mut cache = ObjectCache::default();
+        let me = Program::running(std::process::id()).expect("inspect self");
+        let hooked = me.allocators(&mut cache, &Choice::Auto).expect("glibc");
+        let libc = &hooked[0];
+        assert_eq!(libc.kind, "glibc");
+        let info = ObjectInfo::parse(&libc.host_path).expect("read libc");
+        assert_ne!(info.defined["malloc"], info.defined["free"]);
+        assert!(!info.defined.contains_key("mallocx"));
+        assert!(info.needed.iter().any(|n| n.starts_with("ld-linux")));
+    }
+
+    #[test]
+    fn entry_point_names_are_unique() {
+        let mut names: Vec<&str> = ENTRY_POINTS.iter().map(|e| e.name.as_str()).collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n);
+        assert!(names.contains(&"_rjem_sdallocx") && names.contains(&"je_mallocx"));
+    }
+
+    #[test]
+    fn a_plain_program_resolves_malloc_to_glibc_and_hooks_nothing_else() {
+        let mut cache = ObjectCache::default();
+        let hooked = program("/bin/sh")
+            .allocators(&mut cache, &Choice::Auto)
+            .expect("sh uses glibc");
+        assert_eq!(hooked.len(), 1, "{hooked:?}");
+        assert_eq!(hooked[0].kind, "glibc");
+        assert!(hooked[0].resolves_malloc);
+        let names: Vec<&str> = hooked[0]
+            .entry_points
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(names.contains(&"malloc") && names.contains(&"free"));
+    }
+
+    #[test]
+    fn preload_comes_before_needed_libraries() {
+        let jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+        if !Path::new(jemalloc).exists() {
+            return; // cargo xtask setup installs it; the integration tests require it
+        }
+        let mut cache = ObjectCache::default();
+        let mut p = program("/bin/sh");
+        p.ld_preload = vec![jemalloc.into()];
+        let hooked = p.allocators(&mut cache, &Choice::Auto).expect("resolve");
+        assert_eq!(hooked[0].kind, "jemalloc");
+        let names: Vec<&str> = hooked[0]
+            .entry_points
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        for n in [
+            "malloc", "mallocx", "rallocx", "xallocx", "sdallocx", "_Znwm",
+        ] {
+            assert!(names.contains(&n), "{n} in {names:?}");
+        }
+        // glibc defines no allocator-specific names: not hooked at all.
+        assert_eq!(hooked.len(), 1, "{hooked:?}");
+        // Overriding picks glibc instead.
+        let forced = p
+            .allocators(&mut cache, &Choice::Kind("glibc".into()))
+            .expect("glibc is there");
+        assert_eq!((forced.len(), forced[0].kind), (1, "glibc"));
+        let missing = p.allocators(&mut cache, &Choice::Kind("mimalloc".into()));
+        assert!(missing.is_err());
+    }
+
+    #[test]
+    fn ld_so_conf_includes_are_followed() {
+        let dir = std::env::temp_dir().join(format!("memtrace-ldconf-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("etc/ld.so.conf.d")).expect("mkdir");
+        std::fs::write(
+            dir.join("etc/ld.so.conf"),
+            "# comment\ninclude /etc/ld.so.conf.d/*.conf\n/opt/top\n",
+        )
+        .expect("write");
+        std::fs::write(dir.join("etc/ld.so.conf.d/a.conf"), "/opt/a\n").expect("write");
+        std::fs::write(dir.join("etc/ld.so.conf.d/b.txt"), "/opt/ignored\n").expect("write");
+        let dirs = ld_so_conf_dirs(&dir.join("etc/ld.so.conf"));
+        assert_eq!(dirs, ["/opt/a", "/opt/top"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

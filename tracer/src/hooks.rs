@@ -1,0 +1,123 @@
+//! The objects hooked so far in a trace, and what each process uses.
+//! Processes appear during a trace (--binary, system-wide, exec): each one's
+//! allocator objects are found (allocators.rs) and any not yet hooked are
+//! attached then.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::{
+    allocators::{Choice, FileId, Hooked, ObjectCache, Program},
+    error::TraceError,
+    loader::{self, AttachOptions, Loaded},
+    report::{Hook, ProcessAllocator},
+};
+
+pub struct Hooks {
+    cache: ObjectCache,
+    choice: Choice,
+    opts: AttachOptions,
+    /// Files attached (for every process, or for the one traced pid).
+    attached: HashSet<FileId>,
+    /// Report lines, one per entry point per attached file.
+    pub lines: Vec<Hook>,
+    /// Objects hooked, described ("jemalloc (/usr/lib/...)"), in order.
+    pub objects: Vec<String>,
+    /// What each inspected process uses.
+    pub per_process: BTreeMap<u32, Vec<ProcessAllocator>>,
+    /// Processes whose objects could not be attached: (pid, why).
+    pub failures: Vec<(u32, String)>,
+    /// Say on stderr when an object is hooked (once the trace runs).
+    pub announce: bool,
+}
+
+impl Hooks {
+    pub fn new(choice: Choice, opts: AttachOptions) -> Hooks {
+        Hooks {
+            cache: ObjectCache::default(),
+            choice,
+            opts,
+            attached: HashSet::new(),
+            lines: Vec::new(),
+            objects: Vec::new(),
+            per_process: BTreeMap::new(),
+            failures: Vec::new(),
+            announce: false,
+        }
+    }
+
+    /// Finds `program`'s allocator objects and attaches those not attached
+    /// yet, for `attach_pid` only or (None) for every process. `pid` is the
+    /// process the program is (None: not started yet).
+    pub fn hook(
+        &mut self,
+        loaded: &mut Loaded,
+        program: &Program,
+        pid: Option<u32>,
+        attach_pid: Option<u32>,
+    ) -> anyhow::Result<()> {
+        let objects = program.allocators(&mut self.cache, &self.choice)?;
+        for object in &objects {
+            if self.attached.contains(&object.id) {
+                continue;
+            }
+            let lines = loader::attach(loaded, object, attach_pid, &self.opts)?;
+            self.attached.insert(object.id);
+            if self.announce {
+                let whose = pid.map(|p| format!(" for pid {p}")).unwrap_or_default();
+                eprintln!("memtrace-bpf: hooked {}{whose}", object.describe());
+            }
+            self.objects.push(object.describe());
+            self.lines.extend(lines);
+        }
+        if let Some(pid) = pid {
+            self.per_process.insert(pid, describe(&objects));
+        }
+        Ok(())
+    }
+
+    /// `hook`, for a process met during the trace: a failure is kept for
+    /// the report instead of ending the trace.
+    pub fn hook_running(
+        &mut self,
+        loaded: &mut Loaded,
+        pid: u32,
+        program: Result<Program, TraceError>,
+        attach_pid: Option<u32>,
+    ) {
+        let result = program
+            .map_err(anyhow::Error::from)
+            .and_then(|p| self.hook(loaded, &p, Some(pid), attach_pid));
+        if let Err(e) = result {
+            self.failures.push((pid, format!("{e:#}")));
+        }
+    }
+
+    /// What `pid` uses, for a process the trace saw but did not inspect
+    /// (a child forked without exec): read now if it still runs.
+    pub fn describe_process(&mut self, pid: u32) -> Vec<ProcessAllocator> {
+        if let Some(known) = self.per_process.get(&pid) {
+            return known.clone();
+        }
+        Program::running(pid)
+            .ok()
+            .and_then(|p| p.allocators(&mut self.cache, &self.choice).ok())
+            .map(|objects| describe(&objects))
+            .unwrap_or_default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.attached.is_empty()
+    }
+}
+
+fn describe(objects: &[Hooked]) -> Vec<ProcessAllocator> {
+    objects
+        .iter()
+        .map(|o| ProcessAllocator {
+            kind: o.kind.to_string(),
+            path: o.path.clone(),
+            resolves_malloc: o.resolves_malloc,
+            functions: o.entry_points.iter().map(|e| e.name.clone()).collect(),
+        })
+        .collect()
+}
