@@ -10,6 +10,7 @@ mod errors;
 mod harness;
 mod launch;
 mod lifecycle;
+mod rjem;
 mod sampling;
 mod scopes;
 mod sites;
