@@ -7,6 +7,7 @@
 
 mod allocators;
 mod errors;
+mod exec;
 mod harness;
 mod launch;
 mod lifecycle;

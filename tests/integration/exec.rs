@@ -1,0 +1,127 @@
+//! A traced process that calls exec: the old image's live blocks leave the
+//! in-use numbers, the new image's stacks are unwound and named with its
+//! own mappings, and an allocator the new image brings is hooked.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::{
+    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
+    sites::{per_site_by, read_json, O2_FLAGS},
+};
+
+const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+fn per_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
+    per_site_by(report, |stack| {
+        stack["frames"]
+            .as_array()?
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .find(|f| f.starts_with("site_"))
+            .map(str::to_string)
+    })
+}
+
+/// Runs exec_chain under `--pid` with `env`; `between` runs once the second
+/// image is up and before it allocates. Returns the report and the stderr.
+fn trace_exec_chain(
+    tag: &str,
+    env: &[(&str, &str)],
+    between: impl FnOnce(&mut Tracer),
+) -> (Value, String) {
+    // One binary per test: tests run in parallel, and a binary being
+    // rewritten while another test starts it fails with ETXTBSY.
+    let bin = compile_c("exec_chain", tag, O2_FLAGS);
+    let mut target = Target::start_with_env(&bin, &[], env);
+    let path = scratch(&format!("{tag}.json"));
+    let pid = target.pid().to_string();
+    let mut tracer = Tracer::start(&[
+        "--pid",
+        &pid,
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    target.send("go");
+    target.wait_for("second ready");
+    between(&mut tracer);
+    target.send("go");
+    target.wait_for("done");
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    (read_json(&path), out.stderr)
+}
+
+fn assert_exec_numbers(report: &Value) {
+    let got = per_site(report);
+    // Allocated before the exec, gone with the old image.
+    assert_eq!(
+        got.get("site_before_exec"),
+        Some(&[0, 0, 10 * 2000, 10]),
+        "{got:#?}"
+    );
+    assert_eq!(
+        got.get("site_after_exec"),
+        Some(&[8 * 3000, 8, 8 * 3000, 8]),
+        "{got:#?}"
+    );
+    assert_eq!(
+        got.get("site_after_exec_churn"),
+        Some(&[0, 0, 100 * 64, 100]),
+        "{got:#?}"
+    );
+    assert!(
+        report["notes"]
+            .to_string()
+            .contains("blocks still live when their process called exec were dropped"),
+        "{}",
+        report["notes"]
+    );
+    assert!(
+        report["processes"][0]["command"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("second"),
+        "{}",
+        report["processes"]
+    );
+    for (key, value) in report["losses"].as_object().expect("losses") {
+        if key != "unknown_frees" && key != "return_without_entry" {
+            assert_eq!(value, 0, "{key}: {}", report["losses"]);
+        }
+    }
+}
+
+#[test]
+fn a_process_that_execs_is_followed_into_its_new_image() {
+    if !root_or_skip("a_process_that_execs_is_followed_into_its_new_image") {
+        return;
+    }
+    let (report, _) = trace_exec_chain("exec-same", &[], |_| {});
+    assert_exec_numbers(&report);
+}
+
+#[test]
+fn an_allocator_brought_by_exec_is_hooked() {
+    if !root_or_skip("an_allocator_brought_by_exec_is_hooked") {
+        return;
+    }
+    let (report, stderr) = trace_exec_chain(
+        "exec-jemalloc",
+        &[("EXEC_CHAIN_PRELOAD", JEMALLOC)],
+        |tracer| {
+            tracer.stderr.wait_for(
+                "libjemalloc.so.2",
+                "tracer hooks the exec'ed image's jemalloc",
+            );
+        },
+    );
+    assert!(stderr.contains("memtrace-bpf: hooked jemalloc"), "{stderr}");
+    assert_exec_numbers(&report);
+    let allocators = &report["processes"][0]["allocators"];
+    assert_eq!(allocators[0]["kind"], "jemalloc", "{allocators}");
+}
