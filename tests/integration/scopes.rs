@@ -133,3 +133,83 @@ fn system_wide_sees_two_programs_and_reports_them_separately() {
         report["processes"]
     );
 }
+
+/// A copy of `sites` in a chroot of its own, with copies of the dynamic
+/// loader and libc: other files than the machine's, as in a container.
+fn chroot_with_sites(tag: &str, name: &str) -> std::path::PathBuf {
+    let built = compile_c("sites", tag, O2_FLAGS);
+    let root = scratch(&format!("{tag}-root"));
+    let _ = std::fs::remove_dir_all(&root);
+    for (from, to) in [
+        (built.as_path(), format!("/{name}")),
+        (
+            std::path::Path::new("/lib64/ld-linux-x86-64.so.2"),
+            "/lib64/ld-linux-x86-64.so.2".to_string(),
+        ),
+        (
+            std::path::Path::new("/lib/x86_64-linux-gnu/libc.so.6"),
+            "/lib/x86_64-linux-gnu/libc.so.6".to_string(),
+        ),
+    ] {
+        let dest = root.join(to.trim_start_matches('/'));
+        std::fs::create_dir_all(dest.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(from, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+    root
+}
+
+#[test]
+fn system_wide_hooks_the_allocators_of_programs_started_during_the_trace() {
+    if !root_or_skip("system_wide_hooks_the_allocators_of_programs_started_during_the_trace") {
+        return;
+    }
+    const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    let name = "memtrace_swlate";
+    let jemalloc_prog = sites_copy("sw-late", "system-wide-late", name);
+    let root = chroot_with_sites("sw-chroot", name);
+    let path = scratch("system-wide-late.json");
+    let mut tracer = Tracer::start(&[
+        "--verbose",
+        "--comm",
+        name,
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    // Started after the tracer: jemalloc, which no process used before,
+    // and a libc that is another file (in a chroot, like a container's).
+    let mut with_jemalloc =
+        Target::start_with_env(&jemalloc_prog, &[], &[("LD_PRELOAD", JEMALLOC)]);
+    tracer.stderr.wait_for(
+        &format!("pid {} uses jemalloc ({JEMALLOC})", with_jemalloc.pid()),
+        "jemalloc hooked on exec",
+    );
+    let root_arg = root.to_str().expect("utf-8 path");
+    let mut in_chroot = Target::start(
+        std::path::Path::new("/usr/sbin/chroot"),
+        &[root_arg, &format!("/{name}")],
+    );
+    tracer.stderr.wait_for(
+        &format!("pid {} uses glibc", in_chroot.pid()),
+        "the chroot's libc hooked on exec",
+    );
+    with_jemalloc.run_sites();
+    in_chroot.run_sites();
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&path);
+    assert_process_exact(&report, with_jemalloc.pid());
+    assert_process_exact(&report, in_chroot.pid());
+    let kinds = |pid: u32| {
+        report["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .find(|p| p["pid"] == pid)
+            .map(|p| p["allocators"][0]["kind"].clone())
+    };
+    assert_eq!(kinds(with_jemalloc.pid()), Some("jemalloc".into()));
+    assert_eq!(kinds(in_chroot.pid()), Some("glibc".into()));
+}

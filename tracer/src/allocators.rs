@@ -25,7 +25,7 @@ use anyhow::Context as _;
 use object::{read::elf::ElfFile64, Object as _, ObjectSegment as _, ObjectSymbol as _};
 use tracer_common::Role;
 
-use crate::{error::TraceError, target::host_path};
+use crate::error::TraceError;
 
 /// One entry point that can be hooked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -405,9 +405,15 @@ pub struct Program {
     pub exe: String,
     pub ld_preload: Vec<String>,
     pub ld_library_path: Vec<String>,
-    /// The process's file-backed executable mappings, when it runs (paths
-    /// as it sees them); dlopen'ed objects are only found there.
-    pub mapped: Option<Vec<String>>,
+    /// Where to open the executable from.
+    pub exe_host: PathBuf,
+    /// The process's file-backed executable mappings, when it runs: the
+    /// path it shows and where to open it (/proc/PID/map_files/..., right
+    /// even in a chroot or another mount namespace). dlopen'ed objects are
+    /// only found here.
+    pub mapped: Option<Vec<(String, PathBuf)>>,
+    /// ld.so.conf's directories, read once.
+    conf_dirs: std::cell::OnceCell<Vec<String>>,
 }
 
 impl Program {
@@ -415,12 +421,15 @@ impl Program {
     /// A script is its interpreter.
     pub fn to_start(exe: &Path) -> Program {
         let var = |k| std::env::var(k).unwrap_or_default();
+        let exe = interpreter(exe).unwrap_or_else(|| exe.display().to_string());
         Program {
             root: PathBuf::from("/"),
-            exe: interpreter(exe).unwrap_or_else(|| exe.display().to_string()),
+            exe_host: PathBuf::from(&exe),
+            exe,
             ld_preload: split_list(&var("LD_PRELOAD"), &[' ', ':']),
             ld_library_path: split_list(&var("LD_LIBRARY_PATH"), &[':', ';']),
             mapped: None,
+            conf_dirs: std::cell::OnceCell::new(),
         }
     }
 
@@ -443,18 +452,22 @@ impl Program {
             }
         }
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        let mut mapped: Vec<String> = Vec::new();
+        let mut mapped: Vec<(String, PathBuf)> = Vec::new();
         for m in crate::target::parse_maps(&maps) {
-            if m.executable && !mapped.contains(&m.path) {
-                mapped.push(m.path);
+            if m.executable && !mapped.iter().any(|(p, _)| *p == m.path) {
+                let host =
+                    PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+                mapped.push((m.path, host));
             }
         }
         Ok(Program {
-            root: host_path(pid, ""),
+            root: PathBuf::from(format!("/proc/{pid}/root")),
+            exe_host: PathBuf::from(format!("/proc/{pid}/exe")),
             exe: exe.trim_end_matches(" (deleted)").to_string(),
             ld_preload: split_list(&preload, &[' ', ':']),
             ld_library_path: split_list(&library_path, &[':', ';']),
             mapped: Some(mapped),
+            conf_dirs: std::cell::OnceCell::new(),
         })
     }
 
@@ -476,21 +489,21 @@ impl Program {
     fn search_order(&self, cache: &mut ObjectCache) -> Vec<Candidate> {
         let mut out: Vec<Candidate> = Vec::new();
         let mut seen: HashSet<FileId> = HashSet::new();
-        let mut add = |path: String, out: &mut Vec<Candidate>, cache: &mut ObjectCache| {
-            let host = self.host(&path);
-            let (id, info) = cache.get(&host)?;
-            if !info.native || !seen.insert(id) {
-                return None;
-            }
-            out.push(Candidate {
-                path,
-                host,
-                id,
-                info: info.clone(),
-            });
-            Some(info)
-        };
-        add(self.exe.clone(), &mut out, cache);
+        let mut add =
+            |path: String, host: PathBuf, out: &mut Vec<Candidate>, cache: &mut ObjectCache| {
+                let (id, info) = cache.get(&host)?;
+                if !info.native || !seen.insert(id) {
+                    return None;
+                }
+                out.push(Candidate {
+                    path,
+                    host,
+                    id,
+                    info: info.clone(),
+                });
+                Some(info)
+            };
+        add(self.exe.clone(), self.exe_host.clone(), &mut out, cache);
         let exe_dir = parent(&self.exe);
         for p in &self.ld_preload {
             let path = if p.contains('/') {
@@ -499,7 +512,8 @@ impl Program {
                 self.find_library(p, &exe_dir, &[], &[])
             };
             if let Some(path) = path {
-                add(path, &mut out, cache);
+                let host = self.host(&path);
+                add(path, host, &mut out, cache);
             }
         }
         // Breadth first over DT_NEEDED, starting from the executable.
@@ -518,7 +532,8 @@ impl Program {
                 let Some(path) = self.find_library(&name, &dir, &runpath, &rpath) else {
                     continue;
                 };
-                if add(path, &mut out, cache).is_some() {
+                let host = self.host(&path);
+                if add(path, host, &mut out, cache).is_some() {
                     queue.push_back(out.len() - 1);
                 }
             }
@@ -528,21 +543,23 @@ impl Program {
         };
         // Keep what the process really maps; what it maps beyond that was
         // loaded later (dlopen) and comes last.
-        let mapped_ids: Vec<(String, FileId)> = mapped
+        let mapped_ids: Vec<(String, PathBuf, FileId)> = mapped
             .iter()
-            .filter_map(|p| Some((p.clone(), file_id(&self.host(p))?)))
+            .filter_map(|(p, host)| Some((p.clone(), host.clone(), file_id(host)?)))
             .collect();
         if !mapped_ids.is_empty() {
-            out.retain(|c| mapped_ids.iter().any(|(_, id)| *id == c.id));
+            out.retain(|c| mapped_ids.iter().any(|(_, _, id)| *id == c.id));
             for c in &mut out {
-                // Name it as the process's maps do (symlinks resolved).
-                if let Some((p, _)) = mapped_ids.iter().find(|(_, id)| *id == c.id) {
+                // Name it as the process's maps do (symlinks resolved), and
+                // open it through map_files.
+                if let Some((p, host, _)) = mapped_ids.iter().find(|(_, _, id)| *id == c.id) {
                     c.path = p.clone();
+                    c.host = host.clone();
                 }
             }
-            for (path, _) in mapped_ids {
+            for (path, host, _) in mapped_ids {
                 if !is_dynamic_loader(&path) {
-                    add(path, &mut out, cache);
+                    add(path, host, &mut out, cache);
                 }
             }
         }
@@ -569,7 +586,12 @@ impl Program {
         }
         dirs.extend(self.ld_library_path.iter().cloned());
         dirs.extend(runpath.iter().map(expand));
-        dirs.extend(ld_so_conf_dirs(&self.host("/etc/ld.so.conf")));
+        dirs.extend(
+            self.conf_dirs
+                .get_or_init(|| ld_so_conf_dirs(&self.host("/etc/ld.so.conf")))
+                .iter()
+                .cloned(),
+        );
         dirs.extend(
             [
                 "/lib/x86_64-linux-gnu",
@@ -753,7 +775,9 @@ mod tests {
             exe: exe.into(),
             ld_preload: Vec::new(),
             ld_library_path: Vec::new(),
+            exe_host: PathBuf::from(exe),
             mapped: None,
+            conf_dirs: std::cell::OnceCell::new(),
         }
     }
 

@@ -28,6 +28,8 @@ pub struct Hooks {
     pub failures: Vec<(u32, String)>,
     /// Say on stderr when an object is hooked (once the trace runs).
     pub announce: bool,
+    /// --verbose: also say what each process met during the trace uses.
+    pub verbose: bool,
 }
 
 impl Hooks {
@@ -42,6 +44,7 @@ impl Hooks {
             per_process: BTreeMap::new(),
             failures: Vec::new(),
             announce: false,
+            verbose: false,
         }
     }
 
@@ -70,6 +73,10 @@ impl Hooks {
             self.lines.extend(lines);
         }
         if let Some(pid) = pid {
+            if self.announce && self.verbose {
+                let uses: Vec<String> = objects.iter().map(Hooked::describe).collect();
+                eprintln!("memtrace-bpf: pid {pid} uses {}", uses.join(", "));
+            }
             self.per_process.insert(pid, describe(&objects));
         }
         Ok(())

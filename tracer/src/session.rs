@@ -75,6 +75,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     }
     scope.begin(cli, &mut loaded, &mut hooks, &mut modules)?;
     hooks.announce = true;
+    hooks.verbose = cli.verbose;
     let started = Instant::now();
     if cli.verbose {
         for h in &hooks.lines {

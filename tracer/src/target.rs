@@ -73,8 +73,18 @@ impl Process {
     }
 }
 
+/// Where to open a path that process `pid` showed (in its maps or exe
+/// link). In another mount namespace (a container) the path is the
+/// process's own, under /proc/PID/root; in a chroot of this namespace the
+/// kernel already shows it from our root, so it is used as it is when the
+/// first does not exist.
 pub fn host_path(pid: u32, path: &str) -> PathBuf {
-    PathBuf::from(format!("/proc/{pid}/root{path}"))
+    let under_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if under_root.exists() || !std::path::Path::new(path).exists() {
+        under_root
+    } else {
+        PathBuf::from(path)
+    }
 }
 
 pub fn read_cmdline(pid: u32) -> String {
