@@ -245,3 +245,52 @@ fn a_static_executable_with_symbols_is_traced_exactly() {
     );
     assert_sites_exact(&report);
 }
+
+/// `--allocator` overrides detection: with jemalloc preloaded, `glibc`
+/// hooks libc (which then sees only the calls that still reach it), and
+/// jemalloc's path hooks jemalloc, with exact numbers.
+#[test]
+fn the_allocator_flag_overrides_detection() {
+    if !root_or_skip("the_allocator_flag_overrides_detection") {
+        return;
+    }
+    let bin = compile_c("sites", "override", O2_FLAGS);
+    for (choice, kind) in [("glibc", "glibc"), (JEMALLOC, "jemalloc")] {
+        let mut target = Target::start_with_env(&bin, &[], &[("LD_PRELOAD", JEMALLOC)]);
+        let path = crate::harness::scratch(&format!("override-{kind}.json"));
+        let pid = target.pid().to_string();
+        let tracer = crate::harness::Tracer::start(&[
+            "--pid",
+            &pid,
+            "--allocator",
+            choice,
+            "--format",
+            "json",
+            "-o",
+            path.to_str().expect("utf-8 path"),
+        ]);
+        target.run_sites();
+        tracer.signal(libc::SIGINT);
+        let out = tracer.finish();
+        assert!(out.status.success(), "{}", out.stderr);
+        let report = read_json(&path);
+        let allocators = report["processes"][0]["allocators"]
+            .as_array()
+            .expect("allocators");
+        assert_eq!(allocators.len(), 1, "{allocators:?}");
+        assert_eq!(allocators[0]["kind"], kind, "{allocators:?}");
+        if kind == "jemalloc" {
+            assert_sites_exact(&report);
+        } else {
+            // jemalloc has no reallocarray: sites.c's reallocarray calls
+            // reach glibc's, the one hooked function they still call.
+            let got = per_calling_site(&report);
+            let want = EXPECTED_PER_THREAD
+                .iter()
+                .find(|(site, _)| *site == "site_reallocarray")
+                .map(|(_, v)| v.map(|v| v * 2));
+            assert_eq!(got.len(), 1, "{got:#?}");
+            assert_eq!(got.get("site_reallocarray").copied(), want, "{got:#?}");
+        }
+    }
+}

@@ -98,3 +98,23 @@ fn bad_command_lines_exit_with_status_2() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("power of two"), "{err}");
 }
+
+#[test]
+fn an_allocator_the_process_does_not_load_is_refused_with_what_it_loads() {
+    if !root_or_skip("an_allocator_the_process_does_not_load_is_refused_with_what_it_loads") {
+        return;
+    }
+    let bin = compile_c("sites", "allocator-missing", &["-O1"]);
+    let target = Target::start(&bin, &[]);
+    let (code, err) = run(&[
+        "--pid",
+        &target.pid().to_string(),
+        "--allocator",
+        "mimalloc",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--allocator mimalloc:") && err.contains("libc.so.6 (glibc)"),
+        "{err}"
+    );
+}
