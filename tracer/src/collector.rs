@@ -120,6 +120,15 @@ impl Collector {
         self.events.as_raw_fd()
     }
 
+    /// Process `pid` is held at its exit: its maps are read now, the last
+    /// time they can be, and its events are handled with them.
+    pub fn drain_exiting(&mut self, pid: u32) {
+        if self.state.modules.refresh_now(pid) {
+            self.state.unwinders.invalidate(pid);
+        }
+        self.drain();
+    }
+
     /// Processes every event that is in the ring buffer now. Returns how many.
     pub fn drain(&mut self) -> usize {
         let Collector { events, state } = self;

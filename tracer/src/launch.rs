@@ -5,6 +5,12 @@
 //! registered on the libc file for its pid, and the kernel puts them into
 //! the libc mapping that the dynamic loader creates after exec. std's
 //! `Command::spawn` cannot be used: it waits for the exec to happen.
+//!
+//! The child is also ptrace-seized with PTRACE_O_TRACEEXIT (nothing else:
+//! no stop at exec, signals pass through): at its exit it stops while its
+//! memory map still exists, the tracer reads the map and handles the
+//! child's last events, then lets it go. A command that runs for less than
+//! the ring buffer's drain interval is named like any other.
 
 use std::{
     ffi::CString,
@@ -23,6 +29,13 @@ pub struct Launched {
     pub pid: u32,
     pub path: PathBuf,
     go: Option<OwnedFd>,
+    /// Ptrace-attached (PTRACE_SEIZE) so that its exit stops it while its
+    /// memory map still exists: a command that allocates and exits within
+    /// one drain of the ring buffer still gets its maps read and its frames
+    /// named. False when the kernel refused (the trace goes on without).
+    held_at_exit: bool,
+    /// The wait status, once reaped.
+    status: Option<i32>,
 }
 
 impl Launched {
@@ -66,11 +79,102 @@ impl Launched {
             }
         }
         drop(wait_end);
+        // SAFETY: ptrace on our own child, which is blocked in read().
+        let held_at_exit = unsafe {
+            libc::ptrace(
+                libc::PTRACE_SEIZE,
+                pid,
+                std::ptr::null_mut::<libc::c_void>(),
+                libc::PTRACE_O_TRACEEXIT as usize as *mut libc::c_void,
+            )
+        } == 0;
         Ok(Launched {
             pid: pid as u32,
             path,
             go: Some(go_end),
+            held_at_exit,
+            status: None,
         })
+    }
+
+    /// Handles the command's ptrace stops (call on SIGCHLD): at its exit
+    /// stop, `at_exit` runs while its memory map can still be read, then it
+    /// is let go; a signal is passed on; a group stop is left to take
+    /// effect. Also reaps it once it ended.
+    pub fn service(&mut self, mut at_exit: impl FnMut()) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waits for our own child without blocking.
+            let rc = unsafe {
+                libc::waitpid(
+                    self.pid as libc::pid_t,
+                    &mut status,
+                    libc::WNOHANG | libc::__WALL,
+                )
+            };
+            if rc != self.pid as libc::pid_t {
+                return;
+            }
+            if !libc::WIFSTOPPED(status) {
+                self.status = Some(status);
+                return;
+            }
+            let pid = self.pid as libc::pid_t;
+            let event = (status >> 16) & 0xff;
+            let null = std::ptr::null_mut::<libc::c_void>();
+            // SAFETY: ptrace requests on our own stopped tracee.
+            unsafe {
+                if event == libc::PTRACE_EVENT_EXIT {
+                    at_exit();
+                    libc::ptrace(libc::PTRACE_DETACH, pid, null, null);
+                } else if event == libc::PTRACE_EVENT_STOP {
+                    libc::ptrace(libc::PTRACE_LISTEN, pid, null, null);
+                } else {
+                    let sig = libc::WSTOPSIG(status) as usize as *mut libc::c_void;
+                    libc::ptrace(libc::PTRACE_CONT, pid, null, sig);
+                }
+            }
+        }
+    }
+
+    /// Stops holding the command (at the end of the trace): it runs on
+    /// untraced, with any stop it was in handled first.
+    pub fn let_go(&mut self) {
+        if !self.held_at_exit {
+            return;
+        }
+        self.held_at_exit = false;
+        self.service(|| {});
+        let pid = self.pid as libc::pid_t;
+        let null = std::ptr::null_mut::<libc::c_void>();
+        // SAFETY: ptrace requests on our own tracee; they fail harmlessly
+        // (ESRCH) when it has already exited or been detached.
+        unsafe {
+            if libc::ptrace(libc::PTRACE_INTERRUPT, pid, null, null) != 0 {
+                return;
+            }
+            let mut status = 0;
+            if libc::waitpid(pid, &mut status, libc::__WALL) != pid {
+                return;
+            }
+            if !libc::WIFSTOPPED(status) {
+                self.status = Some(status);
+                return;
+            }
+            let event = (status >> 16) & 0xff;
+            // A signal it was stopped for is delivered on the way out.
+            let sig = if event == 0 {
+                libc::WSTOPSIG(status)
+            } else {
+                0
+            };
+            libc::ptrace(
+                libc::PTRACE_DETACH,
+                pid,
+                null,
+                sig as usize as *mut libc::c_void,
+            );
+        }
     }
 
     /// Lets the child exec the command.
@@ -85,14 +189,23 @@ impl Launched {
         Ok(())
     }
 
-    /// Waits for the command (it has exited) and describes how it ended.
-    pub fn exit_status(&self) -> Option<String> {
-        let mut status = 0;
-        // SAFETY: waits for our own child; WNOHANG never blocks.
-        let rc = unsafe { libc::waitpid(self.pid as libc::pid_t, &mut status, libc::WNOHANG) };
-        if rc != self.pid as libc::pid_t {
-            return None;
+    /// Describes how the command ended, if it has (reaping it).
+    pub fn exit_status(&mut self) -> Option<String> {
+        if self.status.is_none() {
+            let mut status = 0;
+            // SAFETY: waits for our own child; WNOHANG never blocks.
+            let rc = unsafe {
+                libc::waitpid(
+                    self.pid as libc::pid_t,
+                    &mut status,
+                    libc::WNOHANG | libc::__WALL,
+                )
+            };
+            if rc == self.pid as libc::pid_t && !libc::WIFSTOPPED(status) {
+                self.status = Some(status);
+            }
         }
+        let status = self.status?;
         Some(if libc::WIFEXITED(status) {
             format!("exited with status {}", libc::WEXITSTATUS(status))
         } else if libc::WIFSIGNALED(status) {

@@ -288,6 +288,22 @@ impl Scope {
         }
     }
 
+    /// On SIGCHLD: a started command's ptrace stops (see `Launched`);
+    /// `at_exit(pid)` runs at its exit stop, while its maps can be read.
+    pub fn service_child(&mut self, mut at_exit: impl FnMut(u32)) {
+        if let Scope::Command { launched, .. } = self {
+            let pid = launched.pid;
+            launched.service(|| at_exit(pid));
+        }
+    }
+
+    /// The trace ended: a started command is no longer held.
+    pub fn let_go(&mut self) {
+        if let Scope::Command { launched, .. } = self {
+            launched.let_go();
+        }
+    }
+
     /// What the report must say about the scope itself.
     pub fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
@@ -317,7 +333,7 @@ impl Scope {
 
     /// Every process traced, for the report: those known to the scope and
     /// those the events came from (`seen`).
-    pub fn processes(&self, seen: &BTreeMap<u32, String>) -> Vec<ProcessInfo> {
+    pub fn processes(&mut self, seen: &BTreeMap<u32, String>) -> Vec<ProcessInfo> {
         let info = |pid: u32, command: &str, exit_status: Option<String>| ProcessInfo {
             pid,
             command: command.to_string(),

@@ -124,6 +124,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     loaded.stop()?;
     std::thread::sleep(STOP_GRACE);
     collector.drain();
+    scope.service_child(|pid| collector.drain_exiting(pid));
+    scope.let_go();
     let losses = read_losses(&loaded.counters);
     if cli.verbose {
         print_stats(&collector);
@@ -195,6 +197,7 @@ async fn collect(
 ) -> anyhow::Result<String> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut sigchld = signal(SignalKind::child()).context("installing SIGCHLD handler")?;
     let exit_fd = scope.exit_fd().map(|pidfd| pidfd.fd.as_raw_fd());
     let exit = match exit_fd {
         // SAFETY: the scope owns the pidfd and is borrowed for this whole
@@ -221,6 +224,7 @@ async fn collect(
             _ = sigterm.recv() => return Ok("terminated (SIGTERM)".into()),
             _ = exited(exit.as_ref()) => return Ok("target exited".into()),
             _ = poll.tick() => scope.poll(loaded, hooks, &mut collector.state.modules),
+            _ = sigchld.recv() => scope.service_child(|pid| collector.drain_exiting(pid)),
             _ = sleep_until(deadline) => return Ok("duration elapsed".into()),
             _ = tick.tick() => { collector.drain(); }
             guard = events.readable() => {

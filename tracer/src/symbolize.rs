@@ -69,6 +69,12 @@ impl Modules {
         true
     }
 
+    /// `refresh` without the rate limit.
+    pub fn refresh_now(&mut self, pid: u32) -> bool {
+        self.last_read.remove(&pid);
+        self.refresh(pid)
+    }
+
     /// The process exec'ed: its maps are read again at its next event
     /// (files already open stay, for stacks of the old image).
     pub fn forget(&mut self, pid: u32) {
