@@ -213,6 +213,8 @@ pub static ENTRY_POINTS: LazyLock<Vec<EntryPoint>> = LazyLock::new(|| {
 #[derive(Debug, Default)]
 pub struct ObjectInfo {
     pub defined: HashMap<String, u64>,
+    /// Symbol sizes of the defined entry points (0 when unknown).
+    pub sizes: HashMap<String, u64>,
     needed: Vec<String>,
     runpath: Vec<String>,
     rpath: Vec<String>,
@@ -243,6 +245,7 @@ impl ObjectInfo {
             }
             if let Some(offset) = vaddr_to_file_offset(&file, sym.address()) {
                 info.defined.insert(name.to_string(), offset);
+                info.sizes.insert(name.to_string(), sym.size());
             }
         }
         if let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) {

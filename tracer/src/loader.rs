@@ -253,7 +253,8 @@ pub fn attach(
 ) -> anyhow::Result<Vec<Hook>> {
     let host_path = object.host_path.as_path();
     let display_path = object.path.as_str();
-    let offsets = crate::allocators::ObjectInfo::parse(host_path)?.defined;
+    let info = crate::allocators::ObjectInfo::parse(host_path)?;
+    let offsets = &info.defined;
     let pid = pid.and_then(NonZeroU32::new);
     let mut hooked_at: HashMap<u64, &str> = HashMap::new();
     let mut hooks = Vec::new();
@@ -305,7 +306,11 @@ pub fn attach(
                             reason: "symbol (--probe-placement entry)".into(),
                         },
                         ProbePlacement::Emulated => {
-                            placement::place(&read_code(host_path, offset)?, args_read(spec.role))
+                            let size = info.sizes.get(&spec.name).copied().unwrap_or(0);
+                            placement::place(
+                                &read_code(host_path, offset, size)?,
+                                args_read(spec.role),
+                            )
                         }
                     };
                     hook.probe_offset = offset + placed.offset;
@@ -423,13 +428,19 @@ fn map_fds(ebpf: &Ebpf) -> anyhow::Result<HashMap<String, OwnedFd>> {
 }
 
 /// The first bytes of the function at file offset `offset`.
-fn read_code(path: &Path, offset: u64) -> anyhow::Result<Vec<u8>> {
+/// The function at file offset `offset`: `size` bytes (at most
+/// placement::MAX_FUNCTION), or placement::WINDOW when the size is unknown.
+fn read_code(path: &Path, offset: u64, size: u64) -> anyhow::Result<Vec<u8>> {
     use std::io::{Read as _, Seek as _, SeekFrom};
     let mut file =
         std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     file.seek(SeekFrom::Start(offset))?;
-    let mut code = Vec::with_capacity(placement::WINDOW);
-    file.take(placement::WINDOW as u64).read_to_end(&mut code)?;
+    let len = match size {
+        0 => placement::WINDOW as u64,
+        n => n.min(placement::MAX_FUNCTION as u64),
+    };
+    let mut code = Vec::with_capacity(len as usize);
+    file.take(len).read_to_end(&mut code)?;
     Ok(code)
 }
 
