@@ -78,6 +78,8 @@ pub struct State {
     pub malformed_events: u64,
     /// Processes that called exec since the session last looked.
     pub execs: Vec<u32>,
+    /// The maps generation each process's unwinder was last rebuilt for.
+    unwinder_maps: HashMap<u32, u64>,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
     /// with its unwound addresses as a JSON line (unwinder test fixtures).
     sample_log: Option<std::io::BufWriter<std::fs::File>>,
@@ -107,6 +109,7 @@ impl Collector {
                 processes: std::collections::BTreeMap::new(),
                 malformed_events: 0,
                 execs: Vec::new(),
+                unwinder_maps: HashMap::new(),
                 sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                     .and_then(|path| std::fs::File::create(path).ok())
                     .map(std::io::BufWriter::new),
@@ -220,9 +223,17 @@ impl State {
         if sample.stack.is_empty() {
             return self.intern_stack_id(pid, -1);
         }
-        // A library loaded since the maps were read (dlopen): read them again.
-        if !self.unwinders.covers(pid, sample.ip) && self.modules.refresh(pid) {
-            self.unwinders.invalidate(pid);
+        // A library loaded since the maps were read (dlopen): read them
+        // again; one mapped since the unwinder was built: rebuild it.
+        if !self.modules.covers(pid, sample.ip) {
+            if self.modules.refresh(pid) {
+                self.unwinders.invalidate(pid);
+            }
+        } else if !self.unwinders.covers(pid, sample.ip) {
+            let now = self.modules.generation(pid);
+            if self.unwinder_maps.insert(pid, now) != Some(now) {
+                self.unwinders.invalidate(pid);
+            }
         }
         let maps = self.modules.maps(pid);
         let unwound = self.unwinders.unwind(pid, maps, sample);

@@ -41,6 +41,7 @@ pub struct Modules {
     /// Per process: its file-backed mappings, sorted by start.
     maps: HashMap<u32, Vec<Mapping>>,
     last_read: HashMap<u32, Instant>,
+    generations: HashMap<u32, u64>,
 }
 
 /// Addresses outside every mapped file (JIT code) would otherwise make each
@@ -61,12 +62,30 @@ impl Modules {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return false;
         };
-        let maps = crate::target::parse_maps(&text);
+        let mut maps = crate::target::parse_maps(&text);
         if maps.is_empty() {
             return false; // a zombie: keep what we had
         }
+        // Merge: known mappings that nothing new overlaps stay. A re-read
+        // is for a library loaded since (dlopen); if the process exec'ed
+        // meanwhile, events of its old image still in the ring buffer (the
+        // EXEC event comes after them, then `forget` clears the maps) are
+        // resolved with the old mappings, not with the new image's.
+        if let Some(old) = self.maps.get(&pid) {
+            let kept: Vec<Mapping> = old
+                .iter()
+                .filter(|o| !maps.iter().any(|n| n.start < o.end && o.start < n.end))
+                .cloned()
+                .collect();
+            maps.extend(kept);
+        }
         self.set_maps(pid, maps);
         true
+    }
+
+    /// Whether `addr` lies in a mapping known for `pid`.
+    pub fn covers(&self, pid: u32, addr: u64) -> bool {
+        self.find(pid, addr).is_some()
     }
 
     /// `refresh` without the rate limit.
@@ -83,7 +102,14 @@ impl Modules {
         self.by_key.retain(|k, _| k.0 != pid);
     }
 
+    /// Changes each time `pid`'s maps are set (to rebuild what was built
+    /// from older ones).
+    pub fn generation(&self, pid: u32) -> u64 {
+        self.generations.get(&pid).copied().unwrap_or(0)
+    }
+
     pub fn set_maps(&mut self, pid: u32, mut maps: Vec<Mapping>) {
+        *self.generations.entry(pid).or_default() += 1;
         maps.sort_by_key(|m| m.start);
         self.maps.insert(pid, maps);
         self.last_read.insert(pid, Instant::now());
