@@ -126,3 +126,33 @@ fn a_target_busy_during_attach_and_detach_is_counted_right() {
         );
     }
 }
+
+/// Ctrl-C while the probes are still being attached (before "tracing")
+/// ends the trace with a report, not by killing the tracer.
+#[test]
+fn ctrl_c_during_attach_still_writes_a_report() {
+    if !root_or_skip("ctrl_c_during_attach_still_writes_a_report") {
+        return;
+    }
+    let bin = compile_c("sites", "fp-early-int", FP_FLAGS);
+    let target = Target::start(&bin, &[]);
+    let path = scratch("early-sigint.json");
+    let pid = target.pid().to_string();
+    let mut tracer = Tracer::spawn(&[
+        "--verbose",
+        "--pid",
+        &pid,
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    // --verbose lists each hook once it is attached, before tracing starts.
+    tracer.stderr.wait_for(": attached", "first hook attached");
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "interrupted (SIGINT)");
+    assert_eq!(report["processes"][0]["pid"], target.pid());
+}

@@ -60,7 +60,8 @@ impl Launched {
         // SAFETY: both fds are new and ours.
         let (wait_end, go_end) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: the tracer is single-threaded here (no runtime yet); the
+        // SAFETY: the tracer is single-threaded here (its runtime runs on this
+        // thread and has spawned none); the
         // child only calls read, close, execv and _exit, all safe after fork,
         // on memory prepared before the fork.
         let pid = unsafe { libc::fork() };

@@ -35,6 +35,17 @@ const STOP_GRACE: Duration = Duration::from_millis(20);
 
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
     crate::preflight::check()?;
+    // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
+    // are being attached, or just after, ends the trace with its report
+    // instead of killing the tracer.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let signals = {
+        let _in_runtime = runtime.enter();
+        Signals::install()?
+    };
     let Start {
         mut scope,
         maps: initial_maps,
@@ -107,15 +118,12 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     );
 
     let mut collector = Collector::new(maps.events, maps.stacks, modules, cli.sample_rate);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
     let end_reason = runtime.block_on(collect(
         &mut collector,
         &mut scope,
         &mut loaded,
         &mut hooks,
+        signals,
         cli.duration,
     ))?;
     let duration = started.elapsed();
@@ -186,6 +194,23 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The signals a trace reacts to, installed before anything is attached.
+struct Signals {
+    sigint: tokio::signal::unix::Signal,
+    sigterm: tokio::signal::unix::Signal,
+    sigchld: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            sigint: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
+            sigterm: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
+            sigchld: signal(SignalKind::child()).context("installing SIGCHLD handler")?,
+        })
+    }
+}
+
 /// Drains events until the duration ends, the target exits, or SIGINT /
 /// SIGTERM arrives. Returns why it stopped.
 async fn collect(
@@ -193,11 +218,14 @@ async fn collect(
     scope: &mut Scope,
     loaded: &mut loader::Loaded,
     hooks: &mut Hooks,
+    signals: Signals,
     duration: Option<f64>,
 ) -> anyhow::Result<String> {
-    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut sigchld = signal(SignalKind::child()).context("installing SIGCHLD handler")?;
+    let Signals {
+        mut sigint,
+        mut sigterm,
+        mut sigchld,
+    } = signals;
     let exit_fd = scope.exit_fd().map(|pidfd| pidfd.fd.as_raw_fd());
     let exit = match exit_fd {
         // SAFETY: the scope owns the pidfd and is borrowed for this whole
