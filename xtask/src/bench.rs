@@ -268,7 +268,7 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
 }
 
 /// utime + stime of a process, in seconds (/proc/PID/stat, proc(5)).
-fn cpu_secs(pid: u32) -> Option<f64> {
+pub(crate) fn cpu_secs(pid: u32) -> Option<f64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -282,7 +282,7 @@ fn cpu_secs(pid: u32) -> Option<f64> {
 
 /// The first integer after `key:` in a JSON text (the report's field names
 /// are unique where used here, totals come before stacks).
-fn json_u64(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn json_u64(text: &str, key: &str) -> Option<u64> {
     let rest = &text[text.find(key)? + key.len()..];
     let digits: String = rest
         .trim_start_matches([':', ' '])
@@ -293,14 +293,14 @@ fn json_u64(text: &str, key: &str) -> Option<u64> {
 }
 
 /// A child whose stdout (target) or stderr (tracer) lines arrive on a channel.
-struct Proc {
-    child: Child,
+pub(crate) struct Proc {
+    pub(crate) child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command, stdout: bool) -> Result<Proc> {
+    pub(crate) fn spawn(mut cmd: Command, stdout: bool) -> Result<Proc> {
         cmd.stdin(Stdio::piped());
         if stdout {
             cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
@@ -326,7 +326,7 @@ impl Proc {
         })
     }
 
-    fn wait_line(&mut self, needle: &str) -> Result<String> {
+    pub(crate) fn wait_line(&mut self, needle: &str) -> Result<String> {
         loop {
             let line = self
                 .lines
@@ -345,7 +345,7 @@ impl Proc {
         Ok(())
     }
 
-    fn rest(&mut self) -> Vec<String> {
+    pub(crate) fn rest(&mut self) -> Vec<String> {
         self.lines.try_iter().collect()
     }
 }

@@ -1,10 +1,11 @@
 //! `cargo xtask`: orchestration for memtrace-bpf (setup, build, test, demo,
-//! bench).
+//! bench, bench-redis).
 //!
 //! The BPF object is built by tracer/build.rs (aya-build) during an ordinary
 //! `cargo build`; nothing here builds it a second time.
 
 mod bench;
+mod bench_redis;
 mod cmd;
 mod demo;
 mod setup;
@@ -37,6 +38,9 @@ enum Task {
     Demo,
     /// The cost of tracing (fp vs dwarf) and unwinding throughput.
     Bench,
+    /// redis-benchmark throughput against redis-server, untraced and traced
+    /// by `--binary` (target/bench/redis.json).
+    BenchRedis,
 }
 
 fn main() -> Result<()> {
@@ -50,6 +54,7 @@ fn main() -> Result<()> {
         Task::Test { args } => test(&args),
         Task::Demo => demo::run(),
         Task::Bench => bench::run(),
+        Task::BenchRedis => bench_redis::run(),
     }
 }
 

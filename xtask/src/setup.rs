@@ -22,8 +22,10 @@ pub fn run() -> Result<()> {
     rust_src()?;
     bpf_linker(&mut apt)?;
     c_compiler(&mut apt)?;
+    make(&mut apt)?;
     setpriv(&mut apt)?;
     allocators(&mut apt)?;
+    redis(&mut apt)?;
     lint_tools()?;
     Ok(())
 }
@@ -104,6 +106,16 @@ fn c_compiler(apt: &mut Apt) -> Result<()> {
     apt.ensure(&["gcc", "libc6-dev"])
 }
 
+/// tikv-jemalloc-sys (the Rust jemalloc test program) builds jemalloc with make.
+fn make(apt: &mut Apt) -> Result<()> {
+    if let Some(v) = first_line("make", "--version") {
+        println!("ok: {v}");
+        return Ok(());
+    }
+    println!("installing: make (for the tikv-jemallocator test program)");
+    apt.ensure(&["make"])
+}
+
 /// Tests drop privileges with setpriv to check the non-root error paths.
 fn setpriv(apt: &mut Apt) -> Result<()> {
     if let Some(v) = first_line("setpriv", "--version") {
@@ -114,7 +126,8 @@ fn setpriv(apt: &mut Apt) -> Result<()> {
     apt.ensure(&["util-linux"])
 }
 
-/// The tests trace a program with Debian's jemalloc and tcmalloc preloaded.
+/// The tests trace programs with Debian's jemalloc, tcmalloc and mimalloc
+/// preloaded or linked (by the library's path: no -dev package needed).
 fn allocators(apt: &mut Apt) -> Result<()> {
     for (lib, package) in [
         ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2"),
@@ -122,12 +135,33 @@ fn allocators(apt: &mut Apt) -> Result<()> {
             "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
             "libtcmalloc-minimal4",
         ),
+        ("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2", "libmimalloc2.0"),
     ] {
         if std::path::Path::new(lib).exists() {
             println!("ok: {lib}");
             continue;
         }
         println!("installing: {package} (for the allocator tests)");
+        apt.ensure(&[package])?;
+    }
+    Ok(())
+}
+
+/// A real third-party server for the redis test and `cargo xtask
+/// bench-redis`: Debian's redis-server (linked with libjemalloc.so.2) and
+/// redis-tools (redis-cli, redis-benchmark). They start their own server on
+/// a free port; a service the package may start on 6379 is not used.
+fn redis(apt: &mut Apt) -> Result<()> {
+    for (program, package) in [
+        ("/usr/bin/redis-server", "redis-server"),
+        ("/usr/bin/redis-cli", "redis-tools"),
+        ("/usr/bin/redis-benchmark", "redis-tools"),
+    ] {
+        if std::path::Path::new(program).exists() {
+            println!("ok: {program}");
+            continue;
+        }
+        println!("installing: {package} (for the redis test and bench-redis)");
         apt.ensure(&[package])?;
     }
     Ok(())

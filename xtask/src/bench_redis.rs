@@ -1,0 +1,649 @@
+//! `cargo xtask bench-redis`: what tracing costs a real server. Debian's
+//! redis-server is loaded by redis-benchmark (SET and GET, 100-byte values,
+//! random keys), untraced, under memtrace-bpf's probes doing nothing (the
+//! floor), traced by `--pid` and by `--binary /usr/bin/redis-server`, both at
+//! the default sampling rate. ROUNDS interleaved rounds of all modes, one
+//! redis-server for all of them, medians compared. Each traced mode's row
+//! names the allocator the tracer hooked: redis allocates through
+//! libjemalloc.so.2, and a mode that hooks another one costs redis nothing
+//! and records nothing of it (a warning says so).
+//!
+//! The server and the client are pinned to one CPU each when two are
+//! available: on a 2-core machine they would otherwise compete for the same
+//! core and the numbers would mostly measure the scheduler. The tracer is
+//! not pinned: it shares the cores with both (its CPU time is reported).
+//!
+//! Whatever else runs on the machine shows in the numbers at once (two
+//! cores, both busy). A run is repeated, after a pause, when other processes
+//! used more than FOREIGN_MAX of a core during it or another memtrace-bpf was
+//! running (system-wide tracing hooks the client's and server's allocators
+//! too); one that stays disturbed is kept and counted in the table.
+
+use std::{
+    fs::{self, File},
+    io::Read,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+
+use crate::{
+    bench::{cpu_secs, json_u64, Proc},
+    cmd::target_dir,
+};
+
+const REDIS_SERVER: &str = "/usr/bin/redis-server";
+const REDIS_CLI: &str = "/usr/bin/redis-cli";
+const REDIS_BENCHMARK: &str = "/usr/bin/redis-benchmark";
+const ROUNDS: usize = 7;
+/// Requests per command in a mode's first run; later runs are sized from
+/// the mode's throughput so far to last about TEST_SECS per command (a
+/// traced server may be ten times slower), within MIN_/MAX_REQUESTS.
+const REQUESTS: u32 = 20_000;
+const TEST_SECS: f64 = 1.0;
+const MIN_REQUESTS: u32 = 5_000;
+const MAX_REQUESTS: u32 = 200_000;
+/// Keys are drawn from this many, so SET keeps adding keys (memory grows).
+const KEYSPACE: u32 = 100_000;
+const VALUE_BYTES: u32 = 100;
+/// redis-benchmark's default number of parallel connections.
+const CLIENTS: u32 = 50;
+/// Any one command; a traced run may be many times slower than untraced.
+const TIMEOUT: Duration = Duration::from_secs(600);
+/// CPU time of processes other than server, client and tracer, in cores,
+/// above which a run counts as disturbed.
+const FOREIGN_MAX: f64 = 0.15;
+/// Attempts per run before a disturbed one is kept, and the pause between.
+const ATTEMPTS: usize = 4;
+const BACKOFF: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
+    Untraced,
+    /// `--pid` with the server's pid.
+    Pid,
+    /// `--binary REDIS_SERVER`.
+    Binary,
+}
+
+struct Mode {
+    name: &'static str,
+    what: &'static str,
+    scope: Scope,
+    args: &'static [&'static str],
+}
+
+const MODES: &[Mode] = &[
+    Mode {
+        name: "untraced",
+        what: "untraced",
+        scope: Scope::Untraced,
+        args: &[],
+    },
+    Mode {
+        name: "noop",
+        what: "`--pid PID --noop-probes` (probes that do nothing: the floor)",
+        scope: Scope::Pid,
+        args: &["--noop-probes"],
+    },
+    Mode {
+        name: "pid",
+        what: "`--pid PID` (defaults)",
+        scope: Scope::Pid,
+        args: &[],
+    },
+    Mode {
+        name: "binary",
+        what: "`--binary /usr/bin/redis-server` (defaults)",
+        scope: Scope::Binary,
+        args: &[],
+    },
+];
+
+#[derive(Default, Clone)]
+struct RunResult {
+    /// redis-benchmark's -n.
+    requests: u32,
+    set_rps: f64,
+    get_rps: f64,
+    /// The tracer's CPU time per second of the benchmark (1.0 = a core).
+    tracer_cpu: Option<f64>,
+    peak_rss_kib: Option<u64>,
+    recorded: u64,
+    lost: u64,
+    allocator: Option<String>,
+    /// Other processes' CPU use during the run, in cores.
+    foreign_cores: f64,
+    /// Another memtrace-bpf ran before or after the run.
+    other_tracer: bool,
+}
+
+impl RunResult {
+    fn disturbed(&self) -> bool {
+        self.foreign_cores > FOREIGN_MAX || self.other_tracer
+    }
+}
+
+pub fn run() -> Result<()> {
+    crate::setup::run()?;
+    crate::build_release()?;
+    let dir = target_dir().join("bench");
+    fs::create_dir_all(&dir)?;
+    let tracer = target_dir().join("release/memtrace-bpf");
+    let pins = Pins::choose();
+    println!("{}", pins.describe());
+
+    let redis = Redis::start(&dir.join("redis-data"), pins.server.as_deref())?;
+    // Fills redis' allocator caches and the client's connections once.
+    redis.benchmark(pins.client.as_deref(), REQUESTS)?;
+    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); MODES.len()];
+    let mut requests = vec![REQUESTS; MODES.len()];
+    for round in 0..ROUNDS {
+        for (i, mode) in MODES.iter().enumerate() {
+            let mut attempt = 1;
+            let r = loop {
+                let r = run_once(
+                    &redis,
+                    &tracer,
+                    mode,
+                    &dir,
+                    pins.client.as_deref(),
+                    requests[i],
+                )
+                .with_context(|| format!("round {} of {}", round + 1, mode.name))?;
+                eprintln!(
+                    "bench-redis: {} round {} attempt {attempt}: -n {}: SET {:.0}/s, GET {:.0}/s; \
+                     other processes {:.2} cores{}",
+                    mode.name,
+                    round + 1,
+                    r.requests,
+                    r.set_rps,
+                    r.get_rps,
+                    r.foreign_cores,
+                    if r.other_tracer {
+                        ", another memtrace-bpf running"
+                    } else {
+                        ""
+                    }
+                );
+                if !r.disturbed() || attempt == ATTEMPTS {
+                    break r;
+                }
+                attempt += 1;
+                thread::sleep(BACKOFF);
+            };
+            results[i].push(r);
+            let rps = median(&results[i], |r| r.set_rps.min(r.get_rps));
+            requests[i] = ((rps * TEST_SECS) as u32).clamp(MIN_REQUESTS, MAX_REQUESTS);
+        }
+    }
+    report(&results, &pins, &dir)
+}
+
+/// One benchmark run on an emptied server, under `mode`'s tracer if any.
+fn run_once(
+    redis: &Redis,
+    tracer: &Path,
+    mode: &Mode,
+    dir: &Path,
+    client_cpu: Option<&str>,
+    requests: u32,
+) -> Result<RunResult> {
+    redis.cli(&["FLUSHALL"])?;
+    let report_path: PathBuf = dir.join(format!("redis-{}.json", mode.name));
+    let target = match mode.scope {
+        Scope::Untraced => None,
+        Scope::Pid => Some(["--pid".to_string(), redis.child.id().to_string()]),
+        Scope::Binary => Some(["--binary".to_string(), REDIS_SERVER.to_string()]),
+    };
+    let mut tracer_proc = match target {
+        None => None,
+        Some(target) => {
+            let mut cmd = Command::new(tracer);
+            cmd.args(target)
+                .args(["-v", "--format", "json", "-o"])
+                .arg(&report_path)
+                .args(mode.args);
+            let mut t = Proc::spawn(cmd, false)?;
+            t.wait_line("memtrace-bpf: tracing ")?;
+            Some(t)
+        }
+    };
+    let tracer_pid = tracer_proc.as_ref().map(|t| t.child.id());
+    let tracer_cpu = || tracer_pid.and_then(cpu_secs);
+    let server_cpu = || cpu_secs(redis.child.id()).unwrap_or(0.0);
+    let other_before = other_tracer(tracer_pid);
+    let (busy_before, server_before, client_before) =
+        (machine_busy_secs(), server_cpu(), children_cpu_secs());
+    let cpu_before = tracer_cpu();
+    let started = Instant::now();
+    let (set_rps, get_rps) = redis.benchmark(client_cpu, requests)?;
+    let secs = started.elapsed().as_secs_f64();
+    let cpu_after = tracer_cpu();
+    // redis-benchmark has been reaped: its CPU time is in RUSAGE_CHILDREN.
+    let ours = (server_cpu() - server_before)
+        + (children_cpu_secs() - client_before)
+        + cpu_before.zip(cpu_after).map_or(0.0, |(a, b)| b - a);
+    let mut result = RunResult {
+        requests,
+        set_rps,
+        get_rps,
+        tracer_cpu: cpu_before.zip(cpu_after).map(|(a, b)| (b - a) / secs),
+        foreign_cores: ((machine_busy_secs() - busy_before - ours) / secs).max(0.0),
+        other_tracer: other_before || other_tracer(tracer_pid),
+        ..Default::default()
+    };
+    if let Some(t) = tracer_proc.as_mut() {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(t.child.id() as libc::pid_t, libc::SIGINT) };
+        let status = wait_timeout(&mut t.child)?;
+        let stderr = t.rest();
+        if !status.success() {
+            bail!("tracer failed ({status}): {}", stderr.join("\n"));
+        }
+        // "tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB"
+        if let Some(line) = stderr.iter().find(|l| l.contains("tracer CPU")) {
+            let nums: Vec<f64> = line
+                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            if let [_user, _sys, rss, ..] = nums[..] {
+                result.peak_rss_kib = Some(rss as u64);
+            }
+        }
+        let text = fs::read_to_string(&report_path)?;
+        result.recorded = json_u64(&text, "\"alloc_objects\"").unwrap_or(0);
+        result.lost = [
+            "\"ringbuf_full\"",
+            "\"live_map_full\"",
+            "\"stack_lost\"",
+            "\"inflight_full\"",
+            "\"read_failed\"",
+        ]
+        .iter()
+        .filter_map(|k| json_u64(&text, k))
+        .sum();
+        // The note "allocator hooked: jemalloc (/usr/lib/.../libjemalloc.so.2)".
+        result.allocator = text.find("allocator hooked: ").and_then(|i| {
+            let rest = &text[i + "allocator hooked: ".len()..];
+            let note = &rest[..rest.find('"')?];
+            // Shortened to "jemalloc (libjemalloc.so.2)".
+            Some(match note.split_once(" (") {
+                Some((kind, path)) => {
+                    let file = path.trim_end_matches(')');
+                    format!("{kind} ({})", file.rsplit('/').next().unwrap_or(file))
+                }
+                None => note.to_string(),
+            })
+        });
+    }
+    Ok(result)
+}
+
+/// User and system CPU time of the whole machine (/proc/stat, proc(5)):
+/// interrupts are left out, the loopback traffic's softirqs among them.
+fn machine_busy_secs() -> f64 {
+    let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal...
+    let busy = ticks.iter().take(3).sum::<f64>();
+    // SAFETY: sysconf has no preconditions.
+    busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// CPU time of this process's reaped children (getrusage(2)).
+fn children_cpu_secs() -> f64 {
+    // SAFETY: a zeroed rusage is valid; getrusage writes only into it.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// Whether a memtrace-bpf other than `ours` is running.
+fn other_tracer(ours: Option<u32>) -> bool {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| Some(pid) != ours)
+        .any(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "memtrace-bpf")
+        })
+}
+
+/// The median of one number over the runs.
+fn median(runs: &[RunResult], f: impl Fn(&RunResult) -> f64) -> f64 {
+    let mut v: Vec<f64> = runs.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn report(results: &[Vec<RunResult>], pins: &Pins, dir: &Path) -> Result<()> {
+    let version =
+        crate::cmd::output(Command::new(REDIS_SERVER).arg("--version")).unwrap_or_default();
+    let base_set = median(&results[0], |r| r.set_rps);
+    let base_get = median(&results[0], |r| r.get_rps);
+    println!(
+        "\n{} redis-benchmark -q --csv -n N -c {CLIENTS} -d {VALUE_BYTES} -r {KEYSPACE} -t set,get, N sized for about {TEST_SECS} s per command; \
+         medians of {ROUNDS} interleaved rounds; {}\n",
+        version.trim(),
+        pins.describe()
+    );
+    println!("| mode | hooked | SET req/s | GET req/s | SET x untraced | GET x untraced | tracer CPU (% of a core) | tracer peak RSS | recorded (estimate) | lost | disturbed runs |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut json = Vec::new();
+    let mut warnings = Vec::new();
+    for (mode, runs) in MODES.iter().zip(results) {
+        let set = median(runs, |r| r.set_rps);
+        let get = median(runs, |r| r.get_rps);
+        let traced = mode.scope != Scope::Untraced;
+        let cpu = median(runs, |r| r.tracer_cpu.unwrap_or(0.0));
+        let rss = median(runs, |r| r.peak_rss_kib.unwrap_or(0) as f64);
+        let recorded = median(runs, |r| r.recorded as f64);
+        let lost: u64 = runs.iter().map(|r| r.lost).sum();
+        let disturbed = runs.iter().filter(|r| r.disturbed()).count();
+        let hooked = runs
+            .iter()
+            .find_map(|r| r.allocator.clone())
+            .unwrap_or_else(|| "-".into());
+        if traced && !mode.args.contains(&"--noop-probes") && recorded == 0.0 {
+            warnings.push(format!(
+                "warning: {} recorded no allocation of redis-server: it hooked {hooked}, which \
+                 redis does not allocate through, so its numbers do not show what tracing redis costs",
+                mode.what
+            ));
+        }
+        let (cpu_s, rss_s, recorded_s, lost_s) = if traced {
+            (
+                format!("{:.1}%", 100.0 * cpu),
+                format!("{:.0} MiB", rss / 1024.0),
+                format!("{recorded:.0}"),
+                lost.to_string(),
+            )
+        } else {
+            ("-".into(), "-".into(), "-".into(), "-".into())
+        };
+        println!(
+            "| {} | {hooked} | {set:.0} | {get:.0} | {:.2} | {:.2} | {cpu_s} | {rss_s} | {recorded_s} | {lost_s} | {disturbed} of {} |",
+            mode.what,
+            set / base_set,
+            get / base_get,
+            runs.len()
+        );
+        let list = |f: fn(&RunResult) -> f64| {
+            runs.iter()
+                .map(|r| format!("{:.0}", f(r)))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        json.push(format!(
+            "{{\"mode\":\"{}\",\"hooked\":\"{}\",\"set_rps\":{set:.0},\"get_rps\":{get:.0},\"set_rps_runs\":[{}],\"get_rps_runs\":[{}],\"requests_runs\":[{}],\"tracer_cpu\":{cpu:.4},\"peak_rss_kib\":{rss:.0},\"recorded\":{recorded:.0},\"lost\":{lost},\"disturbed_runs\":{disturbed}}}",
+            mode.name,
+            escape(&hooked),
+            list(|r| r.set_rps),
+            list(|r| r.get_rps),
+            list(|r| f64::from(r.requests)),
+        ));
+    }
+    println!();
+    for w in &warnings {
+        println!("{w}");
+    }
+    let path = dir.join("redis.json");
+    fs::write(
+        &path,
+        format!(
+            "{{\"benchmark\":\"redis-benchmark SET/GET\",\"redis\":\"{}\",\"test_secs\":{TEST_SECS},\"clients\":{CLIENTS},\"value_bytes\":{VALUE_BYTES},\"keyspace\":{KEYSPACE},\"rounds\":{ROUNDS},\"pinning\":\"{}\",\"modes\":[\n{}\n]}}\n",
+            escape(version.trim()),
+            escape(&pins.describe()),
+            json.join(",\n")
+        ),
+    )?;
+    println!("written to {}", path.display());
+    Ok(())
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// CPUs for redis-server and redis-benchmark: the first two this process
+/// may run on, if there are two and `taskset` is installed.
+struct Pins {
+    server: Option<String>,
+    client: Option<String>,
+    cpus: usize,
+}
+
+impl Pins {
+    fn choose() -> Pins {
+        let allowed = allowed_cpus();
+        let taskset = crate::cmd::output(Command::new("taskset").arg("--version")).is_some();
+        match allowed[..] {
+            [a, b, ..] if taskset => Pins {
+                server: Some(a.to_string()),
+                client: Some(b.to_string()),
+                cpus: allowed.len(),
+            },
+            _ => Pins {
+                server: None,
+                client: None,
+                cpus: allowed.len(),
+            },
+        }
+    }
+
+    fn describe(&self) -> String {
+        match (&self.server, &self.client) {
+            (Some(s), Some(c)) => format!(
+                "{} CPUs: redis-server pinned to CPU {s}, redis-benchmark to CPU {c}, tracer unpinned",
+                self.cpus
+            ),
+            _ => format!(
+                "{} CPUs, nothing pinned (needs 2 CPUs and taskset): client and server compete",
+                self.cpus
+            ),
+        }
+    }
+}
+
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity
+    // writes at most its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
+}
+
+/// `program` run through `taskset -c CPU` when pinned.
+fn pinned(program: &str, cpu: Option<&str>) -> Command {
+    match cpu {
+        Some(cpu) => {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", cpu, program]);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
+/// A redis-server on a free local port without persistence; killed on drop.
+struct Redis {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Redis {
+    fn start(dir: &Path, cpu: Option<&str>) -> Result<Redis> {
+        if !Path::new(REDIS_SERVER).exists() {
+            bail!("{REDIS_SERVER} is missing: `cargo xtask setup` installs it");
+        }
+        fs::create_dir_all(dir)?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = File::create(dir.join("redis.log"))?;
+        let child = pinned(REDIS_SERVER, cpu)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting redis-server")?;
+        let mut redis = Redis {
+            child,
+            port,
+            dir: dir.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = redis.child.try_wait()? {
+                bail!("redis-server exited ({status}): {}", redis.log());
+            }
+            if redis.cli(&["PING"]).is_ok_and(|r| r == "PONG") {
+                return Ok(redis);
+            }
+            if Instant::now() > deadline {
+                bail!("redis-server did not answer PING in 15 s: {}", redis.log());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    fn cli(&self, args: &[&str]) -> Result<String> {
+        let out = output_timeout(
+            Command::new(REDIS_CLI)
+                .args(["-p", &self.port.to_string()])
+                .args(args),
+            Duration::from_secs(30),
+        )?;
+        if !out.status.success() {
+            bail!(
+                "redis-cli {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// One redis-benchmark run: (SET, GET) requests per second.
+    fn benchmark(&self, cpu: Option<&str>, requests: u32) -> Result<(f64, f64)> {
+        let out = output_timeout(
+            pinned(REDIS_BENCHMARK, cpu)
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(["-q", "--csv", "-t", "set,get"])
+                .args(["-n", &requests.to_string()])
+                .args(["-c", &CLIENTS.to_string()])
+                .args(["-d", &VALUE_BYTES.to_string()])
+                .args(["-r", &KEYSPACE.to_string()]),
+            TIMEOUT,
+        )?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            bail!(
+                "redis-benchmark failed ({}): {stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // "test","rps",... then e.g. "SET","105485.23",...
+        let rps = |test: &str| -> Option<f64> {
+            stdout.lines().find_map(|l| {
+                let mut cols = l.split(',').map(|c| c.trim_matches('"'));
+                (cols.next()? == test).then(|| cols.next()?.parse().ok())?
+            })
+        };
+        match (rps("SET"), rps("GET")) {
+            (Some(set), Some(get)) => Ok((set, get)),
+            _ => bail!("unexpected redis-benchmark output: {stdout}"),
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `cmd` with piped output; kills it and fails after `timeout`.
+fn output_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output> {
+    let what = crate::cmd::describe(cmd);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let status = match wait_timeout_for(&mut child, timeout) {
+        Ok(status) => status,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.context(what));
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
+/// Waits for the tracer to write its report and detach.
+fn wait_timeout(child: &mut Child) -> Result<std::process::ExitStatus> {
+    wait_timeout_for(child, Duration::from_secs(120)).context("tracer did not exit")
+}
+
+fn wait_timeout_for(child: &mut Child, timeout: Duration) -> Result<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            bail!("no exit within {timeout:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
