@@ -201,7 +201,7 @@ fn jemallocs_own_api_and_operator_new_give_exact_numbers() {
         target.run_sites();
         tracer.signal(libc::SIGINT);
         let out = tracer.finish();
-        assert!(out.status.success(), "{}", out.stderr);
+        assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
         let report = read_json(&path);
         let hooks = report["hooks"].as_array().expect("hooks");
         for f in [

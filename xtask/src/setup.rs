@@ -135,7 +135,10 @@ fn allocators(apt: &mut Apt) -> Result<()> {
             "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
             "libtcmalloc-minimal4",
         ),
-        ("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2", "libmimalloc2.0"),
+        (
+            "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2",
+            "libmimalloc2.0",
+        ),
     ] {
         if std::path::Path::new(lib).exists() {
             println!("ok: {lib}");
