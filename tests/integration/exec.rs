@@ -2,27 +2,14 @@
 //! in-use numbers, the new image's stacks are unwound and named with its
 //! own mappings, and an allocator the new image brings is hooked.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Target, Tracer},
-    sites::{per_site_by, read_json, O2_FLAGS},
+    sites::{per_calling_site, read_json, O2_FLAGS},
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
-
-fn per_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
-    per_site_by(report, |stack| {
-        stack["frames"]
-            .as_array()?
-            .iter()
-            .filter_map(|f| f["function"].as_str())
-            .find(|f| f.starts_with("site_"))
-            .map(str::to_string)
-    })
-}
 
 /// Runs exec_chain under `--pid` with `env`; `between` runs once the second
 /// image is up and before it allocates. Returns the report and the stderr.
@@ -57,7 +44,7 @@ fn trace_exec_chain(
 }
 
 fn assert_exec_numbers(report: &Value) {
-    let got = per_site(report);
+    let got = per_calling_site(report);
     // Allocated before the exec, gone with the old image.
     assert_eq!(
         got.get("site_before_exec"),

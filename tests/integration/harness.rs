@@ -56,7 +56,7 @@ pub fn compile_c(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
 pub fn compile_rust(name: &str, flags: &[&str]) -> PathBuf {
     let src = target_source(&format!("{name}.rs"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let status = Command::new(rustc())
+    let status = Command::new(toolchain_binary("rustc"))
         .args(["--edition", "2021"])
         .args(flags)
         .arg("-o")
@@ -68,16 +68,23 @@ pub fn compile_rust(name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
-/// The rustc on PATH, else ~/.cargo/bin/rustc (rustup's default place).
-fn rustc() -> PathBuf {
+/// A toolchain program (`rustc`, `cargo`): the one cargo names in the
+/// environment (CARGO, RUSTC) when running the tests, else the one on PATH,
+/// else rustup's ~/.cargo/bin.
+pub fn toolchain_binary(name: &str) -> PathBuf {
+    if let Some(named) = std::env::var_os(name.to_uppercase()) {
+        return named.into();
+    }
     let on_path = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
-            .map(|dir| dir.join("rustc"))
+            .map(|dir| dir.join(name))
             .find(|p| p.is_file())
     });
     on_path
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo/bin/rustc")))
-        .expect("rustc on PATH or HOME set (for ~/.cargo/bin/rustc)")
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo/bin").join(name))
+        })
+        .unwrap_or_else(|| panic!("{name} on PATH or HOME set (for ~/.cargo/bin/{name})"))
 }
 
 /// Lines of a child's pipe, delivered through a channel by a thread.

@@ -5,17 +5,15 @@
 //! exact per-function numbers.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     path::{Path, PathBuf},
     process::Command,
     sync::OnceLock,
 };
 
-use serde_json::Value;
-
 use crate::{
-    harness::{root_or_skip, Target},
-    sites::{per_site_by, trace_sites_to_json},
+    harness::{root_or_skip, toolchain_binary, Target},
+    sites::{per_calling_site, trace_sites_to_json},
 };
 
 /// (in-use bytes, in-use objects, allocated bytes, allocated objects) per
@@ -66,23 +64,6 @@ const ENTRY_POINTS: &[&str] = &[
     "_rjem_sdallocx",
 ];
 
-/// The cargo running the tests (CARGO), else the one they were built with,
-/// else the one on PATH or in ~/.cargo/bin.
-fn cargo() -> PathBuf {
-    if let Some(cargo) = std::env::var_os("CARGO").or_else(|| option_env!("CARGO").map(Into::into))
-    {
-        return cargo.into();
-    }
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("cargo"))
-            .find(|p| p.is_file())
-    });
-    on_path
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo/bin/cargo")))
-        .expect("cargo on PATH or HOME set (for ~/.cargo/bin/cargo)")
-}
-
 /// Builds tests/targets/rjem (release) once per test process into
 /// TARGET_DIR/rjem; jemalloc's C build takes about a minute the first time.
 /// Concurrent test processes wait on cargo's own lock of that directory.
@@ -95,7 +76,7 @@ fn rjem_binary() -> &'static Path {
             .parent()
             .expect("CARGO_TARGET_TMPDIR is TARGET_DIR/tmp")
             .join("rjem");
-        let status = Command::new(cargo())
+        let status = Command::new(toolchain_binary("cargo"))
             .args(["build", "--release", "--locked", "--manifest-path"])
             .arg(&manifest)
             .arg("--target-dir")
@@ -104,22 +85,6 @@ fn rjem_binary() -> &'static Path {
             .expect("run cargo");
         assert!(status.success(), "building {} failed", manifest.display());
         target_dir.join("release/rjem")
-    })
-}
-
-/// Per-function sums keyed by the first `site_*` frame: Rust's allocation
-/// shims and inlined std frames stand before it. The name is the DWARF one
-/// (`site_malloc`, the program has line tables), or from the symbol table
-/// `rjem::site_malloc`.
-fn per_function(report: &Value) -> BTreeMap<String, [u64; 4]> {
-    per_site_by(report, |stack| {
-        stack["frames"]
-            .as_array()?
-            .iter()
-            .filter_map(|f| f["function"].as_str())
-            .map(|f| f.strip_prefix("rjem::").unwrap_or(f))
-            .find(|f| f.starts_with("site_"))
-            .map(str::to_string)
     })
 }
 
@@ -149,7 +114,7 @@ fn a_static_tikv_jemallocator_is_hooked_in_the_executable_with_exact_numbers() {
         );
     }
 
-    let got = per_function(&report);
+    let got = per_calling_site(&report);
     for (function, per_thread) in EXPECTED_PER_THREAD {
         let want = per_thread.map(|v| v * THREADS);
         assert_eq!(

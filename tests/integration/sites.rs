@@ -114,6 +114,22 @@ pub fn trace_sites_to_json(
     read_json(&path)
 }
 
+/// Per-site sums keyed by the first `site_*` frame from the leaf: frames of
+/// an interposed allocator (glibc's reallocarray calling jemalloc's
+/// realloc), Rust's allocation shims and inlined std code may stand before
+/// it. Rust symbol-table names lose their crate prefix (`rjem::site_x`).
+pub fn per_calling_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
+    per_site_by(report, |stack| {
+        stack["frames"]
+            .as_array()?
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .map(|f| f.rsplit("::").next().unwrap_or(f))
+            .find(|f| f.starts_with("site_"))
+            .map(str::to_string)
+    })
+}
+
 pub fn read_json(path: &std::path::Path) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("read report {}: {e}", path.display()));

@@ -215,6 +215,9 @@ pub struct ObjectInfo {
     pub defined: HashMap<String, u64>,
     /// Symbol sizes of the defined entry points (0 when unknown).
     pub sizes: HashMap<String, u64>,
+    /// Entry points whose first instruction jumps to a PLT stub (jemalloc's
+    /// operator delete is `jmp free@plt`): the symbol the stub reaches.
+    pub plt_thunks: HashMap<String, String>,
     needed: Vec<String>,
     runpath: Vec<String>,
     rpath: Vec<String>,
@@ -246,6 +249,9 @@ impl ObjectInfo {
             if let Some(offset) = vaddr_to_file_offset(&file, sym.address()) {
                 info.defined.insert(name.to_string(), offset);
                 info.sizes.insert(name.to_string(), sym.size());
+                if let Some(target) = plt_jump_target(&file, &data, sym.address()) {
+                    info.plt_thunks.insert(name.to_string(), target);
+                }
             }
         }
         if let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) {
@@ -290,6 +296,45 @@ impl ObjectInfo {
             "own"
         }
     }
+}
+
+/// When the function at `addr` starts with a jump to a PLT stub, the name
+/// of the symbol that stub's GOT slot is relocated to.
+fn plt_jump_target(file: &object::File<'_>, data: &[u8], addr: u64) -> Option<String> {
+    use iced_x86::{Code, Decoder, DecoderOptions};
+    use object::{ObjectSection as _, ObjectSymbolTable as _};
+    let decode_at = |vaddr: u64| {
+        let start = vaddr_to_file_offset(file, vaddr)? as usize;
+        let bytes = data.get(start..(start + 16).min(data.len()))?;
+        Some(Decoder::with_ip(64, bytes, vaddr, DecoderOptions::NONE))
+    };
+    let first = decode_at(addr)?.decode();
+    if !matches!(first.code(), Code::Jmp_rel32_64 | Code::Jmp_rel8_64) {
+        return None;
+    }
+    let stub = first.near_branch_target();
+    let in_plt = file.sections().any(|sec| {
+        matches!(sec.name(), Ok(".plt" | ".plt.sec"))
+            && (sec.address()..sec.address() + sec.size()).contains(&stub)
+    });
+    if !in_plt {
+        return None;
+    }
+    let mut decoder = decode_at(stub)?;
+    let mut jump = decoder.decode();
+    if jump.code() == Code::Endbr64 {
+        jump = decoder.decode();
+    }
+    if jump.code() != Code::Jmp_rm64 || !jump.is_ip_rel_memory_operand() {
+        return None;
+    }
+    let slot = jump.ip_rel_memory_address();
+    let (_, reloc) = file.dynamic_relocations()?.find(|(at, _)| *at == slot)?;
+    let object::RelocationTarget::Symbol(index) = reloc.target() else {
+        return None;
+    };
+    let symbol = file.dynamic_symbol_table()?.symbol_by_index(index).ok()?;
+    symbol.name().ok().map(str::to_string)
 }
 
 fn vaddr_to_file_offset(file: &object::File<'_>, vaddr: u64) -> Option<u64> {

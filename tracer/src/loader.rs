@@ -295,9 +295,21 @@ pub fn attach(
             None => hook.status = "not defined in this object".into(),
             Some(&offset) => {
                 hook.offset = offset;
+                let thunk_to = info.plt_thunks.get(&spec.name).filter(|target| {
+                    // Through the PLT it reaches the standard function of
+                    // that name, which is hooked here when this object is
+                    // the one malloc resolves to.
+                    object.resolves_malloc
+                        && object
+                            .entry_points
+                            .iter()
+                            .any(|e| e.standard && e.name == **target && e.role == spec.role)
+                });
                 // Two probes on one address would both fire for every call.
                 if let Some(first) = hooked_at.get(&offset) {
                     hook.status = format!("alias of {first}, counted there");
+                } else if let Some(target) = thunk_to {
+                    hook.status = format!("jumps to {target} through the PLT, counted there");
                 } else {
                     hooked_at.insert(offset, &spec.name);
                     let placed = match opts.placement {
