@@ -227,7 +227,7 @@ mod tests {
         assert_eq!(size_of::<Event>(), 48);
         assert_eq!(size_of::<LiveKey>(), 16);
         assert_eq!(size_of::<LiveValue>(), 8);
-        assert_eq!(size_of::<InFlight>(), 40);
+        assert_eq!(size_of::<InFlight>(), 48);
         assert_eq!(size_of::<SampleHeader>(), 80);
         assert_eq!(size_of::<StackSample>(), 80 + MAX_STACK_BYTES);
     }
