@@ -34,7 +34,12 @@ fn assert_preloaded_allocator_exact(lib: &str, kind: &str, tag: &str) {
 /// sites.c linked against `lib` (a DT_NEEDED before libc, as `-lmimalloc`
 /// gives): the loader resolves malloc there, so that is what is hooked.
 /// `differs`: sites whose truth under this allocator is not glibc's.
-fn assert_linked_allocator_exact(lib: &str, kind: &str, tag: &str, differs: &[(&str, [u64; 4])]) {
+fn assert_linked_allocator_exact(
+    lib: &str,
+    kind: &str,
+    tag: &str,
+    differs: &[(&str, [u64; 4])],
+) -> Value {
     let mut flags = O2_FLAGS.to_vec();
     flags.extend(["-Wl,--no-as-needed", lib]);
     let bin = compile_c("sites", tag, &flags);
@@ -42,6 +47,7 @@ fn assert_linked_allocator_exact(lib: &str, kind: &str, tag: &str, differs: &[(&
     let report = trace_sites_to_json(&mut target, tag, true, libc::SIGINT);
     assert_hooked_instead_of_glibc(&report, lib, kind);
     assert_sites_exact_but(&report, differs);
+    report
 }
 
 fn assert_sites_exact(report: &Value) {
@@ -133,7 +139,24 @@ fn a_linked_mimalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
     // mimalloc's realloc(p, 0) frees p but returns a new 0-byte block
     // (glibc's returns NULL): 3 live empty objects per thread.
     let realloc_zero = ("site_realloc_zero", [0, 3, 3 * 300, 6]);
-    assert_linked_allocator_exact(MIMALLOC, "mimalloc", "mimalloc-linked", &[realloc_zero]);
+    let report =
+        assert_linked_allocator_exact(MIMALLOC, "mimalloc", "mimalloc-linked", &[realloc_zero]);
+    // mimalloc's malloc, calloc and realloc move their arguments before
+    // their first emulated instruction: the session probes sit there and
+    // read the arguments where they went (the numbers above are exact).
+    for f in ["malloc", "calloc", "realloc"] {
+        let hook = report["hooks"]
+            .as_array()
+            .expect("hooks")
+            .iter()
+            .find(|h| h["function"] == f)
+            .expect(f);
+        let placement = hook["placement"].as_str().unwrap_or("");
+        assert!(
+            placement.contains("read from") && !placement.contains("single-stepped"),
+            "{hook}"
+        );
+    }
 }
 
 #[test]

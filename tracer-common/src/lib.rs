@@ -45,6 +45,24 @@ impl Role {
     }
 }
 
+/// The attach cookie of a uprobe session probe: the role in the low byte
+/// (the dispatcher's tail-call index), and from ARG_SHIFT, 4 bits per
+/// argument (rdi, rsi, rdx order), the register the argument is in at the
+/// probe when instructions before it moved it; 0 = where the ABI put it.
+pub mod cookie {
+    pub const ROLE_MASK: u64 = 0xff;
+    pub const ARG_SHIFT: u32 = 8;
+    pub const RDI: u64 = 1;
+    pub const RSI: u64 = 2;
+    pub const RDX: u64 = 3;
+    pub const RCX: u64 = 4;
+    pub const R8: u64 = 5;
+    pub const R9: u64 = 6;
+    pub const RAX: u64 = 7;
+    pub const R10: u64 = 8;
+    pub const R11: u64 = 9;
+}
+
 /// An allocation that was recorded: the address is now in the LIVE map.
 pub const EVENT_ALLOC: u32 = 1;
 /// A recorded allocation was freed (by free, realloc or realloc(p, 0)).

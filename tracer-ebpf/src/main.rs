@@ -22,10 +22,10 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext, ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use tracer_common::{
-    counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample, CONTROL_SESSION,
-    CONTROL_STOPPED, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_FREE, EXP_TABLE_LEN,
-    EXP_TABLE_SHIFT, FILTER_ALL, FILTER_NONE, FILTER_PIDS, MAX_STACK_BYTES, STACK_CHUNK,
-    UNWIND_DWARF, UNWIND_FP,
+    cookie, counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample,
+    CONTROL_SESSION, CONTROL_STOPPED, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_FREE,
+    EXP_TABLE_LEN, EXP_TABLE_SHIFT, FILTER_ALL, FILTER_NONE, FILTER_PIDS, MAX_STACK_BYTES,
+    STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -173,6 +173,64 @@ fn count(index: u32) {
 #[inline(always)]
 fn arg(ctx: &ProbeContext, n: usize) -> u64 {
     ctx.arg::<u64>(n).unwrap_or(0)
+}
+
+/// The arguments of an entry probe as they were at the function's entry.
+/// A session probe placed past instructions that moved an argument (see
+/// tracer_common::cookie) finds it where its attach cookie says; plain
+/// uprobes have no cookie (0) and read the ABI registers.
+struct Args<'a> {
+    ctx: &'a ProbeContext,
+    cookie: u64,
+}
+
+impl<'a> Args<'a> {
+    #[inline(always)]
+    fn of(ctx: &'a ProbeContext) -> Self {
+        // SAFETY: the helper reads the attach cookie of the running probe.
+        let cookie =
+            unsafe { aya_ebpf::helpers::generated::bpf_get_attach_cookie(ctx.regs.cast()) };
+        Args { ctx, cookie }
+    }
+
+    #[inline(always)]
+    fn get(&self, n: usize) -> u64 {
+        let at = (self.cookie >> (cookie::ARG_SHIFT as usize + 4 * n)) & 0xf;
+        if at == 0 {
+            return arg(self.ctx, n);
+        }
+        let regs = self.ctx.regs;
+        // Each field is loaded at its constant offset: the verifier refuses
+        // a load from the context at a computed one, which is what a match
+        // over the fields compiles to.
+        // SAFETY: the context is pt_regs, readable directly.
+        let r = unsafe {
+            use core::ptr::read_volatile as rd;
+            [
+                rd(&(*regs).rdi),
+                rd(&(*regs).rsi),
+                rd(&(*regs).rdx),
+                rd(&(*regs).rcx),
+                rd(&(*regs).r8),
+                rd(&(*regs).r9),
+                rd(&(*regs).rax),
+                rd(&(*regs).r10),
+                rd(&(*regs).r11),
+            ]
+        };
+        match at {
+            cookie::RDI => r[0],
+            cookie::RSI => r[1],
+            cookie::RDX => r[2],
+            cookie::RCX => r[3],
+            cookie::R8 => r[4],
+            cookie::R9 => r[5],
+            cookie::RAX => r[6],
+            cookie::R10 => r[7],
+            cookie::R11 => r[8],
+            _ => 0,
+        }
+    }
 }
 
 #[inline(always)]
@@ -577,63 +635,68 @@ fn on_free(ctx: &ProbeContext) -> u32 {
 
 #[uprobe]
 pub fn malloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(&ctx, Role::Malloc, arg(&ctx, 0), 0)
+    let a = Args::of(&ctx);
+    on_alloc_enter(&ctx, Role::Malloc, a.get(0), 0)
 }
 
 #[uprobe]
 pub fn calloc_enter(ctx: ProbeContext) -> u32 {
+    let a = Args::of(&ctx);
     // An overflowing nmemb * size makes calloc fail; the return sees NULL.
-    on_alloc_enter(
-        &ctx,
-        Role::Calloc,
-        arg(&ctx, 0).wrapping_mul(arg(&ctx, 1)),
-        0,
-    )
+    on_alloc_enter(&ctx, Role::Calloc, a.get(0).wrapping_mul(a.get(1)), 0)
 }
 
 #[uprobe]
 pub fn realloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(&ctx, Role::Realloc, arg(&ctx, 1), arg(&ctx, 0))
+    let a = Args::of(&ctx);
+    on_alloc_enter(&ctx, Role::Realloc, a.get(1), a.get(0))
 }
 
 #[uprobe]
 pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
+    let a = Args::of(&ctx);
     on_alloc_enter(
         &ctx,
         Role::ReallocArray,
-        arg(&ctx, 1).wrapping_mul(arg(&ctx, 2)),
-        arg(&ctx, 0),
+        a.get(1).wrapping_mul(a.get(2)),
+        a.get(0),
     )
 }
 
 #[uprobe]
 pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(&ctx, Role::PosixMemalign, arg(&ctx, 2), arg(&ctx, 0))
+    let a = Args::of(&ctx);
+    on_alloc_enter(&ctx, Role::PosixMemalign, a.get(2), a.get(0))
 }
 
 #[uprobe]
 pub fn aligned_alloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(&ctx, Role::AlignedAlloc, arg(&ctx, 1), 0)
+    let a = Args::of(&ctx);
+    on_alloc_enter(&ctx, Role::AlignedAlloc, a.get(1), 0)
 }
 
 #[uprobe]
 pub fn memalign_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(&ctx, Role::Memalign, arg(&ctx, 1), 0)
+    let a = Args::of(&ctx);
+    on_alloc_enter(&ctx, Role::Memalign, a.get(1), 0)
 }
 
 #[uprobe]
 pub fn valloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(&ctx, Role::Valloc, arg(&ctx, 0), 0)
+    let a = Args::of(&ctx);
+    on_alloc_enter(&ctx, Role::Valloc, a.get(0), 0)
 }
 
 #[uprobe]
 pub fn pvalloc_enter(ctx: ProbeContext) -> u32 {
-    on_alloc_enter(&ctx, Role::Pvalloc, arg(&ctx, 0), 0)
+    let a = Args::of(&ctx);
+    on_alloc_enter(&ctx, Role::Pvalloc, a.get(0), 0)
 }
 
 #[uprobe]
 pub fn xallocx_enter(ctx: ProbeContext) -> u32 {
-    let (ptr, size, extra) = (arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2));
+    let a = Args::of(&ctx);
+    let (ptr, size, extra) = (a.get(0), a.get(1), a.get(2));
     on_alloc_enter_max(&ctx, Role::Xallocx, size, size.saturating_add(extra), ptr)
 }
 

@@ -258,7 +258,7 @@ pub fn attach(
     let pid = pid.and_then(NonZeroU32::new);
     let mut hooked_at: HashMap<u64, &str> = HashMap::new();
     let mut hooks = Vec::new();
-    let mut to_attach: Vec<(&EntryPoint, u64)> = Vec::new();
+    let mut to_attach: Vec<Plan> = Vec::new();
     let mut listed: Vec<&EntryPoint> = object.entry_points.iter().collect();
     let missing_core: Vec<EntryPoint> = if object.resolves_malloc {
         CORE.iter()
@@ -312,23 +312,11 @@ pub fn attach(
                     hook.status = format!("jumps to {target} through the PLT, counted there");
                 } else {
                     hooked_at.insert(offset, &spec.name);
-                    let placed = match opts.placement {
-                        ProbePlacement::Entry => placement::Placement {
-                            offset: 0,
-                            reason: "symbol (--probe-placement entry)".into(),
-                        },
-                        ProbePlacement::Emulated => {
-                            let size = info.sizes.get(&spec.name).copied().unwrap_or(0);
-                            placement::place(
-                                &read_code(host_path, offset, size)?,
-                                args_read(spec.role),
-                            )
-                        }
-                    };
-                    hook.probe_offset = offset + placed.offset;
-                    hook.placement = placed.reason;
+                    let plan = plan(&info, host_path, spec, offset, opts)?;
+                    hook.probe_offset = plan.plain.0;
+                    hook.placement = plan.plain.1.clone();
                     hook.status = "attached".into();
-                    to_attach.push((spec, hook.probe_offset));
+                    to_attach.push(plan);
                 }
             }
         }
@@ -337,14 +325,11 @@ pub fn attach(
     if opts.sessions && !opts.noop {
         match attach_sessions(loaded, &to_attach, host_path, pid) {
             Ok(()) => {
-                let frees: Vec<&str> = to_attach
-                    .iter()
-                    .filter(|(e, _)| e.role == Role::Free)
-                    .map(|(e, _)| e.name.as_str())
-                    .collect();
-                for hook in hooks.iter_mut().filter(|h| h.status == "attached") {
-                    if !frees.contains(&hook.function.as_str()) {
+                for plan in to_attach.iter().filter(|p| p.spec.role != Role::Free) {
+                    if let Some(hook) = hooks.iter_mut().find(|h| h.function == plan.spec.name) {
                         hook.status = "attached (uprobe session)".into();
+                        hook.probe_offset = plan.session.0;
+                        hook.placement = plan.session.1.clone();
                     }
                 }
                 return Ok(hooks);
@@ -357,22 +342,93 @@ pub fn attach(
     } else {
         (RETURN_PROGRAM, entry_program)
     };
-    for &(spec, offset) in &to_attach {
-        if spec.role != Role::Free {
-            attach_one(loaded, ret, offset, host_path, pid)?;
+    for plan in &to_attach {
+        if plan.spec.role != Role::Free {
+            attach_one(loaded, ret, plan.plain.0, host_path, pid)?;
         }
     }
-    for &(spec, offset) in &to_attach {
-        attach_one(loaded, entry(spec.role), offset, host_path, pid)?;
+    for plan in &to_attach {
+        attach_one(loaded, entry(plan.spec.role), plan.plain.0, host_path, pid)?;
     }
     Ok(hooks)
+}
+
+/// Where one entry point's probes go: as plain uprobes (`plain`: file
+/// offset and why), and as a uprobe session program (`session`), which may
+/// sit past instructions that moved an argument because its attach cookie
+/// (`cookie`: role and argument locations, see tracer_common::cookie) tells
+/// the program where the argument went.
+struct Plan<'a> {
+    spec: &'a EntryPoint,
+    plain: (u64, String),
+    session: (u64, String),
+    cookie: u64,
+}
+
+fn plan<'a>(
+    info: &crate::allocators::ObjectInfo,
+    host_path: &Path,
+    spec: &'a EntryPoint,
+    offset: u64,
+    opts: &AttachOptions,
+) -> anyhow::Result<Plan<'a>> {
+    let role_cookie = spec.role as u64;
+    if opts.placement == ProbePlacement::Entry {
+        let at = (offset, "symbol (--probe-placement entry)".to_string());
+        return Ok(Plan {
+            spec,
+            plain: at.clone(),
+            session: at,
+            cookie: role_cookie,
+        });
+    }
+    let size = info.sizes.get(&spec.name).copied().unwrap_or(0);
+    let code = read_code(host_path, offset, size)?;
+    let plain = placement::place(&code, args_read(spec.role));
+    // free is never a session program: no cookie reaches it.
+    let session = if spec.role == Role::Free {
+        plain.clone()
+    } else {
+        placement::place_with(&code, args_read(spec.role), true)
+    };
+    let mut cookie = role_cookie;
+    for (from, to) in &session.moved {
+        let index = placement::ARG_REGISTERS
+            .iter()
+            .position(|r| r == from)
+            .context("moved a non-argument register")?;
+        cookie |= register_code(*to)? << (tracer_common::cookie::ARG_SHIFT + 4 * index as u32);
+    }
+    Ok(Plan {
+        spec,
+        plain: (offset + plain.offset, plain.reason),
+        session: (offset + session.offset, session.reason),
+        cookie,
+    })
+}
+
+/// tracer_common::cookie's code for a register an argument may be in.
+fn register_code(reg: Register) -> anyhow::Result<u64> {
+    use tracer_common::cookie as c;
+    Ok(match reg {
+        Register::RDI => c::RDI,
+        Register::RSI => c::RSI,
+        Register::RDX => c::RDX,
+        Register::RCX => c::RCX,
+        Register::R8 => c::R8,
+        Register::R9 => c::R9,
+        Register::RAX => c::RAX,
+        Register::R10 => c::R10,
+        Register::R11 => c::R11,
+        other => anyhow::bail!("an argument moved to {other:?}, which probes cannot read"),
+    })
 }
 
 /// Attaches the allocating functions as one uprobe session link (see
 /// uprobe_session.rs) and free as a plain uprobe.
 fn attach_sessions(
     loaded: &mut Loaded,
-    to_attach: &[(&EntryPoint, u64)],
+    to_attach: &[Plan],
     path: &Path,
     pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
@@ -398,13 +454,13 @@ fn attach_sessions(
 
     let (offsets, cookies): (Vec<u64>, Vec<u64>) = to_attach
         .iter()
-        .filter(|(spec, _)| spec.role != Role::Free)
-        .map(|&(spec, offset)| (offset, spec.role as u64))
+        .filter(|p| p.spec.role != Role::Free)
+        .map(|p| (p.session.0, p.cookie))
         .unzip();
     // free first: a block recorded before free is hooked would have its
     // free missed, stay "live" and be replaced when its address is reused.
-    for &(spec, offset) in to_attach.iter().filter(|(spec, _)| spec.role == Role::Free) {
-        attach_one(loaded, entry_program(spec.role), offset, path, pid)?;
+    for p in to_attach.iter().filter(|p| p.spec.role == Role::Free) {
+        attach_one(loaded, entry_program(p.spec.role), p.plain.0, path, pid)?;
     }
     let prog = loaded.session_progs.last().context("session program")?;
     let link = uprobe_session::attach(

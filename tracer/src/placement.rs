@@ -42,13 +42,27 @@ pub struct Placement {
     pub offset: u64,
     /// Why, for --verbose and the JSON report.
     pub reason: String,
+    /// Arguments the skipped instructions moved: (the ABI register that
+    /// held it at entry, where it is at the probe). Only when `place` was
+    /// allowed to (the probe learns it from its attach cookie).
+    pub moved: Vec<(Register, Register)>,
 }
+
+/// The argument registers in System V order.
+pub const ARG_REGISTERS: [Register; 3] = [Register::RDI, Register::RSI, Register::RDX];
 
 /// Chooses the probe offset for a function whose code is `code` (the whole
 /// function when its size is known, else its first WINDOW bytes), whose
 /// probe reads the argument registers `args`.
 pub fn place(code: &[u8], args: &[Register]) -> Placement {
-    let found = first_emulated(&code[..code.len().min(WINDOW)], args);
+    place_with(code, args, false)
+}
+
+/// `place`, allowing the skipped instructions to move a read argument to
+/// another register (mimalloc's malloc: `mov rsi,rdi` before its first
+/// branch), when the probe can be told where it went.
+pub fn place_with(code: &[u8], args: &[Register], may_move: bool) -> Placement {
+    let found = first_emulated(&code[..code.len().min(WINDOW)], args, may_move);
     if found.offset == 0 {
         return found;
     }
@@ -86,10 +100,12 @@ fn branch_into(code: &[u8], upto: u64) -> Option<(u64, u64)> {
     None
 }
 
-fn first_emulated(code: &[u8], args: &[Register]) -> Placement {
+fn first_emulated(code: &[u8], args: &[Register], may_move: bool) -> Placement {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut info = InstructionInfoFactory::new();
     let mut skipped = String::new();
+    // Which entry argument each register holds now.
+    let mut holds: Vec<(Register, Register)> = args.iter().map(|&a| (a, a)).collect();
     for _ in 0..MAX_INSTRUCTIONS {
         if !decoder.can_decode() {
             break;
@@ -100,19 +116,39 @@ fn first_emulated(code: &[u8], args: &[Register]) -> Placement {
         }
         let text = disassemble(&instr);
         if emulated(&instr) {
-            let reason = if instr.ip() == 0 {
+            let mut moved = Vec::new();
+            for &a in args {
+                if holds.iter().any(|&(r, v)| r == a && v == a) {
+                    continue;
+                }
+                match holds.iter().find(|&&(_, v)| v == a) {
+                    Some(&(r, _)) => moved.push((a, r)),
+                    None => {
+                        return at_symbol(format!(
+                            "the skipped instructions overwrite {a:?}, an argument the probe reads"
+                        ))
+                    }
+                }
+            }
+            let mut reason = if instr.ip() == 0 {
                 format!("symbol: `{text}` is emulated")
             } else {
                 format!("+{}: `{text}` is emulated; skipped {skipped}", instr.ip())
             };
+            for (from, to) in &moved {
+                let _ = write!(reason, "; {from:?} read from {to:?}");
+            }
             return Placement {
                 offset: instr.ip(),
                 reason,
+                moved,
             };
         }
-        if let Some(why) = blocks_skipping(&instr, args, &mut info) {
+        let guarded: &[Register] = if may_move { &[] } else { args };
+        if let Some(why) = blocks_skipping(&instr, guarded, &mut info) {
             return at_symbol(format!("`{text}` at +{} {why}", instr.ip()));
         }
+        track_moves(&instr, &mut holds, &mut info);
         if !skipped.is_empty() {
             skipped.push_str(", ");
         }
@@ -127,6 +163,39 @@ fn at_symbol(why: String) -> Placement {
     Placement {
         offset: 0,
         reason: format!("symbol (single-stepped): {why}"),
+        moved: Vec::new(),
+    }
+}
+
+/// Updates which entry argument each register holds after `instr`: a
+/// 64-bit register-to-register mov copies it; any other write loses it.
+fn track_moves(
+    instr: &Instruction,
+    holds: &mut Vec<(Register, Register)>,
+    info: &mut InstructionInfoFactory,
+) {
+    let copy = matches!(instr.code(), Code::Mov_r64_rm64 | Code::Mov_rm64_r64)
+        && instr.op0_kind() == iced_x86::OpKind::Register
+        && instr.op1_kind() == iced_x86::OpKind::Register;
+    let copied = if copy {
+        holds
+            .iter()
+            .find(|&&(r, _)| r == instr.op1_register())
+            .map(|&(_, v)| v)
+    } else {
+        None
+    };
+    for used in info.info(instr).used_registers() {
+        if matches!(
+            used.access(),
+            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+        ) {
+            let reg = used.register().full_register();
+            holds.retain(|&(r, _)| r != reg);
+        }
+    }
+    if let Some(value) = copied {
+        holds.push((instr.op0_register(), value));
     }
 }
 
@@ -282,6 +351,48 @@ mod tests {
         let mut code = JEMALLOC_FREE.to_vec();
         code.extend([0xeb, (0i32 - 0x38) as u8]);
         assert_eq!(place(&code, RDI).offset, 0x30);
+    }
+
+    /// mimalloc 2.0's malloc: the heap into rdi, the size moved to rsi.
+    const MIMALLOC_MALLOC: &[u8] = &[
+        0x48, 0x8b, 0x05, 0x49, 0xb4, 0x00, 0x00, // mov rax,[rip+...]
+        0x48, 0x89, 0xfe, // mov rsi,rdi
+        0x64, 0x48, 0x8b, 0x38, // mov rdi,fs:[rax]
+        0x48, 0x81, 0xfe, 0x00, 0x04, 0x00, 0x00, // cmp rsi,0x400
+        0x77, 0x29, // ja
+    ];
+
+    #[test]
+    fn a_moved_argument_is_followed_when_the_probe_can_be_told() {
+        let p = place_with(MIMALLOC_MALLOC, RDI, true);
+        assert_eq!(p.offset, 21, "{}", p.reason);
+        assert_eq!(p.moved, vec![(Register::RDI, Register::RSI)]);
+        assert!(p.reason.contains("RDI read from RSI"), "{}", p.reason);
+        // Without that, rdi's overwrite keeps the probe at the symbol.
+        let p = place(MIMALLOC_MALLOC, RDI);
+        assert_eq!(p.offset, 0, "{}", p.reason);
+    }
+
+    #[test]
+    fn arguments_swapped_through_other_registers_are_followed() {
+        // mimalloc's realloc: mov rax,[rip]; mov rdx,rsi; mov rsi,rdi;
+        // mov rax,fs:[rax]; mov rdi,rax; jmp
+        let code = [
+            0x48, 0x8b, 0x05, 0x49, 0xa9, 0x00, 0x00, 0x48, 0x89, 0xf2, 0x48, 0x89, 0xfe, 0x64,
+            0x48, 0x8b, 0x00, 0x48, 0x89, 0xc7, 0xe9, 0xf7, 0x4e, 0xff, 0xff,
+        ];
+        let p = place_with(&code, &[Register::RDI, Register::RSI], true);
+        assert_eq!(p.offset, 20, "{}", p.reason);
+        assert_eq!(
+            p.moved,
+            vec![
+                (Register::RDI, Register::RSI),
+                (Register::RSI, Register::RDX)
+            ]
+        );
+        // An argument overwritten without a copy cannot be followed.
+        let lost = [0x48, 0x31, 0xff, 0x55]; // xor rdi,rdi; push rbp
+        assert_eq!(place_with(&lost, RDI, true).offset, 0);
     }
 
     #[test]

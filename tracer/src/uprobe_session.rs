@@ -9,12 +9,14 @@
 //!
 //! ```text
 //!     if bpf_session_is_return():  tail_call(PROGS, RETURN_SLOT)
-//!     else:                        tail_call(PROGS, cookie = role)
+//!     else:                        tail_call(PROGS, cookie & ROLE_MASK)
 //!     return 0            // tail call failed: keep the return run
 //! ```
 //!
-//! The entry programs return 1 ("skip the return run") for calls they do
-//! not record; the tail-called program's return value is the dispatcher's.
+//! The rest of the cookie says where arguments are when the probe sits
+//! past instructions that moved them (tracer_common::cookie); the entry
+//! programs read it themselves. They return 1 ("skip the return run") for
+//! calls they do not record; the tail-called program's return value is the dispatcher's.
 //! If the kernel refuses any step, the caller falls back to uprobes plus
 //! uretprobes.
 
@@ -89,10 +91,12 @@ fn dispatcher(progs_fd: RawFd, is_return_btf_id: u32) -> Vec<Insn> {
     let mut p = vec![
         mov_reg(6, 1),
         call(BPF_PSEUDO_KFUNC_CALL, is_return_btf_id as i32),
-        // if r0 != 0 goto RET (index 12)
-        insn(0x55, 0, 0, 9, 0),
+        // if r0 != 0 goto RET (index 13)
+        insn(0x55, 0, 0, 10, 0),
         mov_reg(1, 6),
         call(0, HELPER_GET_ATTACH_COOKIE),
+        // r0 &= cookie::ROLE_MASK: the rest says where arguments are.
+        insn(0x57, 0, 0, 0, tracer_common::cookie::ROLE_MASK as i32),
         mov_reg(3, 0),
         mov_reg(1, 6),
     ];
@@ -107,7 +111,7 @@ fn dispatcher(progs_fd: RawFd, is_return_btf_id: u32) -> Vec<Insn> {
         mov_imm(0, 0),
         EXIT,
     ]);
-    debug_assert_eq!(p.len(), 19);
+    debug_assert_eq!(p.len(), 20);
     p
 }
 
@@ -376,12 +380,14 @@ mod tests {
         let p = dispatcher(7, 1234);
         // The conditional jump at index 2 lands on the return branch.
         let target = 2 + 1 + p[2].off as usize;
-        assert_eq!(target, 12);
+        assert_eq!(target, 13);
         assert_eq!((p[target].code, p[target].regs), (0xbf, 0x61)); // r1 = r6
         assert_eq!(p[1].imm, 1234);
         assert_eq!(p[1].regs >> 4, BPF_PSEUDO_KFUNC_CALL);
-        assert_eq!((p[7].code, p[7].imm), (0x18, 7));
-        assert_eq!(p[11].code, 0x95);
-        assert_eq!(p[18].code, 0x95);
+        // The cookie is masked to its role byte before it indexes PROGS.
+        assert_eq!((p[5].code, p[5].imm), (0x57, 0xff));
+        assert_eq!((p[8].code, p[8].imm), (0x18, 7));
+        assert_eq!(p[12].code, 0x95);
+        assert_eq!(p[19].code, 0x95);
     }
 }
