@@ -41,6 +41,8 @@ pub enum Scope {
         untraced: Vec<u32>,
         /// Processes that exec'ed another program: no longer traced.
         left: Vec<u32>,
+        /// Processes that exited: out of the filter map.
+        gone: Vec<u32>,
     },
     SystemWide,
 }
@@ -84,6 +86,7 @@ impl Scope {
                 known: BTreeMap::new(),
                 untraced: Vec::new(),
                 left: Vec::new(),
+                gone: Vec::new(),
             }
         } else {
             Scope::SystemWide
@@ -166,16 +169,21 @@ impl Scope {
                 known,
                 untraced,
                 left,
+                gone,
             } => {
                 let runs_it =
                     std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == *path);
                 if runs_it {
-                    if let std::collections::btree_map::Entry::Vacant(entry) = known.entry(pid) {
+                    // New, or back after running something else, or a new
+                    // process with the pid of one that exited.
+                    if !known.contains_key(&pid) || left.contains(&pid) || gone.contains(&pid) {
                         if loaded.add_filtered_pid(pid).is_err() {
                             untraced.push(pid);
                             return;
                         }
-                        entry.insert(read_cmdline(pid));
+                        left.retain(|&p| p != pid);
+                        gone.retain(|&p| p != pid);
+                        known.insert(pid, read_cmdline(pid));
                     }
                     hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
                     modules.refresh(pid);
@@ -266,13 +274,24 @@ impl Scope {
             path,
             known,
             untraced,
+            gone,
             ..
         } = self
         else {
             return;
         };
-        for pid in running(path) {
-            if known.contains_key(&pid) || untraced.contains(&pid) {
+        let now = running(path);
+        // Exited processes leave the filter, so that a new process that
+        // reuses the pid is not traced for running something else.
+        for &pid in known.keys() {
+            if !now.contains(&pid) && !gone.contains(&pid) && has_exited(pid) {
+                let _ = loaded.remove_filtered_pid(pid);
+                gone.push(pid);
+            }
+        }
+        for pid in now {
+            let reused = gone.contains(&pid);
+            if (known.contains_key(&pid) && !reused) || untraced.contains(&pid) {
                 continue;
             }
             // A full filter map must not end the trace: count and go on.
@@ -280,7 +299,8 @@ impl Scope {
                 untraced.push(pid);
                 continue;
             }
-            if !hooks.per_process.contains_key(&pid) {
+            gone.retain(|&p| p != pid);
+            if reused || !hooks.per_process.contains_key(&pid) {
                 hooks.hook_running(loaded, pid, Program::running(pid), None);
             }
             modules.refresh(pid);
