@@ -213,3 +213,49 @@ fn system_wide_hooks_the_allocators_of_programs_started_during_the_trace() {
     assert_eq!(kinds(with_jemalloc.pid()), Some("jemalloc".into()));
     assert_eq!(kinds(in_chroot.pid()), Some("glibc".into()));
 }
+
+/// Processes that start, allocate and exit within a millisecond are all
+/// traced: a probe on the program's entry point adds each to the traced set
+/// in the kernel, before its main runs.
+#[test]
+fn binary_traces_every_short_lived_process_from_its_entry_point() {
+    if !root_or_skip("binary_traces_every_short_lived_process_from_its_entry_point") {
+        return;
+    }
+    let built = compile_c("first_line", "binary-quick", O2_FLAGS);
+    let dir = scratch("binary-quick");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let bin = dir.join("memtrace_quick");
+    std::fs::copy(&built, &bin).expect("copy target");
+    let path = scratch("binary-quick.json");
+    let tracer = Tracer::start(&[
+        "--binary",
+        bin.to_str().expect("utf-8 path"),
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    let mut pids = Vec::new();
+    for _ in 0..10 {
+        let mut child = std::process::Command::new(&bin).spawn().expect("start");
+        pids.push(child.id());
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(3));
+    }
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&path);
+    for pid in pids {
+        // first_line.c keeps one block of 12345 bytes from main.
+        let kept: u64 = report["stacks"]
+            .as_array()
+            .expect("stacks")
+            .iter()
+            .filter(|s| s["pid"] == pid)
+            .filter_map(|s| s["inuse_bytes"].as_u64())
+            .sum();
+        assert_eq!(kept, 12345, "pid {pid}: {}", report["stacks"]);
+    }
+}

@@ -748,6 +748,21 @@ pub fn free_enter(ctx: ProbeContext) -> u32 {
     on_free(&ctx)
 }
 
+/// `--binary`: on the program's entry point (before main, after the dynamic
+/// loader), the process joins the traced set here, in the kernel, so none
+/// of its allocations from then on is missed, however soon it makes them.
+/// User space learns of it from the exec event.
+#[uprobe]
+pub fn binary_entry(_ctx: ProbeContext) -> u32 {
+    if tunable(&FILTER) == FILTER_PIDS && !stopped() {
+        let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        // A full map: user space, adding the pid at the exec event, finds
+        // it full too and reports the process as not traced.
+        let _ = TRACED.insert(pid, 1, 0);
+    }
+    0
+}
+
 /// Benchmark floors (`--noop-probes`): probes that do nothing, to measure
 /// what the kernel charges for the probes alone.
 #[uprobe]

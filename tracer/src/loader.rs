@@ -512,6 +512,25 @@ fn read_code(path: &Path, offset: u64, size: u64) -> anyhow::Result<Vec<u8>> {
     Ok(code)
 }
 
+/// `--binary`: attaches `binary_entry` (tracer-ebpf) at the program's ELF
+/// entry point, so that each process starting it is traced from there on.
+pub fn attach_binary_entry(loaded: &mut Loaded, path: &Path) -> anyhow::Result<()> {
+    use object::{Object as _, ObjectSegment as _};
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = object::File::parse(&*data)
+        .with_context(|| format!("{} is not an ELF file", path.display()))?;
+    let entry = file.entry();
+    let offset = file
+        .segments()
+        .find_map(|seg| {
+            let (start, size) = seg.file_range();
+            let rel = entry.checked_sub(seg.address())?;
+            (rel < size).then_some(start + rel)
+        })
+        .with_context(|| format!("{}: its entry point is in no segment", path.display()))?;
+    attach_one(loaded, "binary_entry", offset, path, None)
+}
+
 fn attach_one(
     loaded: &mut Loaded,
     program: &str,

@@ -112,6 +112,7 @@ impl Scope {
                 hooks.hook(loaded, &program, Some(launched.pid), Some(launched.pid))
             }
             Scope::Binary { path, .. } => {
+                crate::loader::attach_binary_entry(loaded, path)?;
                 let running = running(path);
                 for &pid in &running {
                     hooks.hook_running(loaded, pid, Program::running(pid), None);
