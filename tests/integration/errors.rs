@@ -118,3 +118,19 @@ fn an_allocator_the_process_does_not_load_is_refused_with_what_it_loads() {
         "{err}"
     );
 }
+
+#[test]
+fn a_script_given_to_binary_is_refused_with_what_to_do() {
+    if !root_or_skip("a_script_given_to_binary_is_refused_with_what_to_do") {
+        return;
+    }
+    let script = crate::harness::scratch("binary-script.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").expect("write script");
+    let path = script.to_str().expect("utf-8 path");
+    let (code, err) = run(&["--binary", path, "--duration", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not an ELF executable") && err.contains(&format!("-- {path}")),
+        "{err}"
+    );
+}

@@ -80,6 +80,15 @@ impl Scope {
         } else if let Some(binary) = &cli.binary {
             let path = std::fs::canonicalize(binary)
                 .with_context(|| format!("--binary {}: no such file", binary.display()))?;
+            let magic = std::fs::read(&path).map(|d| d.starts_with(b"\x7fELF"));
+            if !magic.unwrap_or(false) {
+                anyhow::bail!(
+                    "--binary {}: not an ELF executable (a script runs as its interpreter): pass \
+                     the interpreter's path, or start the script with `-- {}`",
+                    path.display(),
+                    path.display()
+                );
+            }
             check_dynamic(&path)?;
             Scope::Binary {
                 path,
