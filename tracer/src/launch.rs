@@ -104,18 +104,9 @@ impl Launched {
     /// effect. Also reaps it once it ended.
     pub fn service(&mut self, mut at_exit: impl FnMut()) {
         loop {
-            let mut status = 0;
-            // SAFETY: waits for our own child without blocking.
-            let rc = unsafe {
-                libc::waitpid(
-                    self.pid as libc::pid_t,
-                    &mut status,
-                    libc::WNOHANG | libc::__WALL,
-                )
-            };
-            if rc != self.pid as libc::pid_t {
+            let Some(status) = self.try_wait() else {
                 return;
-            }
+            };
             if !libc::WIFSTOPPED(status) {
                 self.status = Some(status);
                 return;
@@ -136,6 +127,20 @@ impl Launched {
                 }
             }
         }
+    }
+
+    /// The child's next wait status (a stop or its end), without blocking.
+    fn try_wait(&self) -> Option<i32> {
+        let mut status = 0;
+        // SAFETY: waits for our own child; WNOHANG never blocks.
+        let rc = unsafe {
+            libc::waitpid(
+                self.pid as libc::pid_t,
+                &mut status,
+                libc::WNOHANG | libc::__WALL,
+            )
+        };
+        (rc == self.pid as libc::pid_t).then_some(status)
     }
 
     /// Stops holding the command (at the end of the trace): it runs on
@@ -193,18 +198,7 @@ impl Launched {
     /// Describes how the command ended, if it has (reaping it).
     pub fn exit_status(&mut self) -> Option<String> {
         if self.status.is_none() {
-            let mut status = 0;
-            // SAFETY: waits for our own child; WNOHANG never blocks.
-            let rc = unsafe {
-                libc::waitpid(
-                    self.pid as libc::pid_t,
-                    &mut status,
-                    libc::WNOHANG | libc::__WALL,
-                )
-            };
-            if rc == self.pid as libc::pid_t && !libc::WIFSTOPPED(status) {
-                self.status = Some(status);
-            }
+            self.status = self.try_wait().filter(|&s| !libc::WIFSTOPPED(s));
         }
         let status = self.status?;
         Some(if libc::WIFEXITED(status) {
