@@ -337,7 +337,8 @@ fn plt_jump_target(file: &object::File<'_>, data: &[u8], addr: u64) -> Option<St
     symbol.name().ok().map(str::to_string)
 }
 
-fn vaddr_to_file_offset(file: &object::File<'_>, vaddr: u64) -> Option<u64> {
+/// The file offset of virtual address `vaddr`, from the segments.
+pub fn vaddr_to_file_offset(file: &object::File<'_>, vaddr: u64) -> Option<u64> {
     file.segments().find_map(|seg| {
         let (file_start, file_size) = seg.file_range();
         let rel = vaddr.checked_sub(seg.address())?;
@@ -422,6 +423,8 @@ pub struct Hooked {
     pub is_executable: bool,
     /// Entry points to hook, in table order.
     pub entry_points: Vec<EntryPoint>,
+    /// What the file defines (offsets, sizes, PLT thunks), parsed once.
+    pub info: Arc<ObjectInfo>,
 }
 
 impl Hooked {
@@ -680,6 +683,7 @@ impl Program {
                 .filter(|e| resolves_malloc || !e.standard)
                 .cloned()
                 .collect(),
+            info: c.info.clone(),
         };
         let chosen = match choice {
             Choice::Auto => order.iter().find(|c| c.info.defines_malloc_and_free()),

@@ -253,7 +253,7 @@ pub fn attach(
 ) -> anyhow::Result<Vec<Hook>> {
     let host_path = object.host_path.as_path();
     let display_path = object.path.as_str();
-    let info = crate::allocators::ObjectInfo::parse(host_path)?;
+    let info = &object.info;
     let offsets = &info.defined;
     let pid = pid.and_then(NonZeroU32::new);
     let mut hooked_at: HashMap<u64, &str> = HashMap::new();
@@ -312,7 +312,7 @@ pub fn attach(
                     hook.status = format!("jumps to {target} through the PLT, counted there");
                 } else {
                     hooked_at.insert(offset, &spec.name);
-                    let plan = plan(&info, host_path, spec, offset, opts)?;
+                    let plan = plan(info, host_path, spec, offset, opts)?;
                     hook.probe_offset = plan.plain.0;
                     hook.placement = plan.plain.1.clone();
                     hook.status = "attached".into();
@@ -515,18 +515,11 @@ fn read_code(path: &Path, offset: u64, size: u64) -> anyhow::Result<Vec<u8>> {
 /// `--binary`: attaches `binary_entry` (tracer-ebpf) at the program's ELF
 /// entry point, so that each process starting it is traced from there on.
 pub fn attach_binary_entry(loaded: &mut Loaded, path: &Path) -> anyhow::Result<()> {
-    use object::{Object as _, ObjectSegment as _};
+    use object::Object as _;
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = object::File::parse(&*data)
         .with_context(|| format!("{} is not an ELF file", path.display()))?;
-    let entry = file.entry();
-    let offset = file
-        .segments()
-        .find_map(|seg| {
-            let (start, size) = seg.file_range();
-            let rel = entry.checked_sub(seg.address())?;
-            (rel < size).then_some(start + rel)
-        })
+    let offset = crate::allocators::vaddr_to_file_offset(&file, file.entry())
         .with_context(|| format!("{}: its entry point is in no segment", path.display()))?;
     attach_one(loaded, "binary_entry", offset, path, None)
 }

@@ -80,8 +80,7 @@ impl Scope {
         } else if let Some(binary) = &cli.binary {
             let path = std::fs::canonicalize(binary)
                 .with_context(|| format!("--binary {}: no such file", binary.display()))?;
-            let magic = std::fs::read(&path).map(|d| d.starts_with(b"\x7fELF"));
-            if !magic.unwrap_or(false) {
+            if !is_elf(&path) {
                 anyhow::bail!(
                     "--binary {}: not an ELF executable (a script runs as its interpreter): pass \
                      the interpreter's path, or start the script with `-- {}`",
@@ -414,6 +413,16 @@ fn running(path: &Path) -> Vec<u32> {
         .collect();
     pids.sort_unstable();
     pids
+}
+
+/// Whether `path` starts with the ELF magic (only its first bytes are read).
+fn is_elf(path: &Path) -> bool {
+    use std::io::Read as _;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
 }
 
 /// Every pid in /proc.
