@@ -247,16 +247,7 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
             .find(|l| l.contains("stacks/s"))
             .and_then(|l| l.rsplit(": ").next())
             .and_then(|v| v.trim_end_matches(" stacks/s").parse().ok());
-        // "tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB"
-        if let Some(line) = stderr.iter().find(|l| l.contains("tracer CPU")) {
-            let nums: Vec<f64> = line
-                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            if let [_user, _sys, rss, ..] = nums[..] {
-                result.peak_rss_kib = Some(rss as u64);
-            }
-        }
+        result.peak_rss_kib = peak_rss_kib(&stderr);
         let text = fs::read_to_string(&report_path)?;
         result.recorded = json_u64(&text, "\"alloc_objects\"").unwrap_or(0);
         result.lost = ["\"ringbuf_full\"", "\"live_map_full\"", "\"stack_lost\""]
@@ -278,6 +269,20 @@ pub(crate) fn cpu_secs(pid: u32) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some((utime + stime) / hz)
+}
+
+/// The tracer's peak RSS from its --verbose line
+/// "tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB".
+pub(crate) fn peak_rss_kib(stderr: &[String]) -> Option<u64> {
+    let line = stderr.iter().find(|l| l.contains("tracer CPU"))?;
+    let nums: Vec<f64> = line
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match nums[..] {
+        [_user, _sys, rss, ..] => Some(rss as u64),
+        _ => None,
+    }
 }
 
 /// The first integer after `key:` in a JSON text (the report's field names
@@ -354,5 +359,24 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peak_rss_comes_from_the_verbose_cpu_line() {
+        let stderr = vec![
+            "memtrace-bpf: tracing pid 1".to_string(),
+            "memtrace-bpf: tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB".to_string(),
+        ];
+        assert_eq!(peak_rss_kib(&stderr), Some(47924));
+        assert_eq!(peak_rss_kib(&stderr[..1]), None);
+        assert_eq!(
+            json_u64(r#"{"alloc_objects": 12, "x": 3}"#, "\"alloc_objects\""),
+            Some(12)
+        );
     }
 }

@@ -32,7 +32,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use crate::{
-    bench::{cpu_secs, json_u64, Proc},
+    bench::{cpu_secs, json_u64, peak_rss_kib, Proc},
     cmd::target_dir,
 };
 
@@ -245,16 +245,7 @@ fn run_once(
         if !status.success() {
             bail!("tracer failed ({status}): {}", stderr.join("\n"));
         }
-        // "tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB"
-        if let Some(line) = stderr.iter().find(|l| l.contains("tracer CPU")) {
-            let nums: Vec<f64> = line
-                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            if let [_user, _sys, rss, ..] = nums[..] {
-                result.peak_rss_kib = Some(rss as u64);
-            }
-        }
+        result.peak_rss_kib = peak_rss_kib(&stderr);
         let text = fs::read_to_string(&report_path)?;
         result.recorded = json_u64(&text, "\"alloc_objects\"").unwrap_or(0);
         result.lost = [
