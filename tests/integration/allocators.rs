@@ -5,7 +5,10 @@ use serde_json::Value;
 
 use crate::{
     harness::{compile_c, root_or_skip, Target},
-    sites::{per_calling_site, read_json, trace_sites_to_json, EXPECTED_PER_THREAD, O2_FLAGS},
+    sites::{
+        assert_no_losses, per_calling_site, trace_sites_to_json, trace_sites_with,
+        EXPECTED_PER_THREAD, O2_FLAGS,
+    },
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -65,14 +68,6 @@ fn assert_sites_exact_but(report: &Value, differs: &[(&str, [u64; 4])]) {
         assert_eq!(got.get(*site), Some(&want), "{site}: {got:#?}");
     }
     assert_no_losses(report);
-}
-
-fn assert_no_losses(report: &Value) {
-    for (key, value) in report["losses"].as_object().expect("losses") {
-        if key != "unknown_frees" && key != "return_without_entry" {
-            assert_eq!(value, 0, "{key}: {}", report["losses"]);
-        }
-    }
 }
 
 /// malloc is hooked in `lib`, the report and the process entry name `kind`,
@@ -193,23 +188,8 @@ fn jemallocs_own_api_and_operator_new_give_exact_numbers() {
     for sessions in ["auto", "off"] {
         let mut target = Target::start(&bin, &[]);
         let tag = format!("jemalloc-api-{sessions}");
-        let pid = target.pid().to_string();
-        let path = crate::harness::scratch(&format!("{tag}.json"));
-        let tracer = crate::harness::Tracer::start(&[
-            "--pid",
-            &pid,
-            "--uprobe-sessions",
-            sessions,
-            "--format",
-            "json",
-            "-o",
-            path.to_str().expect("utf-8 path"),
-        ]);
-        target.run_sites();
-        tracer.signal(libc::SIGINT);
-        let out = tracer.finish();
-        assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
-        let report = read_json(&path);
+        let extra = ["--uprobe-sessions", sessions];
+        let (report, _) = trace_sites_with(&mut target, &tag, true, libc::SIGINT, &extra);
         let hooks = report["hooks"].as_array().expect("hooks");
         for f in [
             "mallocx", "rallocx", "xallocx", "sdallocx", "dallocx", "_Znwm",
@@ -275,23 +255,9 @@ fn the_allocator_flag_overrides_detection() {
     let bin = compile_c("sites", "override", O2_FLAGS);
     for (choice, kind) in [("glibc", "glibc"), (JEMALLOC, "jemalloc")] {
         let mut target = Target::start_with_env(&bin, &[], &[("LD_PRELOAD", JEMALLOC)]);
-        let path = crate::harness::scratch(&format!("override-{kind}.json"));
-        let pid = target.pid().to_string();
-        let tracer = crate::harness::Tracer::start(&[
-            "--pid",
-            &pid,
-            "--allocator",
-            choice,
-            "--format",
-            "json",
-            "-o",
-            path.to_str().expect("utf-8 path"),
-        ]);
-        target.run_sites();
-        tracer.signal(libc::SIGINT);
-        let out = tracer.finish();
-        assert!(out.status.success(), "{}", out.stderr);
-        let report = read_json(&path);
+        let tag = format!("override-{kind}");
+        let extra = ["--allocator", choice];
+        let (report, _) = trace_sites_with(&mut target, &tag, true, libc::SIGINT, &extra);
         let allocators = report["processes"][0]["allocators"]
             .as_array()
             .expect("allocators");

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Target, Tracer},
-    sites::{per_calling_site, read_json, O2_FLAGS},
+    sites::{assert_no_losses, per_calling_site, read_json, O2_FLAGS},
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -76,11 +76,7 @@ fn assert_exec_numbers(report: &Value) {
         "{}",
         report["processes"]
     );
-    for (key, value) in report["losses"].as_object().expect("losses") {
-        if key != "unknown_frees" && key != "return_without_entry" {
-            assert_eq!(value, 0, "{key}: {}", report["losses"]);
-        }
-    }
+    assert_no_losses(report);
 }
 
 #[test]

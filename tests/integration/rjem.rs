@@ -13,7 +13,7 @@ use std::{
 
 use crate::{
     harness::{root_or_skip, toolchain_binary, Target},
-    sites::{per_calling_site, trace_sites_to_json},
+    sites::{assert_counters_zero, per_calling_site, trace_sites_to_json, LOSSES},
 };
 
 /// (in-use bytes, in-use objects, allocated bytes, allocated objects) per
@@ -127,14 +127,5 @@ fn a_static_tikv_jemallocator_is_hooked_in_the_executable_with_exact_numbers() {
     let expected: BTreeSet<&str> = EXPECTED_PER_THREAD.iter().map(|(f, _)| *f).collect();
     assert_eq!(names, expected, "functions seen: {got:#?}");
 
-    let losses = &report["losses"];
-    for key in [
-        "ringbuf_full",
-        "live_map_full",
-        "stack_lost",
-        "inflight_full",
-        "read_failed",
-    ] {
-        assert_eq!(losses[key], 0, "loss counter {key} in {losses}");
-    }
+    assert_counters_zero(&report, LOSSES);
 }

@@ -39,7 +39,12 @@ fn assert_process_exact(report: &Value, pid: u32) {
 /// `sites` built into `dir/name`, so that two copies differ in path but
 /// share a process name.
 fn sites_copy(tag: &str, dir: &str, name: &str) -> std::path::PathBuf {
-    let built = compile_c("sites", tag, O2_FLAGS);
+    program_copy("sites", tag, dir, name)
+}
+
+/// tests/targets/PROGRAM.c built and copied to `dir/name`.
+fn program_copy(program: &str, tag: &str, dir: &str, name: &str) -> std::path::PathBuf {
+    let built = compile_c(program, tag, O2_FLAGS);
     let dir = scratch(dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     let copy = dir.join(name);
@@ -222,11 +227,12 @@ fn binary_traces_every_short_lived_process_from_its_entry_point() {
     if !root_or_skip("binary_traces_every_short_lived_process_from_its_entry_point") {
         return;
     }
-    let built = compile_c("first_line", "binary-quick", O2_FLAGS);
-    let dir = scratch("binary-quick");
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    let bin = dir.join("memtrace_quick");
-    std::fs::copy(&built, &bin).expect("copy target");
+    let bin = program_copy(
+        "first_line",
+        "binary-quick",
+        "binary-quick",
+        "memtrace_quick",
+    );
     let path = scratch("binary-quick.json");
     let tracer = Tracer::start(&[
         "--binary",

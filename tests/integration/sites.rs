@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::harness::{compile_c, root_or_skip, scratch, Target, Tracer};
+use crate::harness::{compile_c, root_or_skip, scratch, Finished, Target, Tracer};
 
 /// (in-use bytes, in-use objects, allocated bytes, allocated objects) per
 /// thread for each site in tests/targets/sites.c.
@@ -71,17 +71,17 @@ pub fn assert_sites_exact(report: &Value) {
             "{site}: [inuse bytes, inuse objects, alloc bytes, alloc objects] differ; all sites: {got:#?}"
         );
     }
-    let losses = &report["losses"];
-    for key in [
-        "ringbuf_full",
-        "live_map_full",
-        "stack_lost",
-        "inflight_full",
-        "read_failed",
-    ] {
-        assert_eq!(losses[key], 0, "loss counter {key} in {losses}");
-    }
+    assert_counters_zero(report, LOSSES);
 }
+
+/// The loss counters the sites tests require to be 0.
+pub const LOSSES: &[&str] = &[
+    "ringbuf_full",
+    "live_map_full",
+    "stack_lost",
+    "inflight_full",
+    "read_failed",
+];
 
 /// Attaches a JSON-writing tracer to `target`, runs its sites, stops the
 /// tracer with `signal` and returns the report. `exact`: --sample-rate 1,
@@ -92,9 +92,21 @@ pub fn trace_sites_to_json(
     exact: bool,
     signal: libc::c_int,
 ) -> Value {
+    trace_sites_with(target, tag, exact, signal, &[]).0
+}
+
+/// `trace_sites_to_json` with `extra` tracer arguments; also returns how
+/// the tracer ended (its stderr).
+pub fn trace_sites_with(
+    target: &mut Target,
+    tag: &str,
+    exact: bool,
+    signal: libc::c_int,
+    extra: &[&str],
+) -> (Value, Finished) {
     let path = scratch(&format!("{tag}.json"));
     let pid = target.pid().to_string();
-    let args = [
+    let mut args = vec![
         "--pid",
         &pid,
         "--format",
@@ -102,6 +114,7 @@ pub fn trace_sites_to_json(
         "-o",
         path.to_str().expect("utf-8 path"),
     ];
+    args.extend_from_slice(extra);
     let tracer = if exact {
         Tracer::start(&args)
     } else {
@@ -110,8 +123,31 @@ pub fn trace_sites_to_json(
     target.run_sites();
     tracer.signal(signal);
     let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    read_json(&path)
+    assert!(
+        out.status.success(),
+        "tracer failed ({:?}): {}",
+        out.status,
+        out.stderr
+    );
+    (read_json(&path), out)
+}
+
+/// The loss counters `keys` are all 0.
+pub fn assert_counters_zero(report: &Value, keys: &[&str]) {
+    let losses = &report["losses"];
+    for key in keys {
+        assert_eq!(losses[key], 0, "loss counter {key} in {losses}");
+    }
+}
+
+/// Every counter of data missing from the report is 0 (all but
+/// `unknown_frees` and `return_without_entry`, which are not losses).
+pub fn assert_no_losses(report: &Value) {
+    for (key, value) in report["losses"].as_object().expect("losses") {
+        if key != "unknown_frees" && key != "return_without_entry" {
+            assert_eq!(value, 0, "{key}: {}", report["losses"]);
+        }
+    }
 }
 
 /// Per-site sums keyed by the first `site_*` frame from the leaf: frames of
