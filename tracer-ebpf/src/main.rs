@@ -347,8 +347,11 @@ fn take_inflight(ctx: &RetProbeContext) -> Option<InFlight> {
     let key = bpf_get_current_pid_tgid();
     let Some(ptr) = INFLIGHT.get_ptr_mut(key) else {
         // When sampling, most calls leave no record: not worth counting;
-        // after the stop, no call does.
-        if !sampling() && !stopped() {
+        // after the stop, no call does. Returns of processes that are not
+        // traced (--binary, system-wide: the probes are on the file for
+        // every process, and there the kernel runs the return even when a
+        // session entry asked to skip it) are not counted either.
+        if !sampling() && !stopped() && traced((key >> 32) as u32) {
             count(counter::RETURN_WITHOUT_ENTRY);
         }
         return None;
