@@ -8,6 +8,12 @@ use crate::{
     sites::{per_site, read_json, EXPECTED_PER_THREAD, O2_FLAGS},
 };
 
+/// Two targets run their 20000-allocation churn at once into one tracer,
+/// each sample a copy of 8 KiB of stack, while the suite keeps both cores
+/// busy: the ring buffer must hold such a burst (it overflowed, counted,
+/// in about one suite run in five at the harness's 256 MiB).
+const TWO_TARGETS_RINGBUF_MB: &str = "1024";
+
 /// The report's per-site numbers for one process equal the known ones.
 fn assert_process_exact(report: &Value, pid: u32) {
     let mine = serde_json::json!({
@@ -61,6 +67,8 @@ fn binary_traces_running_and_newly_started_processes_separately() {
     let mut early = Target::start(&bin, &[]);
     let path = scratch("binary.json");
     let tracer = Tracer::start(&[
+        "--ringbuf-mb",
+        TWO_TARGETS_RINGBUF_MB,
         "--binary",
         bin.to_str().expect("utf-8 path"),
         "--format",
@@ -104,6 +112,8 @@ fn system_wide_sees_two_programs_and_reports_them_separately() {
     let mut second = Target::start(&b, &[]);
     let path = scratch("system-wide.json");
     let tracer = Tracer::start(&[
+        "--ringbuf-mb",
+        TWO_TARGETS_RINGBUF_MB,
         "--comm",
         "memtrace_sw",
         "--format",
@@ -174,6 +184,8 @@ fn system_wide_hooks_the_allocators_of_programs_started_during_the_trace() {
     let root = chroot_with_sites("sw-chroot", name);
     let path = scratch("system-wide-late.json");
     let mut tracer = Tracer::start(&[
+        "--ringbuf-mb",
+        TWO_TARGETS_RINGBUF_MB,
         "--verbose",
         "--comm",
         name,
