@@ -1,29 +1,10 @@
 //! memtrace-bpf: trace the heap allocations of a running process with eBPF
 //! uprobes and report where its outstanding memory was allocated.
 
-mod allocators;
-mod cli;
-mod collector;
-mod error;
-mod heap;
-mod hooks;
-mod launch;
-mod loader;
-mod placement;
-mod preflight;
-mod profile;
-mod report;
-mod sampling;
-mod scope;
-mod session;
-mod symbolize;
-mod target;
-mod unwind;
-mod uprobe_session;
-
 use std::process::ExitCode;
 
 use clap::Parser as _;
+use memtrace_bpf::{cli, session};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse(); // exits with status 2 on a bad command line
