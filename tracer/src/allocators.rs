@@ -229,9 +229,16 @@ pub struct ObjectInfo {
 
 impl ObjectInfo {
     pub fn parse(path: &Path) -> anyhow::Result<ObjectInfo> {
-        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let file = object::File::parse(&*data)
-            .with_context(|| format!("{} is not an ELF file", path.display()))?;
+        let data = read_bounded(path, MAX_OBJECT_BYTES)
+            .with_context(|| format!("reading {}", path.display()))?;
+        ObjectInfo::from_bytes(&data)
+            .with_context(|| format!("{} is not an ELF file", path.display()))
+    }
+
+    /// What the ELF image `data` defines. `data` comes from files that a
+    /// traced process controls: anything may be in it (fuzzed: `fuzz/`).
+    pub fn from_bytes(data: &[u8]) -> anyhow::Result<ObjectInfo> {
+        let file = object::File::parse(data)?;
         let wanted: HashSet<&str> = ENTRY_POINTS.iter().map(|e| e.name.as_str()).collect();
         let mut info = ObjectInfo {
             native: file.architecture() == object::Architecture::X86_64,
@@ -249,15 +256,15 @@ impl ObjectInfo {
             if let Some(offset) = vaddr_to_file_offset(&file, sym.address()) {
                 info.defined.insert(name.to_string(), offset);
                 info.sizes.insert(name.to_string(), sym.size());
-                if let Some(target) = plt_jump_target(&file, &data, sym.address()) {
+                if let Some(target) = plt_jump_target(&file, data, sym.address()) {
                     info.plt_thunks.insert(name.to_string(), target);
                 }
             }
         }
-        if let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) {
+        if let Ok(elf) = ElfFile64::<object::Endianness>::parse(data) {
             let table = elf
                 .elf_section_table()
-                .dynamic_table(elf.endian(), &*data)
+                .dynamic_table(elf.endian(), data)
                 .unwrap_or_default();
             for d in &table {
                 let Ok(value) = table.string(d) else { continue };
@@ -779,7 +786,7 @@ fn ld_so_conf_dirs(conf: &Path) -> Vec<String> {
 }
 
 fn read_ld_so_conf(conf: &Path, dirs: &mut Vec<String>, depth: u32) {
-    let Ok(text) = std::fs::read_to_string(conf) else {
+    let Ok(bytes) = read_bounded(conf, MAX_CONFIG_BYTES) else {
         return;
     };
     // The root prefix of `conf` (/proc/PID/root) applies to includes too.
@@ -788,33 +795,91 @@ fn read_ld_so_conf(conf: &Path, dirs: &mut Vec<String>, depth: u32) {
         .and_then(|c| c.strip_suffix("/etc/ld.so.conf"))
         .unwrap_or("")
         .to_string();
+    for line in ld_so_conf_lines(&String::from_utf8_lossy(&bytes)) {
+        match line {
+            ConfLine::Dir(dir) => dirs.push(dir.to_string()),
+            ConfLine::Include { dir, suffix } => {
+                if depth > 4 {
+                    continue;
+                }
+                let Ok(entries) = std::fs::read_dir(format!("{root}{dir}")) else {
+                    continue;
+                };
+                let mut files: Vec<PathBuf> = entries
+                    .filter_map(|e| Some(e.ok()?.path()))
+                    .filter(|p| p.to_str().is_some_and(|s| s.ends_with(suffix)))
+                    .take(MAX_CONFIG_INCLUDES)
+                    .collect();
+                files.sort();
+                for f in files {
+                    read_ld_so_conf(&f, dirs, depth + 1);
+                }
+            }
+        }
+    }
+}
+
+/// One meaningful line of an ld.so.conf file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ConfLine<'a> {
+    /// A library directory.
+    Dir(&'a str),
+    /// `include DIR/*SUFFIX` (only that form of glob is supported) or
+    /// `include FILE` (suffix "").
+    Include { dir: &'a str, suffix: &'a str },
+}
+
+/// The directories and includes of ld.so.conf text (comments, blank lines
+/// and anything else dropped). Pure, so it is fuzzed (`fuzz/`).
+pub fn ld_so_conf_lines(text: &str) -> Vec<ConfLine<'_>> {
+    let mut out = Vec::new();
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("").trim();
         if let Some(pattern) = line.strip_prefix("include") {
-            if depth > 4 {
-                continue;
-            }
-            // Only the "DIR/*.conf" form of glob is supported.
             let pattern = pattern.trim();
-            let (dir, suffix) = match pattern.rsplit_once("/*") {
-                Some((d, s)) => (d, s),
-                None => (pattern, ""),
-            };
-            let Ok(entries) = std::fs::read_dir(format!("{root}{dir}")) else {
-                continue;
-            };
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(|e| Some(e.ok()?.path()))
-                .filter(|p| p.to_str().is_some_and(|s| s.ends_with(suffix)))
-                .collect();
-            files.sort();
-            for f in files {
-                read_ld_so_conf(&f, dirs, depth + 1);
-            }
+            let (dir, suffix) = pattern.rsplit_once("/*").unwrap_or((pattern, ""));
+            out.push(ConfLine::Include { dir, suffix });
         } else if line.starts_with('/') {
-            dirs.push(line.to_string());
+            out.push(ConfLine::Dir(line));
         }
     }
+    out
+}
+
+/// Most bytes of an ELF object read to find its symbols (debug builds of
+/// large libraries reach a few hundred MiB).
+const MAX_OBJECT_BYTES: u64 = 1 << 30;
+/// Most bytes of an ld.so.conf file, and most files one include reads.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+const MAX_CONFIG_INCLUDES: usize = 256;
+
+/// Reads a regular file of at most `max` bytes. The files come from
+/// processes' root directories, which their owners control: a FIFO would
+/// block the tracer and /dev/zero would fill its memory, so anything but a
+/// regular file is refused, opened without blocking.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(max).read_to_end(&mut data)?;
+    Ok(data)
 }
 
 #[cfg(test)]
@@ -911,6 +976,44 @@ mod tests {
         assert_eq!((forced.len(), forced[0].kind), (1, "glibc"));
         let missing = p.allocators(&mut cache, &Choice::Kind("mimalloc".into()));
         assert!(missing.is_err());
+    }
+
+    #[test]
+    fn hostile_config_files_are_refused_not_read() {
+        // A FIFO would block the tracer, /dev/zero would fill its memory.
+        let dir = std::env::temp_dir().join(format!("memtrace-hostile-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("etc")).expect("mkdir");
+        let fifo = dir.join("etc/ld.so.conf");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: mkfifo takes a NUL-terminated path and a mode.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(read_bounded(&fifo, MAX_CONFIG_BYTES).is_err());
+        assert!(ld_so_conf_dirs(&fifo).is_empty());
+        assert!(read_bounded(Path::new("/dev/zero"), MAX_CONFIG_BYTES).is_err());
+        let big = dir.join("big");
+        std::fs::write(&big, vec![b'/'; 100]).expect("write");
+        assert!(read_bounded(&big, 99).is_err());
+        assert_eq!(read_bounded(&big, 100).expect("fits").len(), 100);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn ld_so_conf_lines_keep_dirs_and_includes() {
+        let text = "# c\n  /opt/a # trailing\ninclude /etc/x.d/*.conf\ninclude /etc/one\nbogus\n";
+        assert_eq!(
+            ld_so_conf_lines(text),
+            [
+                ConfLine::Dir("/opt/a"),
+                ConfLine::Include {
+                    dir: "/etc/x.d",
+                    suffix: ".conf"
+                },
+                ConfLine::Include {
+                    dir: "/etc/one",
+                    suffix: ""
+                },
+            ]
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `cargo xtask`: orchestration for memtrace-bpf (setup, build, test, demo,
-//! bench, bench-redis).
+//! bench, bench-redis, fuzz).
 //!
 //! The BPF object is built by tracer/build.rs (aya-build) during an ordinary
 //! `cargo build`; nothing here builds it a second time.
@@ -8,6 +8,7 @@ mod bench;
 mod bench_redis;
 mod cmd;
 mod demo;
+mod fuzz;
 mod setup;
 
 use anyhow::{bail, Result};
@@ -41,6 +42,16 @@ enum Task {
     /// redis-benchmark throughput against redis-server, untraced and traced
     /// by `--binary` (target/bench/redis.json).
     BenchRedis,
+    /// Fuzz the parsers of what traced processes control (ELF files, maps,
+    /// ld.so.conf, probe placement) for a bounded time each.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Only this target (elf, maps, ld_so_conf, placement).
+        #[arg(long)]
+        target: Option<String>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -55,6 +66,10 @@ fn main() -> Result<()> {
         Task::Demo => demo::run(),
         Task::Bench => bench::run(),
         Task::BenchRedis => bench_redis::run(),
+        Task::Fuzz { seconds, target } => {
+            setup::run()?;
+            fuzz::run(seconds, target.as_deref())
+        }
     }
 }
 
