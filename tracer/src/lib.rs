@@ -7,6 +7,7 @@ pub mod collector;
 pub mod error;
 pub mod heap;
 pub mod hooks;
+pub mod kernel_btf;
 pub mod launch;
 pub mod loader;
 pub mod placement;
