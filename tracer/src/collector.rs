@@ -6,10 +6,12 @@ use std::collections::HashMap;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf, StackTraceMap};
 use tracer_common::{
-    counter, Event, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_FREE,
+    counter, Event, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_EXIT,
+    EVENT_FORK, EVENT_FREE,
 };
 
 use crate::{
+    forks::ProcessChange,
     heap::{Heap, StackHandle},
     report::Losses,
     symbolize::{Modules, NormFrame},
@@ -78,6 +80,9 @@ pub struct State {
     pub malformed_events: u64,
     /// Processes that called exec since the session last looked.
     pub execs: Vec<u32>,
+    /// --follow-forks: processes that joined or left the traced set since
+    /// the session last looked, in order.
+    pub process_changes: Vec<ProcessChange>,
     /// The maps generation each process's unwinder was last rebuilt for.
     unwinder_maps: HashMap<u32, u64>,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
@@ -109,6 +114,7 @@ impl Collector {
                 processes: std::collections::BTreeMap::new(),
                 malformed_events: 0,
                 execs: Vec::new(),
+                process_changes: Vec::new(),
                 unwinder_maps: HashMap::new(),
                 sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                     .and_then(|path| std::fs::File::create(path).ok())
@@ -184,6 +190,13 @@ impl State {
                 }
                 self.execs.push(ev.pid);
             }
+            EVENT_FORK => self.process_changes.push(ProcessChange::Forked {
+                child: ev.pid,
+                parent: ev.tid,
+            }),
+            EVENT_EXIT => self
+                .process_changes
+                .push(ProcessChange::Exited { pid: ev.pid }),
             _ => self.malformed_events += 1,
         }
     }
@@ -263,6 +276,14 @@ fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     // SAFETY: T is Pod (any bit pattern is valid) and the length was
     // checked; read_unaligned makes no alignment assumption.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// One per-CPU counter (tracer_common::counter), summed.
+pub fn read_counter(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
+    counters
+        .get(&index, 0)
+        .map(|per_cpu| per_cpu.iter().sum())
+        .unwrap_or(0)
 }
 
 /// Sums the per-CPU loss counters.

@@ -126,7 +126,8 @@ impl<'a> Btf<'a> {
     /// structs and unions (as C does).
     pub fn member_offset(&self, name: &str, member: &str) -> Option<u32> {
         let ty = self.find(KIND_STRUCT, name)?;
-        self.find_member(ty, member.as_bytes(), 0).map(|bits| bits / 8)
+        self.find_member(ty, member.as_bytes(), 0)
+            .map(|bits| bits / 8)
     }
 
     fn find_member(&self, ty: Type, member: &[u8], base_bits: u32) -> Option<u32> {
@@ -138,7 +139,12 @@ impl<'a> Btf<'a> {
                 u32_at(self.data, at + 8).ok()?,
             );
             // With kind_flag the high byte is a bitfield's size.
-            let bits = base_bits + if ty.kind_flag { offset & 0xff_ffff } else { offset };
+            let bits = base_bits
+                + if ty.kind_flag {
+                    offset & 0xff_ffff
+                } else {
+                    offset
+                };
             if self.name(name) == member {
                 return Some(bits);
             }

@@ -5,6 +5,7 @@ pub mod allocators;
 pub mod cli;
 pub mod collector;
 pub mod error;
+pub mod forks;
 pub mod heap;
 pub mod hooks;
 pub mod kernel_btf;
