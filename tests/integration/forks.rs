@@ -108,7 +108,13 @@ fn a_shell_command_with_follow_forks_reports_the_program_it_forks_exactly() {
     // and stdout, which sites talks on.
     let script = format!("{}; true", sites.display());
     let mut tracer = Command::new(TRACER)
-        .args(["--ringbuf-mb", "256", "--sample-rate", "1", "--follow-forks"])
+        .args([
+            "--ringbuf-mb",
+            "256",
+            "--sample-rate",
+            "1",
+            "--follow-forks",
+        ])
         .args(["--format", "json", "-o", path.to_str().expect("utf-8 path")])
         .args(["--", "bash", "-c", &script])
         .stdin(Stdio::piped())
@@ -221,7 +227,10 @@ fn a_pid_with_follow_forks_sees_each_childs_allocations_under_its_own_pid() {
         .collect();
     assert_eq!(sizes, want, "{children:?}");
     let grandchild = site_by_pid(&report, "grandchild_site");
-    assert_eq!(grandchild.values().collect::<Vec<_>>(), [&[21_000, 3, 21_000, 3]]);
+    assert_eq!(
+        grandchild.values().collect::<Vec<_>>(),
+        [&[21_000, 3, 21_000, 3]]
+    );
     let mut seen: Vec<u64> = children.keys().chain(grandchild.keys()).copied().collect();
     seen.push(root);
     seen.sort_unstable();
@@ -335,5 +344,38 @@ fn a_followed_child_that_execs_a_jemalloc_program_is_traced_with_jemalloc_hooked
     // The child that did not exec, under glibc.
     let child = site_by_pid(&report, "child_site");
     assert_eq!(child.values().collect::<Vec<_>>(), [&[1000, 1, 1000, 1]]);
+    assert_no_losses(&report);
+}
+
+/// Children that allocate and exit at once: each leaves the traced set at
+/// its exit (the kernel's exit event says so: the report marks it exited),
+/// and its stacks are named with the mappings it shared with its parent.
+#[test]
+fn children_that_exit_at_once_are_reported_exited_with_named_stacks() {
+    if !root_or_skip("children_that_exit_at_once_are_reported_exited_with_named_stacks") {
+        return;
+    }
+    let (report, root) = trace_forker("forks-exit", &["3", "exit"], &["--follow-forks"]);
+    let processes = report["processes"].as_array().expect("processes");
+    assert_eq!(processes.len(), 4, "{}", report["processes"]);
+    assert_eq!(processes[0]["pid"], root);
+    assert_eq!(processes[0]["exited"], false);
+    for child in &processes[1..] {
+        assert_eq!(child["exited"], true, "{child}");
+        // A forked child runs its parent's program.
+        assert_eq!(child["command"], processes[0]["command"], "{child}");
+    }
+    let children = site_by_pid(&report, "child_site");
+    let mut sizes: Vec<[u64; 4]> = children.values().copied().collect();
+    sizes.sort_unstable();
+    let want: Vec<[u64; 4]> = (1..=3u64)
+        .map(|k| [k * k * 1000, k, k * k * 1000, k])
+        .collect();
+    assert_eq!(sizes, want, "{children:?}");
+    for pid in children.keys() {
+        let stacks = only_pid(&report, *pid);
+        let frames = &stacks["stacks"][0]["frames"];
+        assert_eq!(frames[1]["function"], "main", "pid {pid}: {frames}");
+    }
     assert_no_losses(&report);
 }

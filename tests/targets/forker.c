@@ -1,14 +1,16 @@
 /* Test target for --follow-forks: a process that forks children which
  * allocate known sizes and stay alive.
  *
- *   forker N [grandchild] [exec LIB PROGRAM]
+ *   forker N [grandchild] [exit] [exec LIB PROGRAM]
  *
  * Prints "ready\n" and waits for a line on stdin. Then it starts a thread
  * (threads are not children), and forks N children; child k (1..N) keeps
  * k blocks of k*1000 bytes from child_site. With "grandchild", child 1
  * also forks a grandchild that keeps 3 blocks of 7000 bytes from
  * grandchild_site. With "exec LIB PROGRAM", one more child execs PROGRAM
- * with LD_PRELOAD=LIB (PROGRAM talks on stdin/stdout itself). The parent
+ * with LD_PRELOAD=LIB (PROGRAM talks on stdin/stdout itself). With "exit",
+ * the allocating children exit at once and the parent reaps them before it
+ * goes on. The parent
  * keeps 5 blocks of 2000 bytes from parent_site and its thread 2 blocks of
  * 3000 bytes from thread_site. Once every allocating child has, it prints
  * "forked all\n" and waits (without reading stdin) until it is killed; its
@@ -18,6 +20,7 @@
  * in a volatile global so nothing is elided. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -54,9 +57,12 @@ static void say(const char *s) { sink += (size_t)write(1, s, strlen(s)); }
 
 /* Tells the parent this process has allocated, then waits until the
  * parent is gone (the hold pipe's write end closes). */
+static int exit_at_once;
+
 static void report_and_hold(int status_fd, int hold_fd) {
     char c = 'a';
     sink += (size_t)write(status_fd, &c, 1);
+    if (exit_at_once) _exit(0);
     while (read(hold_fd, &c, 1) > 0) {
     }
     _exit(0);
@@ -68,12 +74,16 @@ int main(int argc, char **argv) {
     pthread_t th;
     if (argc < 2) return 64;
     int n = atoi(argv[1]);
-    int grandchild = argc > 2 && strcmp(argv[2], "grandchild") == 0;
-    int at = 2 + grandchild;
+    int grandchild = 0;
     const char *lib = NULL, *program = NULL;
-    if (argc > at + 2 && strcmp(argv[at], "exec") == 0) {
-        lib = argv[at + 1];
-        program = argv[at + 2];
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "grandchild") == 0) grandchild = 1;
+        if (strcmp(argv[i], "exit") == 0) exit_at_once = 1;
+        if (strcmp(argv[i], "exec") == 0 && i + 2 < argc) {
+            lib = argv[i + 1];
+            program = argv[i + 2];
+            i += 2;
+        }
     }
     if (pipe(status) != 0 || pipe(hold) != 0) return 65;
     say("ready\n");
@@ -113,6 +123,10 @@ int main(int argc, char **argv) {
     for (int got = 0; got < expected; got++) {
         char c;
         if (read(status[0], &c, 1) != 1) return 6;
+    }
+    /* The children (not a grandchild, which is not ours to reap). */
+    for (int k = 1; exit_at_once && k <= n; k++) {
+        if (wait(NULL) < 0) return 7;
     }
     say("forked all\n");
     for (;;) pause();

@@ -190,14 +190,30 @@ impl State {
                 }
                 self.execs.push(ev.pid);
             }
-            EVENT_FORK => self.process_changes.push(ProcessChange::Forked {
-                child: ev.pid,
-                parent: ev.tid,
-            }),
+            EVENT_FORK => {
+                self.forked(ev.pid, ev.tid);
+                self.process_changes.push(ProcessChange::Forked {
+                    child: ev.pid,
+                    parent: ev.tid,
+                });
+            }
             EVENT_EXIT => self
                 .process_changes
                 .push(ProcessChange::Exited { pid: ev.pid }),
             _ => self.malformed_events += 1,
+        }
+    }
+
+    /// Until it execs, a forked child has its parent's mappings: a child
+    /// that exits before its own maps are read still gets named frames. A
+    /// pid seen before is a new process now.
+    fn forked(&mut self, child: u32, parent: u32) {
+        self.stacks.forget_process(child);
+        self.unwinders.invalidate(child);
+        self.modules.forget(child);
+        let maps = self.modules.maps(parent).to_vec();
+        if !maps.is_empty() {
+            self.modules.set_maps(child, maps);
         }
     }
 

@@ -44,11 +44,16 @@ impl Forks {
     }
 
     /// A followed process forked `child` (already traced, in the kernel).
-    /// A pid seen before belongs to a new process now.
-    pub fn forked(&mut self, child: u32) {
-        // Read now: it is the parent's command line until the child execs,
-        // and the exec event (which follows) reads it again.
-        let command = read_cmdline(child);
+    /// A pid seen before belongs to a new process now. `parent_command`:
+    /// what the parent runs, which the child runs too until it execs (the
+    /// exec event reads the command line again).
+    pub fn forked(&mut self, child: u32, parent_command: &str) {
+        let mut command = read_cmdline(child);
+        if command.is_empty() {
+            // Already exited: it ran what its parent runs, unless it
+            // exec'ed, and then the exec event has the same problem.
+            command = parent_command.to_string();
+        }
         self.children.insert(
             child,
             Child {
@@ -56,6 +61,11 @@ impl Forks {
                 exited: false,
             },
         );
+    }
+
+    /// The command line of followed child `pid`, if it is one.
+    pub fn command(&self, pid: u32) -> Option<&str> {
+        self.children.get(&pid).map(|c| c.command.as_str())
     }
 
     pub fn exited(&mut self, pid: u32) {
@@ -186,7 +196,7 @@ mod tests {
     fn a_forked_child_is_listed_once_and_a_reused_pid_is_a_new_process() {
         let mut forks = Forks::new(true);
         // Pids far above pid_max: /proc has none, command lines are empty.
-        forks.forked(u32::MAX - 1);
+        forks.forked(u32::MAX - 1, "");
         forks.exited(u32::MAX - 1);
         let seen = BTreeMap::from([
             (10, "root".to_string()),
@@ -205,7 +215,8 @@ mod tests {
                 (u32::MAX - 2, "lost fork event", false)
             ]
         );
-        forks.forked(u32::MAX - 1);
+        forks.forked(u32::MAX - 1, "parent args");
+        assert_eq!(forks.command(u32::MAX - 1), Some("parent args"));
         assert!(!forks.processes(10, &seen)[0].exited);
         assert!(forks.executed(u32::MAX - 1));
         assert!(!forks.executed(12));

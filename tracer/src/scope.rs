@@ -235,12 +235,31 @@ impl Scope {
     /// --follow-forks: processes joined (in the kernel, at fork) or left
     /// the traced set.
     pub fn on_process_changes(&mut self, changes: Vec<ProcessChange>) {
-        let (Scope::Pid { forks, .. } | Scope::Command { forks, .. }) = self else {
+        let (Scope::Pid {
+            pid: root,
+            command: root_command,
+            forks,
+            ..
+        }
+        | Scope::Command {
+            launched: Launched { pid: root, .. },
+            command: root_command,
+            forks,
+            ..
+        }) = self
+        else {
             return;
         };
         for change in changes {
             match change {
-                ProcessChange::Forked { child, .. } => forks.forked(child),
+                ProcessChange::Forked { child, parent } => {
+                    let parent_command = if parent == *root {
+                        root_command.clone()
+                    } else {
+                        forks.command(parent).unwrap_or_default().to_string()
+                    };
+                    forks.forked(child, &parent_command);
+                }
                 ProcessChange::Exited { pid } => forks.exited(pid),
             }
         }
@@ -482,7 +501,7 @@ fn follow_descendants(root: u32, forks: &mut Forks, loaded: &mut Loaded, hooks: 
                 .push((pid, "the process filter map is full".into()));
             continue;
         }
-        forks.forked(pid);
+        forks.forked(pid, "");
         hooks.hook_running(loaded, pid, Program::running(pid), None);
     }
 }
