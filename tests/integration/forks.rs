@@ -379,3 +379,67 @@ fn children_that_exit_at_once_are_reported_exited_with_named_stacks() {
     }
     assert_no_losses(&report);
 }
+
+/// Under --binary a forked child runs the binary too: it joins the traced
+/// set in the kernel at fork, so children that allocate and exit at once
+/// (before any /proc scan could find them) are traced, under their pids.
+/// A child that execs another program leaves the set at its exec, in the
+/// kernel, before the other program allocates.
+#[test]
+fn binary_traces_forked_children_from_the_fork() {
+    if !root_or_skip("binary_traces_forked_children_from_the_fork") {
+        return;
+    }
+    let bin = compile_c("forker", "forks-binary", O2_FLAGS);
+    let sites = compile_c("sites", "forks-binary", O2_FLAGS);
+    // Preloading glibc's own libc changes nothing: the other program runs
+    // with the allocator that the probes (for every process) are on.
+    const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+    let path = scratch("forks-binary.json");
+    let tracer = Tracer::start(&[
+        "--binary",
+        bin.to_str().expect("utf-8 path"),
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    // Started after the tracer: traced from its entry point, in the kernel.
+    let sites_arg = sites.to_str().expect("utf-8 path");
+    let mut target = Target::start(&bin, &["3", "exit", "exec", LIBC, sites_arg]);
+    target.send("go");
+    target.wait_for("forked all");
+    // The exec'ed sites runs its allocations.
+    target.send("go");
+    target.wait_for("done");
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&path);
+    let other = per_calling_site(&report);
+    assert!(
+        !other.keys().any(|site| site.starts_with("site_")),
+        "the other program is not traced: {other:?}"
+    );
+    assert!(
+        report["notes"]
+            .to_string()
+            .contains("exec'ed another program and was no longer traced"),
+        "{}",
+        report["notes"]
+    );
+    let children = site_by_pid(&report, "child_site");
+    let mut sizes: Vec<[u64; 4]> = children.values().copied().collect();
+    sizes.sort_unstable();
+    let want: Vec<[u64; 4]> = (1..=3u64)
+        .map(|k| [k * k * 1000, k, k * k * 1000, k])
+        .collect();
+    assert_eq!(sizes, want, "{children:?}");
+    let root = u64::from(target.pid());
+    assert!(!children.contains_key(&root));
+    let listed = pids(&report);
+    for pid in children.keys().chain([&root]) {
+        assert!(listed.contains(pid), "{pid} not in {listed:?}");
+    }
+    assert_no_losses(&report);
+}

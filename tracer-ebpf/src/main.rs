@@ -734,6 +734,12 @@ pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
         FILTER_PIDS if tunable(&FOLLOW_FORKS) != FORKS_FOLLOW => true,
         _ => traced(pid),
     };
+    if tunable(&FILTER) == FILTER_PIDS && tunable(&FOLLOW_FORKS) != FORKS_FOLLOW {
+        // --binary: the new image is traced only if it is the binary, and
+        // then binary_entry adds the process back at its entry point. (A
+        // child joins at fork, and most children exec something else.)
+        let _ = TRACED.remove(pid);
+    }
     if !wanted || stopped() {
         return 0;
     }
@@ -756,8 +762,10 @@ pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
 
 /// sched_process_fork, run by the parent before the child first runs (args:
 /// parent and child task_struct). A new process (not a thread) forked by a
-/// traced one joins the traced set here under --follow-forks, so none of
-/// its allocations is missed; without it, it is counted as not traced.
+/// traced one joins the traced set here under --follow-forks, and under
+/// --binary (it runs the binary too, until it execs something else), so
+/// none of its allocations is missed; under --pid or a command without
+/// --follow-forks, it is counted as not traced.
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn process_fork(ctx: RawTracePointContext) -> i32 {
     on_fork(ctx.arg::<u64>(1));
@@ -769,10 +777,10 @@ fn on_fork(child_task: u64) {
     let offset = tunable(&TASK_TGID_OFFSET);
     let follow = tunable(&FOLLOW_FORKS) == FORKS_FOLLOW;
     let filter = tunable(&FILTER);
-    // Under FILTER_PIDS without following (--binary) and FILTER_ALL
-    // (system-wide), children are the scope's business.
+    // FILTER_PIDS is --binary or --follow-forks; under FILTER_ALL
+    // (system-wide) every process is traced already.
     let counting = filter == FILTER_NONE && !follow;
-    let following = filter == FILTER_PIDS && follow;
+    let following = filter == FILTER_PIDS;
     if offset == 0 || stopped() || !(counting || following) {
         return;
     }

@@ -235,6 +235,13 @@ impl Scope {
     /// --follow-forks: processes joined (in the kernel, at fork) or left
     /// the traced set.
     pub fn on_process_changes(&mut self, changes: Vec<ProcessChange>) {
+        if let Scope::Binary {
+            known, left, gone, ..
+        } = self
+        {
+            binary_forks(changes, known, left, gone);
+            return;
+        }
         let (Scope::Pid {
             pid: root,
             command: root_command,
@@ -486,6 +493,27 @@ impl Scope {
                 all.iter().map(|(&pid, c)| info(pid, c, None)).collect()
             }
             Scope::SystemWide => seen.iter().map(|(&pid, c)| info(pid, c, None)).collect(),
+        }
+    }
+}
+
+/// --binary: a child forked by a traced process runs the binary too, and
+/// joined the traced set in the kernel at fork.
+fn binary_forks(
+    changes: Vec<ProcessChange>,
+    known: &mut BTreeMap<u32, String>,
+    left: &mut Vec<u32>,
+    gone: &mut Vec<u32>,
+) {
+    for change in changes {
+        if let ProcessChange::Forked { child, parent } = change {
+            let mut command = read_cmdline(child);
+            if command.is_empty() {
+                command = known.get(&parent).cloned().unwrap_or_default();
+            }
+            known.insert(child, command);
+            left.retain(|&p| p != child);
+            gone.retain(|&p| p != child);
         }
     }
 }
