@@ -443,3 +443,38 @@ fn binary_traces_forked_children_from_the_fork() {
     }
     assert_no_losses(&report);
 }
+
+/// `--pid --follow-forks` on a process whose children run already: they
+/// join at the start and are listed under their own pids.
+#[test]
+fn children_running_before_the_trace_starts_are_followed_too() {
+    if !root_or_skip("children_running_before_the_trace_starts_are_followed_too") {
+        return;
+    }
+    let bin = compile_c("forker", "forks-before", O2_FLAGS);
+    let mut target = Target::start(&bin, &["2", "grandchild"]);
+    target.send("go");
+    target.wait_for("forked all");
+    let path = scratch("forks-before.json");
+    let pid = target.pid().to_string();
+    let tracer = Tracer::start(&[
+        "--pid",
+        &pid,
+        "--follow-forks",
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&path);
+    let processes = report["processes"].as_array().expect("processes");
+    // The target, its 2 children and the grandchild, all still running.
+    assert_eq!(processes.len(), 4, "{}", report["processes"]);
+    for p in processes {
+        assert_eq!(p["exited"], false, "{p}");
+        assert_eq!(p["command"], processes[0]["command"], "{p}");
+    }
+}
