@@ -478,3 +478,52 @@ fn children_running_before_the_trace_starts_are_followed_too() {
         assert_eq!(p["command"], processes[0]["command"], "{p}");
     }
 }
+
+/// A shell's children that exec a program and exit within a millisecond:
+/// with --follow-forks each is listed under the name of what it exec'ed
+/// (its command line, or the kernel's name for it once it is gone);
+/// without, the note counts them.
+#[test]
+fn short_lived_children_of_a_shell_are_named_for_what_they_exec_or_counted() {
+    if !root_or_skip("short_lived_children_of_a_shell_are_named_for_what_they_exec_or_counted") {
+        return;
+    }
+    // Two external commands (forked) and a builtin (not).
+    let script = "/bin/true; /bin/true; true";
+    for follow in [true, false] {
+        let path = scratch(&format!("forks-short-{follow}.json"));
+        let mut args = vec!["--format", "json", "-o", path.to_str().expect("path")];
+        if follow {
+            args.push("--follow-forks");
+        }
+        args.extend(["--", "sh", "-c", script]);
+        let out = Tracer::spawn(&args).finish();
+        assert!(out.status.success(), "tracer failed: {}", out.stderr);
+        let report = read_json(&path);
+        assert_eq!(report["end_reason"], "target exited");
+        let processes = report["processes"].as_array().expect("processes");
+        let root = &processes[0];
+        assert_eq!(root["command"], format!("sh -c {script}"), "{root}");
+        if follow {
+            assert_eq!(processes.len(), 3, "{}", report["processes"]);
+            for child in &processes[1..] {
+                let command = child["command"].as_str().unwrap_or("");
+                assert!(
+                    command == "/bin/true" || command == "true",
+                    "named for its exec: {child}"
+                );
+            }
+        } else {
+            assert_eq!(processes.len(), 1, "{}", report["processes"]);
+            let note = format!(
+                "2 child processes of pid {} were not traced: use --follow-forks",
+                root["pid"]
+            );
+            assert!(
+                report["notes"].to_string().contains(&note),
+                "{note:?} not in {}",
+                report["notes"]
+            );
+        }
+    }
+}

@@ -71,7 +71,9 @@ pub const EVENT_FREE: u32 = 2;
 /// unwinding in user space (`StackSample`, of variable length).
 pub const EVENT_ALLOC_SAMPLE: u32 = 3;
 /// A process that may be traced called exec: its old heap is gone and its
-/// new image has new mappings (only `kind` and `pid` are set).
+/// new image has new mappings (`kind` and `pid` are set, and `addr` and
+/// `size` hold the new image's thread name, 16 bytes NUL-padded, in
+/// little-endian order: see `exec_comm`).
 pub const EVENT_EXEC: u32 = 4;
 /// `--follow-forks`: a traced process forked a child, which joined the
 /// traced set in the kernel (`pid` is the child, `tid` the parent's tgid).
@@ -85,6 +87,14 @@ pub const EVENT_EXIT: u32 = 6;
 /// children of traced processes join the traced set at fork.
 pub const FORKS_COUNT: u32 = 0;
 pub const FORKS_FOLLOW: u32 = 1;
+
+/// The thread name an EVENT_EXEC carries in its `addr` and `size`.
+pub fn exec_comm(event: &Event) -> [u8; 16] {
+    let mut comm = [0u8; 16];
+    comm[..8].copy_from_slice(&event.addr.to_le_bytes());
+    comm[8..].copy_from_slice(&event.size.to_le_bytes());
+    comm
+}
 
 /// Entries of the exponential table used to draw sampling intervals: entry
 /// i is the mean of -ln(u) for u in [i/N, (i+1)/N), in 16.16 fixed point.

@@ -747,13 +747,22 @@ pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
         count(counter::RINGBUF_FULL);
         return 0;
     };
+    // The new image's name, for a process that exits before user space
+    // can read its command line (see tracer_common::EVENT_EXEC).
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    let mut name = [0u64; 2];
+    for (i, word) in name.iter_mut().enumerate() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&comm[8 * i..8 * i + 8]);
+        *word = u64::from_le_bytes(bytes);
+    }
     entry.write(event(
         EVENT_EXEC,
         pid,
         pid_tgid as u32,
         0,
-        0,
-        0,
+        name[0],
+        name[1],
         Role::Malloc,
     ));
     entry.submit(BPF_RB_FORCE_WAKEUP);

@@ -185,10 +185,18 @@ impl State {
                 self.stacks.forget_process(ev.pid);
                 self.unwinders.invalidate(ev.pid);
                 self.modules.forget(ev.pid);
+                let comm = tracer_common::exec_comm(&ev);
+                let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+                let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
                 if let Some(command) = self.processes.get_mut(&ev.pid) {
                     *command = crate::target::read_cmdline(ev.pid);
+                    if command.is_empty() {
+                        command.clone_from(&comm);
+                    }
                 }
                 self.execs.push(ev.pid);
+                self.process_changes
+                    .push(ProcessChange::Executed { pid: ev.pid, comm });
             }
             EVENT_FORK => {
                 self.forked(ev.pid, ev.tid);

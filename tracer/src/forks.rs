@@ -16,10 +16,21 @@ use crate::{collector::read_counter, report::ProcessInfo, target::read_cmdline};
 
 /// A process that joined or left the traced set, in the order the kernel
 /// saw it (see tracer_common::EVENT_FORK / EVENT_EXIT).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProcessChange {
-    Forked { child: u32, parent: u32 },
-    Exited { pid: u32 },
+    Forked {
+        child: u32,
+        parent: u32,
+    },
+    /// `comm`: the new image's thread name, for when the command line can
+    /// no longer be read.
+    Executed {
+        pid: u32,
+        comm: String,
+    },
+    Exited {
+        pid: u32,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -74,14 +85,30 @@ impl Forks {
         }
     }
 
-    /// A followed child called exec: true when `pid` is one.
+    /// A followed child called exec: true when `pid` is one that runs.
     pub fn executed(&mut self, pid: u32) -> bool {
         match self.children.get_mut(&pid) {
             Some(child) if !child.exited => {
-                child.command = read_cmdline(pid);
+                let command = read_cmdline(pid);
+                if !command.is_empty() {
+                    child.command = command;
+                }
                 true
             }
             _ => false,
+        }
+    }
+
+    /// A followed child's exec, in event order: named by its command line
+    /// if it still runs, else by the name the kernel gave its new image.
+    pub fn renamed(&mut self, pid: u32, comm: &str) {
+        if let Some(child) = self.children.get_mut(&pid) {
+            let command = read_cmdline(pid);
+            child.command = if command.is_empty() {
+                comm.to_string()
+            } else {
+                command
+            };
         }
     }
 
@@ -219,6 +246,9 @@ mod tests {
         assert_eq!(forks.command(u32::MAX - 1), Some("parent args"));
         assert!(!forks.processes(10, &seen)[0].exited);
         assert!(forks.executed(u32::MAX - 1));
+        assert_eq!(forks.command(u32::MAX - 1), Some("parent args"));
+        forks.renamed(u32::MAX - 1, "ls");
+        assert_eq!(forks.command(u32::MAX - 1), Some("ls"));
         assert!(!forks.executed(12));
     }
 

@@ -177,7 +177,7 @@ impl Scope {
                 forks,
                 ..
             } if *target == pid => {
-                *command = read_cmdline(pid);
+                set_command(command, pid);
                 let attach_pid = (!forks.follow).then_some(pid);
                 hooks.hook_running(loaded, pid, Program::just_executed(pid), attach_pid);
             }
@@ -187,7 +187,7 @@ impl Scope {
                 forks,
                 ..
             } if launched.pid == pid => {
-                *command = read_cmdline(pid);
+                set_command(command, pid);
                 let attach_pid = (!forks.follow).then_some(pid);
                 hooks.hook_running(loaded, pid, Program::just_executed(pid), attach_pid);
             }
@@ -267,6 +267,15 @@ impl Scope {
                     };
                     forks.forked(child, &parent_command);
                 }
+                ProcessChange::Executed { pid, comm } if pid == *root => {
+                    // Gone already (a command that ran for a moment): the
+                    // name the kernel gave its new image, unless the
+                    // command known names that program (`-- CMD`).
+                    if read_cmdline(pid).is_empty() && !runs(root_command, &comm) {
+                        *root_command = comm;
+                    }
+                }
+                ProcessChange::Executed { pid, comm } => forks.renamed(pid, &comm),
                 ProcessChange::Exited { pid } => forks.exited(pid),
             }
         }
@@ -497,6 +506,23 @@ impl Scope {
     }
 }
 
+/// Whether `command`'s program is the one the kernel named `comm` (the
+/// file name, cut to 15 bytes).
+fn runs(command: &str, comm: &str) -> bool {
+    let program = command.split_whitespace().next().unwrap_or("");
+    let name = program.rsplit('/').next().unwrap_or(program);
+    !comm.is_empty() && name.starts_with(comm)
+}
+
+/// The command line of `pid` after its exec; kept as it was (the kernel's
+/// name for the new image, see on_process_changes) if it already exited.
+fn set_command(command: &mut String, pid: u32) {
+    let now = read_cmdline(pid);
+    if !now.is_empty() {
+        *command = now;
+    }
+}
+
 /// --binary: a child forked by a traced process runs the binary too, and
 /// joined the traced set in the kernel at fork.
 fn binary_forks(
@@ -609,5 +635,20 @@ impl PidFd {
         // SAFETY: one valid pollfd, zero timeout.
         let n = unsafe { libc::poll(&mut pfd, 1, 0) };
         n > 0 && pfd.revents & libc::POLLIN != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn a_command_runs_the_program_the_kernel_names_by_its_cut_file_name() {
+        assert!(runs("sh -c true", "sh"));
+        assert!(runs("/usr/bin/python3.11 x.py", "python3.11"));
+        assert!(runs("./a-very-long-program-name --x", "a-very-long-pro"));
+        assert!(!runs("sh -c /bin/true", "true"));
+        assert!(!runs("", "sh"));
+        assert!(!runs("sh", ""));
     }
 }
