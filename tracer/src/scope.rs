@@ -195,6 +195,11 @@ impl Scope {
                 // A followed child's new image may bring another allocator.
                 if forks.executed(pid) {
                     hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
+                    // One that exited while it was read (a shell's `true`)
+                    // had nothing left to hook: not a failure.
+                    hooks
+                        .failures
+                        .retain(|&(p, _)| p != pid || !has_exited(pid));
                 }
             }
             Scope::Binary {
