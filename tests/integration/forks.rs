@@ -527,3 +527,24 @@ fn short_lived_children_of_a_shell_are_named_for_what_they_exec_or_counted() {
         }
     }
 }
+
+/// --follow-forks means nothing under --binary or system-wide: refused
+/// with what to do (a bad command line: status 2, no BPF involved).
+#[test]
+fn follow_forks_without_pid_or_command_is_refused_with_what_to_do() {
+    for (args, says) in [
+        (
+            &["--follow-forks", "--binary", "/bin/true"][..],
+            "--binary already traces every process running the program",
+        ),
+        (
+            &["--follow-forks", "-d", "1"][..],
+            "system-wide tracing already traces every process",
+        ),
+    ] {
+        let out = Command::new(TRACER).args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
