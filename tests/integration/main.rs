@@ -8,6 +8,7 @@
 mod allocators;
 mod errors;
 mod exec;
+mod forks;
 mod harness;
 mod launch;
 mod lifecycle;

@@ -71,8 +71,30 @@ pub const EVENT_FREE: u32 = 2;
 /// unwinding in user space (`StackSample`, of variable length).
 pub const EVENT_ALLOC_SAMPLE: u32 = 3;
 /// A process that may be traced called exec: its old heap is gone and its
-/// new image has new mappings (only `kind` and `pid` are set).
+/// new image has new mappings (`kind` and `pid` are set, and `addr` and
+/// `size` hold the new image's thread name, 16 bytes NUL-padded, in
+/// little-endian order: see `exec_comm`).
 pub const EVENT_EXEC: u32 = 4;
+/// `--follow-forks`: a traced process forked a child, which joined the
+/// traced set in the kernel (`pid` is the child, `tid` the parent's tgid).
+/// Sent before the child runs, so it precedes the child's own events.
+pub const EVENT_FORK: u32 = 5;
+/// `--follow-forks`: the last thread of a traced process exited and the
+/// process left the traced set (only `kind` and `pid` are set).
+pub const EVENT_EXIT: u32 = 6;
+
+/// `FOLLOW_FORKS` values (a read-only global set at load time): whether
+/// children of traced processes join the traced set at fork.
+pub const FORKS_COUNT: u32 = 0;
+pub const FORKS_FOLLOW: u32 = 1;
+
+/// The thread name an EVENT_EXEC carries in its `addr` and `size`.
+pub fn exec_comm(event: &Event) -> [u8; 16] {
+    let mut comm = [0u8; 16];
+    comm[..8].copy_from_slice(&event.addr.to_le_bytes());
+    comm[8..].copy_from_slice(&event.size.to_le_bytes());
+    comm
+}
 
 /// Entries of the exponential table used to draw sampling intervals: entry
 /// i is the mean of -ln(u) for u in [i/N, (i+1)/N), in 16.16 fixed point.
@@ -215,8 +237,15 @@ pub mod counter {
     /// An in-flight record whose return was never seen was discarded (a
     /// thread that died inside the allocator, or a probe detached mid-call).
     pub const STALE_INFLIGHT: u32 = 7;
+    /// Without --follow-forks: child processes that a traced process
+    /// (--pid, or a command) forked, which are not traced. Not a loss: the
+    /// report says how many, and how to trace them.
+    pub const CHILD_NOT_TRACED: u32 = 8;
+    /// With --follow-forks: children that could not join the traced set
+    /// (the filter map was full, or the child's task could not be read).
+    pub const CHILD_NOT_FOLLOWED: u32 = 9;
     /// Number of counters.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 10;
 }
 
 #[cfg(feature = "user")]

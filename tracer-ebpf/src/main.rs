@@ -15,7 +15,8 @@
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_F_USER_STACK},
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_user,
     },
     macros::{map, raw_tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
@@ -23,9 +24,9 @@ use aya_ebpf::{
 };
 use tracer_common::{
     cookie, counter, Event, InFlight, LiveKey, LiveValue, Role, SampleHeader, StackSample,
-    CONTROL_SESSION, CONTROL_STOPPED, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_FREE,
-    EXP_TABLE_LEN, EXP_TABLE_SHIFT, FILTER_ALL, FILTER_NONE, FILTER_PIDS, MAX_STACK_BYTES,
-    STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
+    CONTROL_SESSION, CONTROL_STOPPED, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_EXIT,
+    EVENT_FORK, EVENT_FREE, EXP_TABLE_LEN, EXP_TABLE_SHIFT, FILTER_ALL, FILTER_NONE, FILTER_PIDS,
+    FORKS_COUNT, FORKS_FOLLOW, MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -84,6 +85,19 @@ static COMM: [u8; 16] = [0; 16];
 /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL), kept by user space.
 #[map]
 static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
+
+/// `--follow-forks` (FORKS_FOLLOW, with FILTER_PIDS): children of traced
+/// processes join TRACED at fork. Otherwise (FORKS_COUNT) children of the
+/// one traced process (FILTER_NONE) are only counted.
+#[unsafe(no_mangle)]
+static FOLLOW_FORKS: u32 = FORKS_COUNT;
+/// Byte offset of `tgid` in the kernel's task_struct, from its BTF (Rust
+/// BPF has no CO-RE relocations); 0 = unknown: forks are not looked at.
+#[unsafe(no_mangle)]
+static TASK_TGID_OFFSET: u32 = 0;
+/// 1 when sched_process_exit passes `group_dead` (Linux 6.16+).
+#[unsafe(no_mangle)]
+static EXIT_GROUP_DEAD: u32 = 0;
 
 /// Whether calls of process `pid` are recorded.
 #[inline(always)]
@@ -716,9 +730,16 @@ pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
         // SAFETY: the value is not read. User space puts the one traced
         // process into TRACED for this check.
         FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
-        FILTER_PIDS => true,
+        // --binary: any process may now run the binary.
+        FILTER_PIDS if tunable(&FOLLOW_FORKS) != FORKS_FOLLOW => true,
         _ => traced(pid),
     };
+    if tunable(&FILTER) == FILTER_PIDS && tunable(&FOLLOW_FORKS) != FORKS_FOLLOW {
+        // --binary: the new image is traced only if it is the binary, and
+        // then binary_entry adds the process back at its entry point. (A
+        // child joins at fork, and most children exec something else.)
+        let _ = TRACED.remove(pid);
+    }
     if !wanted || stopped() {
         return 0;
     }
@@ -726,17 +747,109 @@ pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
         count(counter::RINGBUF_FULL);
         return 0;
     };
+    // The new image's name, for a process that exits before user space
+    // can read its command line (see tracer_common::EVENT_EXEC).
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    let mut name = [0u64; 2];
+    for (i, word) in name.iter_mut().enumerate() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&comm[8 * i..8 * i + 8]);
+        *word = u64::from_le_bytes(bytes);
+    }
     entry.write(event(
         EVENT_EXEC,
         pid,
         pid_tgid as u32,
         0,
-        0,
-        0,
+        name[0],
+        name[1],
         Role::Malloc,
     ));
     entry.submit(BPF_RB_FORCE_WAKEUP);
     0
+}
+
+/// sched_process_fork, run by the parent before the child first runs (args:
+/// parent and child task_struct). A new process (not a thread) forked by a
+/// traced one joins the traced set here under --follow-forks, and under
+/// --binary (it runs the binary too, until it execs something else), so
+/// none of its allocations is missed; under --pid or a command without
+/// --follow-forks, it is counted as not traced.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn process_fork(ctx: RawTracePointContext) -> i32 {
+    on_fork(ctx.arg::<u64>(1));
+    0
+}
+
+#[inline(always)]
+fn on_fork(child_task: u64) {
+    let offset = tunable(&TASK_TGID_OFFSET);
+    let follow = tunable(&FOLLOW_FORKS) == FORKS_FOLLOW;
+    let filter = tunable(&FILTER);
+    // FILTER_PIDS is --binary or --follow-forks; under FILTER_ALL
+    // (system-wide) every process is traced already.
+    let counting = filter == FILTER_NONE && !follow;
+    let following = filter == FILTER_PIDS;
+    if offset == 0 || stopped() || !(counting || following) {
+        return;
+    }
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: the value is not read.
+    if unsafe { TRACED.get(parent) }.is_none() {
+        return;
+    }
+    // SAFETY: the helper reads kernel memory and fails safely; the address
+    // is the child's task_struct plus the field offset from the kernel BTF.
+    let Ok(child) = (unsafe { bpf_probe_read_kernel((child_task + offset as u64) as *const u32) })
+    else {
+        count(counter::CHILD_NOT_FOLLOWED);
+        return;
+    };
+    // A new thread of the same process.
+    if child == parent {
+        return;
+    }
+    if counting {
+        count(counter::CHILD_NOT_TRACED);
+        return;
+    }
+    if TRACED.insert(child, 1, 0).is_err() {
+        count(counter::CHILD_NOT_FOLLOWED);
+        return;
+    }
+    emit_process_event(EVENT_FORK, child, parent);
+}
+
+/// sched_process_exit, run by each exiting thread (args: task, and on
+/// 6.16+ `group_dead`). Under --follow-forks a traced process leaves the
+/// traced set when its last thread exits, so that a new process reusing
+/// its pid is not traced.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn process_exit(ctx: RawTracePointContext) -> i32 {
+    let group_dead = if tunable(&EXIT_GROUP_DEAD) != 0 {
+        ctx.arg::<u64>(1) & 0xff != 0
+    } else {
+        // Older kernels: the main thread's exit stands for the process's.
+        let pid_tgid = bpf_get_current_pid_tgid();
+        pid_tgid >> 32 == pid_tgid & 0xffff_ffff
+    };
+    if group_dead && tunable(&FOLLOW_FORKS) == FORKS_FOLLOW {
+        let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        if TRACED.remove(pid).is_ok() && !stopped() {
+            emit_process_event(EVENT_EXIT, pid, 0);
+        }
+    }
+    0
+}
+
+#[inline(always)]
+fn emit_process_event(kind: u32, pid: u32, tid: u32) {
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        count(counter::RINGBUF_FULL);
+        return;
+    };
+    entry.write(event(kind, pid, tid, 0, 0, 0, Role::Malloc));
+    entry.submit(BPF_RB_FORCE_WAKEUP);
 }
 
 /// One return program serves every allocating function: the role comes from

@@ -83,6 +83,13 @@ pub struct Cli {
     #[arg(last = true, value_name = "CMD", conflicts_with_all = ["pid", "binary"])]
     pub command: Vec<String>,
 
+    /// With --pid or a command: also trace every process they fork (and
+    /// their children, whatever program they exec), each reported under its
+    /// own pid. Hooks the allocator for every process, filtered in the
+    /// kernel, as --binary does.
+    #[arg(long)]
+    pub follow_forks: bool,
+
     /// Which allocator to hook: `auto` finds, per process, the object its
     /// malloc calls reach (plus any object with jemalloc, tcmalloc or
     /// mimalloc's own functions); `glibc`, `jemalloc`, `tcmalloc`,
@@ -163,6 +170,17 @@ impl Cli {
         let system_wide = self.pid.is_none() && self.binary.is_none() && self.command.is_empty();
         if !system_wide && (self.comm.is_some() || !self.exclude_pid.is_empty()) {
             return Err("--comm and --exclude-pid filter system-wide tracing: drop --pid, --binary and the command".into());
+        }
+        if self.follow_forks && self.pid.is_none() && self.command.is_empty() {
+            return Err(if self.binary.is_some() {
+                "--follow-forks follows the children of --pid or of a command: --binary already \
+                 traces every process running the program, forked or started (drop \
+                 --follow-forks, or trace one of them with --pid PID --follow-forks)"
+            } else {
+                "--follow-forks follows the children of --pid or of a command: system-wide \
+                 tracing already traces every process (add --pid PID or -- CMD)"
+            }
+            .into());
         }
         if self
             .comm

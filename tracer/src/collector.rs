@@ -6,10 +6,12 @@ use std::collections::HashMap;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf, StackTraceMap};
 use tracer_common::{
-    counter, Event, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_FREE,
+    counter, Event, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_EXIT,
+    EVENT_FORK, EVENT_FREE,
 };
 
 use crate::{
+    forks::ProcessChange,
     heap::{Heap, StackHandle},
     report::Losses,
     symbolize::{Modules, NormFrame},
@@ -78,6 +80,9 @@ pub struct State {
     pub malformed_events: u64,
     /// Processes that called exec since the session last looked.
     pub execs: Vec<u32>,
+    /// --follow-forks: processes that joined or left the traced set since
+    /// the session last looked, in order.
+    pub process_changes: Vec<ProcessChange>,
     /// The maps generation each process's unwinder was last rebuilt for.
     unwinder_maps: HashMap<u32, u64>,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
@@ -109,6 +114,7 @@ impl Collector {
                 processes: std::collections::BTreeMap::new(),
                 malformed_events: 0,
                 execs: Vec::new(),
+                process_changes: Vec::new(),
                 unwinder_maps: HashMap::new(),
                 sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                     .and_then(|path| std::fs::File::create(path).ok())
@@ -179,12 +185,43 @@ impl State {
                 self.stacks.forget_process(ev.pid);
                 self.unwinders.invalidate(ev.pid);
                 self.modules.forget(ev.pid);
+                let comm = tracer_common::exec_comm(&ev);
+                let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+                let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
                 if let Some(command) = self.processes.get_mut(&ev.pid) {
                     *command = crate::target::read_cmdline(ev.pid);
+                    if command.is_empty() {
+                        command.clone_from(&comm);
+                    }
                 }
                 self.execs.push(ev.pid);
+                self.process_changes
+                    .push(ProcessChange::Executed { pid: ev.pid, comm });
             }
+            EVENT_FORK => {
+                self.forked(ev.pid, ev.tid);
+                self.process_changes.push(ProcessChange::Forked {
+                    child: ev.pid,
+                    parent: ev.tid,
+                });
+            }
+            EVENT_EXIT => self
+                .process_changes
+                .push(ProcessChange::Exited { pid: ev.pid }),
             _ => self.malformed_events += 1,
+        }
+    }
+
+    /// Until it execs, a forked child has its parent's mappings: a child
+    /// that exits before its own maps are read still gets named frames. A
+    /// pid seen before is a new process now.
+    fn forked(&mut self, child: u32, parent: u32) {
+        self.stacks.forget_process(child);
+        self.unwinders.invalidate(child);
+        self.modules.forget(child);
+        let maps = self.modules.maps(parent).to_vec();
+        if !maps.is_empty() {
+            self.modules.set_maps(child, maps);
         }
     }
 
@@ -263,6 +300,14 @@ fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     // SAFETY: T is Pod (any bit pattern is valid) and the length was
     // checked; read_unaligned makes no alignment assumption.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// One per-CPU counter (tracer_common::counter), summed.
+pub fn read_counter(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
+    counters
+        .get(&index, 0)
+        .map(|per_cpu| per_cpu.iter().sum())
+        .unwrap_or(0)
 }
 
 /// Sums the per-CPU loss counters.

@@ -27,6 +27,8 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 const RETURN_PROGRAM: &str = "alloc_return";
 const EXEC_PROGRAM: &str = "process_exec";
 const EXEC_TRACEPOINT: &str = "sched_process_exec";
+const FORK_PROGRAM: &str = "process_fork";
+const EXIT_PROGRAM: &str = "process_exit";
 
 /// The argument registers each entry program reads (System V ABI order
 /// rdi, rsi, rdx): instructions skipped by probe placement must not write them.
@@ -73,6 +75,8 @@ pub struct Limits {
     /// tracer_common::FILTER_* and, for FILTER_ALL, the thread name.
     pub filter: u32,
     pub comm: [u8; 16],
+    /// --follow-forks: children of traced processes join the traced set.
+    pub follow_forks: bool,
 }
 
 /// The loaded object with its probes and control maps.
@@ -149,6 +153,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         UnwindMode::Dwarf => (tracer_common::UNWIND_DWARF, 1),
     };
     let table = crate::sampling::exp_table();
+    let forks = fork_tunables(limits)?;
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("LIVE", limits.max_live)
         .map_max_entries("STACKS", stack_entries)
@@ -160,6 +165,9 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .override_global("FILTER", &limits.filter, true)
         .override_global("COMM", &limits.comm, true)
         .override_global("EXP_TABLE", table.as_slice(), true)
+        .override_global("FOLLOW_FORKS", &forks.follow, true)
+        .override_global("TASK_TGID_OFFSET", &forks.tgid_offset, true)
+        .override_global("EXIT_GROUP_DEAD", &forks.exit_group_dead, true)
         .load(BPF_OBJECT)
         .context("loading the BPF object into the kernel")?;
     let map_fds = map_fds(&ebpf)?;
@@ -186,6 +194,10 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .try_into()?;
     exec.attach(EXEC_TRACEPOINT)
         .context("attaching to the sched_process_exec tracepoint (exec of traced processes)")?;
+    attach_tracepoint(&mut ebpf, FORK_PROGRAM, "sched_process_fork")?;
+    if limits.follow_forks {
+        attach_tracepoint(&mut ebpf, EXIT_PROGRAM, "sched_process_exit")?;
+    }
     Ok((
         Loaded {
             ebpf,
@@ -201,6 +213,55 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         },
         EventMaps { events, stacks },
     ))
+}
+
+/// The fork and exit programs' load-time globals.
+struct ForkTunables {
+    follow: u32,
+    tgid_offset: u32,
+    exit_group_dead: u32,
+}
+
+/// Children are counted (or followed) only where the kernel's BTF says
+/// where a task's tgid is; without it --follow-forks cannot work, and the
+/// count of children not traced is left out (tgid_offset 0).
+fn fork_tunables(limits: &Limits) -> anyhow::Result<ForkTunables> {
+    let follow = if limits.follow_forks {
+        tracer_common::FORKS_FOLLOW
+    } else {
+        tracer_common::FORKS_COUNT
+    };
+    let facts = match crate::kernel_btf::task_facts() {
+        Ok(facts) => facts,
+        Err(e) if limits.follow_forks => {
+            return Err(e.context(
+                "--follow-forks needs the kernel's BTF (CONFIG_DEBUG_INFO_BTF) to find a new \
+                 task's process id: run without --follow-forks on this kernel",
+            ))
+        }
+        Err(_) => {
+            return Ok(ForkTunables {
+                follow,
+                tgid_offset: 0,
+                exit_group_dead: 0,
+            })
+        }
+    };
+    Ok(ForkTunables {
+        follow,
+        tgid_offset: facts.tgid_offset,
+        exit_group_dead: u32::from(facts.exit_has_group_dead),
+    })
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, program: &str, tracepoint: &str) -> anyhow::Result<()> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(program)
+        .with_context(|| format!("BPF object has no program {program}"))?
+        .try_into()?;
+    prog.attach(tracepoint)
+        .with_context(|| format!("attaching to the {tracepoint} tracepoint"))?;
+    Ok(())
 }
 
 /// Each CPU starts with its own random distance to its first sample, so
@@ -556,7 +617,7 @@ pub fn detach(loaded: Loaded) -> anyhow::Result<()> {
     drop(loaded.session_progs);
     let mut ebpf = loaded.ebpf;
     let mut programs: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
-    programs.retain(|n| n != EXEC_PROGRAM);
+    programs.retain(|n| ![EXEC_PROGRAM, FORK_PROGRAM, EXIT_PROGRAM].contains(&n.as_str()));
     programs.sort_by_key(|n| n == RETURN_PROGRAM || n == "noop_return");
     for name in programs {
         uprobe(&mut ebpf, &name)?

@@ -14,6 +14,7 @@ use crate::{
     allocators::Program,
     cli::Cli,
     error::TraceError,
+    forks::{Forks, ProcessChange},
     hooks::Hooks,
     launch::{check_dynamic, Launched},
     loader::Loaded,
@@ -27,11 +28,13 @@ pub enum Scope {
         pid: u32,
         pidfd: PidFd,
         command: String,
+        forks: Forks,
     },
     Command {
         launched: Launched,
         pidfd: PidFd,
         command: String,
+        forks: Forks,
     },
     /// `--binary`: the processes running `path`, found by scanning /proc.
     Binary {
@@ -66,6 +69,7 @@ impl Scope {
                     pid,
                     pidfd,
                     command: process.command,
+                    forks: Forks::new(cli.follow_forks),
                 },
             });
         }
@@ -76,6 +80,7 @@ impl Scope {
                 launched,
                 pidfd,
                 command: cli.command.join(" "),
+                forks: Forks::new(cli.follow_forks),
             }
         } else if let Some(binary) = &cli.binary {
             let path = std::fs::canonicalize(binary)
@@ -110,14 +115,22 @@ impl Scope {
     /// loader will load it).
     pub fn hook_initial(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> anyhow::Result<()> {
         match self {
-            Scope::Pid { pid, .. } => {
+            Scope::Pid { pid, forks, .. } => {
                 loaded.add_filtered_pid(*pid)?;
-                hooks.hook(loaded, &Program::running(*pid)?, Some(*pid), Some(*pid))
+                let attach_pid = (!forks.follow).then_some(*pid);
+                hooks.hook(loaded, &Program::running(*pid)?, Some(*pid), attach_pid)?;
+                if forks.follow {
+                    follow_descendants(*pid, forks, loaded, hooks);
+                }
+                Ok(())
             }
-            Scope::Command { launched, .. } => {
+            Scope::Command {
+                launched, forks, ..
+            } => {
                 loaded.add_filtered_pid(launched.pid)?;
                 let program = Program::to_start(&launched.path);
-                hooks.hook(loaded, &program, Some(launched.pid), Some(launched.pid))
+                let attach_pid = (!forks.follow).then_some(launched.pid);
+                hooks.hook(loaded, &program, Some(launched.pid), attach_pid)
             }
             Scope::Binary { path, .. } => {
                 crate::loader::attach_binary_entry(loaded, path)?;
@@ -161,18 +174,34 @@ impl Scope {
             Scope::Pid {
                 pid: target,
                 command,
+                forks,
                 ..
             } if *target == pid => {
-                *command = read_cmdline(pid);
-                hooks.hook_running(loaded, pid, Program::just_executed(pid), Some(pid));
+                set_command(command, pid);
+                let attach_pid = (!forks.follow).then_some(pid);
+                hooks.hook_running(loaded, pid, Program::just_executed(pid), attach_pid);
             }
             Scope::Command {
-                launched, command, ..
+                launched,
+                command,
+                forks,
+                ..
             } if launched.pid == pid => {
-                *command = read_cmdline(pid);
-                hooks.hook_running(loaded, pid, Program::just_executed(pid), Some(pid));
+                set_command(command, pid);
+                let attach_pid = (!forks.follow).then_some(pid);
+                hooks.hook_running(loaded, pid, Program::just_executed(pid), attach_pid);
             }
-            Scope::Pid { .. } | Scope::Command { .. } => {}
+            Scope::Pid { forks, .. } | Scope::Command { forks, .. } => {
+                // A followed child's new image may bring another allocator.
+                if forks.executed(pid) {
+                    hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
+                    // One that exited while it was read (a shell's `true`)
+                    // had nothing left to hook: not a failure.
+                    hooks
+                        .failures
+                        .retain(|&(p, _)| p != pid || !has_exited(pid));
+                }
+            }
             Scope::Binary {
                 path,
                 known,
@@ -208,8 +237,74 @@ impl Scope {
         }
     }
 
+    /// --follow-forks: processes joined (in the kernel, at fork) or left
+    /// the traced set.
+    pub fn on_process_changes(&mut self, changes: Vec<ProcessChange>) {
+        if let Scope::Binary {
+            known, left, gone, ..
+        } = self
+        {
+            binary_forks(changes, known, left, gone);
+            return;
+        }
+        let (Scope::Pid {
+            pid: root,
+            command: root_command,
+            forks,
+            ..
+        }
+        | Scope::Command {
+            launched: Launched { pid: root, .. },
+            command: root_command,
+            forks,
+            ..
+        }) = self
+        else {
+            return;
+        };
+        for change in changes {
+            match change {
+                ProcessChange::Forked { child, parent } => {
+                    let parent_command = if parent == *root {
+                        root_command.clone()
+                    } else {
+                        forks.command(parent).unwrap_or_default().to_string()
+                    };
+                    forks.forked(child, &parent_command);
+                }
+                ProcessChange::Executed { pid, comm } if pid == *root => {
+                    // Gone already (a command that ran for a moment): the
+                    // name the kernel gave its new image, unless the
+                    // command known names that program (`-- CMD`).
+                    if read_cmdline(pid).is_empty() && !runs(root_command, &comm) {
+                        *root_command = comm;
+                    }
+                }
+                ProcessChange::Executed { pid, comm } => forks.renamed(pid, &comm),
+                ProcessChange::Exited { pid } => forks.exited(pid),
+            }
+        }
+    }
+
+    /// Whether children join the traced set (--follow-forks).
+    pub fn follows_forks(&self) -> bool {
+        matches!(self, Scope::Pid { forks, .. } | Scope::Command { forks, .. } if forks.follow)
+    }
+
+    /// What the report says about the children of the traced process.
+    pub fn fork_notes(&self, loaded: &Loaded) -> Vec<String> {
+        match self {
+            Scope::Pid { pid, forks, .. } => forks.notes(*pid, &loaded.counters),
+            Scope::Command {
+                launched, forks, ..
+            } => forks.notes(launched.pid, &loaded.counters),
+            Scope::Binary { .. } | Scope::SystemWide => Vec::new(),
+        }
+    }
+
     pub fn filter(&self) -> u32 {
         match self {
+            Scope::Pid { .. } | Scope::Command { .. } if self.follows_forks() => FILTER_PIDS,
             Scope::Pid { .. } | Scope::Command { .. } => FILTER_NONE,
             Scope::Binary { .. } => FILTER_PIDS,
             Scope::SystemWide => FILTER_ALL,
@@ -225,7 +320,12 @@ impl Scope {
     }
 
     pub fn label(&self) -> String {
-        match self {
+        let children = if self.follows_forks() {
+            " and the processes it forks"
+        } else {
+            ""
+        };
+        let label = match self {
             Scope::Pid { pid, command, .. } => format!("pid {pid} ({command})"),
             Scope::Command {
                 launched, command, ..
@@ -234,7 +334,8 @@ impl Scope {
             }
             Scope::Binary { path, .. } => format!("every process running {}", path.display()),
             Scope::SystemWide => "every process".to_string(),
-        }
+        };
+        label + children
     }
 
     pub fn target(&self) -> String {
@@ -375,20 +476,28 @@ impl Scope {
                 pid,
                 command,
                 pidfd,
-            } => vec![ProcessInfo {
-                exited: pidfd.has_exited(),
-                ..info(*pid, command, None)
-            }],
+                forks,
+            } => {
+                let mut all = vec![ProcessInfo {
+                    exited: pidfd.has_exited(),
+                    ..info(*pid, command, None)
+                }];
+                all.extend(forks.processes(*pid, seen));
+                all
+            }
             Scope::Command {
                 launched,
                 command,
                 pidfd,
+                forks,
             } => {
                 let status = launched.exit_status();
-                vec![ProcessInfo {
+                let mut all = vec![ProcessInfo {
                     exited: pidfd.has_exited() || status.is_some(),
                     ..info(launched.pid, command, status)
-                }]
+                }];
+                all.extend(forks.processes(launched.pid, seen));
+                all
             }
             Scope::Binary { known, .. } => {
                 let mut all = known.clone();
@@ -399,6 +508,60 @@ impl Scope {
             }
             Scope::SystemWide => seen.iter().map(|(&pid, c)| info(pid, c, None)).collect(),
         }
+    }
+}
+
+/// Whether `command`'s program is the one the kernel named `comm` (the
+/// file name, cut to 15 bytes).
+fn runs(command: &str, comm: &str) -> bool {
+    let program = command.split_whitespace().next().unwrap_or("");
+    let name = program.rsplit('/').next().unwrap_or(program);
+    !comm.is_empty() && name.starts_with(comm)
+}
+
+/// The command line of `pid` after its exec; kept as it was (the kernel's
+/// name for the new image, see on_process_changes) if it already exited.
+fn set_command(command: &mut String, pid: u32) {
+    let now = read_cmdline(pid);
+    if !now.is_empty() {
+        *command = now;
+    }
+}
+
+/// --binary: a child forked by a traced process runs the binary too, and
+/// joined the traced set in the kernel at fork.
+fn binary_forks(
+    changes: Vec<ProcessChange>,
+    known: &mut BTreeMap<u32, String>,
+    left: &mut Vec<u32>,
+    gone: &mut Vec<u32>,
+) {
+    for change in changes {
+        if let ProcessChange::Forked { child, parent } = change {
+            let mut command = read_cmdline(child);
+            if command.is_empty() {
+                command = known.get(&parent).cloned().unwrap_or_default();
+            }
+            known.insert(child, command);
+            left.retain(|&p| p != child);
+            gone.retain(|&p| p != child);
+        }
+    }
+}
+
+/// --pid --follow-forks: the target's descendants running now join the
+/// traced set (those forked from now on join in the kernel), each with
+/// its allocators hooked.
+fn follow_descendants(root: u32, forks: &mut Forks, loaded: &mut Loaded, hooks: &mut Hooks) {
+    for (pid, _parent) in Forks::descendants(root) {
+        if loaded.add_filtered_pid(pid).is_err() {
+            hooks
+                .failures
+                .push((pid, "the process filter map is full".into()));
+            continue;
+        }
+        forks.forked(pid, "");
+        hooks.hook_running(loaded, pid, Program::running(pid), None);
     }
 }
 
@@ -477,5 +640,20 @@ impl PidFd {
         // SAFETY: one valid pollfd, zero timeout.
         let n = unsafe { libc::poll(&mut pfd, 1, 0) };
         n > 0 && pfd.revents & libc::POLLIN != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn a_command_runs_the_program_the_kernel_names_by_its_cut_file_name() {
+        assert!(runs("sh -c true", "sh"));
+        assert!(runs("/usr/bin/python3.11 x.py", "python3.11"));
+        assert!(runs("./a-very-long-program-name --x", "a-very-long-pro"));
+        assert!(!runs("sh -c /bin/true", "true"));
+        assert!(!runs("", "sh"));
+        assert!(!runs("sh", ""));
     }
 }

@@ -66,6 +66,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         sample_rate: cli.sample_rate,
         filter: scope.filter(),
         comm,
+        follow_forks: scope.follows_forks(),
     };
     let (mut loaded, maps) = loader::load(&limits)?;
     let mut modules = Modules::default();
@@ -133,6 +134,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     std::thread::sleep(STOP_GRACE);
     collector.drain();
     scope.service_child(|pid| collector.drain_exiting(pid));
+    scope.on_process_changes(std::mem::take(&mut collector.state.process_changes));
     scope.let_go();
     let losses = read_losses(&loaded.counters);
     if cli.verbose {
@@ -144,6 +146,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         p.allocators = hooks.describe_process(p.pid);
     }
     let mut scope_notes = scope.notes();
+    scope_notes.extend(scope.fork_notes(&loaded));
     for (pid, why) in &hooks.failures {
         scope_notes.push(format!(
             "process {pid}: its allocator could not be hooked: {why}"
@@ -262,6 +265,7 @@ async fn collect(
                 }
             }
         }
+        scope.on_process_changes(std::mem::take(&mut collector.state.process_changes));
         for pid in std::mem::take(&mut collector.state.execs) {
             scope.on_exec(pid, loaded, hooks, &mut collector.state.modules);
         }

@@ -1,0 +1,550 @@
+//! `--follow-forks`: the children of a traced process (and theirs, and the
+//! programs they exec) are traced under their own pids; without the flag
+//! the report counts the children that were not traced.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Read, Write},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use serde_json::Value;
+
+use crate::{
+    harness::{compile_c, root_or_skip, scratch, Target, Tracer, TRACER},
+    sites::{
+        assert_no_losses, per_calling_site, per_site, per_site_by, read_json, EXPECTED_PER_THREAD,
+        O2_FLAGS,
+    },
+};
+
+const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The report with only the stacks of process `pid`.
+fn only_pid(report: &Value, pid: u64) -> Value {
+    let stacks: Vec<Value> = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter(|s| s["pid"] == pid)
+        .cloned()
+        .collect();
+    serde_json::json!({ "stacks": stacks })
+}
+
+fn pids(report: &Value) -> Vec<u64> {
+    report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter_map(|p| p["pid"].as_u64())
+        .collect()
+}
+
+/// [inuse bytes, inuse objects, alloc bytes, alloc objects] of the stacks
+/// whose leaf is `site`, per pid.
+fn site_by_pid(report: &Value, site: &str) -> BTreeMap<u64, [u64; 4]> {
+    pids(report)
+        .into_iter()
+        .filter_map(|pid| Some((pid, *per_site(&only_pid(report, pid)).get(site)?)))
+        .collect()
+}
+
+/// Sites.c's exact numbers (both threads) for process `pid`.
+fn assert_sites_exact_for(report: &Value, pid: u64) {
+    let got = per_calling_site(&only_pid(report, pid));
+    for (site, per_thread) in EXPECTED_PER_THREAD {
+        let want = per_thread.map(|v| v * 2);
+        assert_eq!(got.get(*site), Some(&want), "pid {pid}, {site}: {got:#?}");
+    }
+}
+
+/// A line-by-line reader of a child's pipe, with a timeout.
+struct Lines(mpsc::Receiver<String>, Vec<String>);
+
+impl Lines {
+    fn new(pipe: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines(rx, Vec::new())
+    }
+
+    fn wait_for(&mut self, needle: &str) -> String {
+        loop {
+            match self.0.recv_timeout(TIMEOUT) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(line) => self.1.push(line),
+                Err(_) => panic!("no line with {needle:?}; saw:\n{}", self.1.join("\n")),
+            }
+        }
+    }
+
+    fn rest(&mut self) -> String {
+        while let Ok(line) = self.0.recv_timeout(TIMEOUT) {
+            self.1.push(line);
+        }
+        self.1.join("\n")
+    }
+}
+
+#[test]
+fn a_shell_command_with_follow_forks_reports_the_program_it_forks_exactly() {
+    if !root_or_skip("a_shell_command_with_follow_forks_reports_the_program_it_forks_exactly") {
+        return;
+    }
+    let sites = compile_c("sites", "forks-shell", O2_FLAGS);
+    let path = scratch("forks-shell.json");
+    // `; true` keeps bash from exec'ing the program in its own process: it
+    // forks a child that execs it. The command inherits the tracer's stdin
+    // and stdout, which sites talks on.
+    let script = format!("{}; true", sites.display());
+    let mut tracer = Command::new(TRACER)
+        .args([
+            "--ringbuf-mb",
+            "256",
+            "--sample-rate",
+            "1",
+            "--follow-forks",
+        ])
+        .args(["--format", "json", "-o", path.to_str().expect("utf-8 path")])
+        .args(["--", "bash", "-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start memtrace-bpf");
+    let mut stdin = tracer.stdin.take().expect("stdin");
+    let mut out = Lines::new(tracer.stdout.take().expect("stdout"));
+    let mut err = Lines::new(tracer.stderr.take().expect("stderr"));
+    err.wait_for("memtrace-bpf: tracing ");
+    out.wait_for("ready");
+    stdin.write_all(b"go\n").expect("write go");
+    out.wait_for("done");
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) }, 0);
+    let status = tracer.wait().expect("wait for tracer");
+    // sites exits once its stdin closes, then bash does, and the stderr
+    // they inherited from the tracer closes.
+    drop(stdin);
+    let stderr = err.rest();
+    assert!(status.success(), "tracer failed: {stderr}");
+    let report = read_json(&path);
+    let all = pids(&report);
+    assert_eq!(all.len(), 2, "bash and sites: {}", report["processes"]);
+    let (bash, program) = (all[0], all[1]);
+    assert!(
+        report["processes"][1]["command"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("sites-forks-shell"),
+        "{}",
+        report["processes"]
+    );
+    assert_sites_exact_for(&report, program);
+    assert!(
+        per_calling_site(&only_pid(&report, bash)).is_empty(),
+        "bash runs no site"
+    );
+    assert_no_losses(&report);
+}
+
+/// Traces `forker ARGS` with `--pid` and `extra` tracer arguments: once it
+/// forked and its children allocated (and `between` ran), the tracer is
+/// stopped. Returns the report and the target's pid.
+fn trace_forker(tag: &str, args: &[&str], extra: &[&str]) -> (Value, u64) {
+    let bin = compile_c("forker", tag, O2_FLAGS);
+    let mut target = Target::start(&bin, args);
+    let path = scratch(&format!("{tag}.json"));
+    let pid = target.pid().to_string();
+    let mut tracer_args = vec![
+        "--pid",
+        &pid,
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ];
+    tracer_args.extend_from_slice(extra);
+    let tracer = Tracer::start(&tracer_args);
+    target.send("go");
+    target.wait_for("forked all");
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    (read_json(&path), u64::from(target.pid()))
+}
+
+#[test]
+fn a_pid_with_follow_forks_sees_each_childs_allocations_under_its_own_pid() {
+    if !root_or_skip("a_pid_with_follow_forks_sees_each_childs_allocations_under_its_own_pid") {
+        return;
+    }
+    let bin = compile_c("forker", "forks-pid", O2_FLAGS);
+    let mut target = Target::start(&bin, &["3", "grandchild"]);
+    let pid = target.pid().to_string();
+    let json_path = scratch("forks-pid.json");
+    let start = |more: &[&str]| {
+        let mut args = vec!["--pid", pid.as_str(), "--follow-forks"];
+        args.extend_from_slice(more);
+        Tracer::start(&args)
+    };
+    let json = start(&["--format", "json", "-o", json_path.to_str().expect("path")]);
+    let collapsed = start(&["--format", "collapsed"]);
+    target.send("go");
+    target.wait_for("forked all");
+    let mut outputs = Vec::new();
+    for tracer in [json, collapsed] {
+        tracer.signal(libc::SIGINT);
+        let out = tracer.finish();
+        assert!(out.status.success(), "tracer failed: {}", out.stderr);
+        outputs.push(out);
+    }
+    let report = read_json(&json_path);
+    let root = u64::from(target.pid());
+    let all = pids(&report);
+    assert_eq!(all.len(), 5, "forker, 3 children, 1 grandchild: {all:?}");
+    assert_eq!(all[0], root);
+    // The parent and its thread, under the parent's pid only.
+    let parent = site_by_pid(&report, "parent_site");
+    assert_eq!(parent, BTreeMap::from([(root, [10_000, 5, 10_000, 5])]));
+    let thread = site_by_pid(&report, "thread_site");
+    assert_eq!(thread, BTreeMap::from([(root, [6_000, 2, 6_000, 2])]));
+    // Child k keeps k blocks of k * 1000 bytes, each child its own pid.
+    let children = site_by_pid(&report, "child_site");
+    let mut sizes: Vec<[u64; 4]> = children.values().copied().collect();
+    sizes.sort_unstable();
+    let want: Vec<[u64; 4]> = (1..=3u64)
+        .map(|k| [k * k * 1000, k, k * k * 1000, k])
+        .collect();
+    assert_eq!(sizes, want, "{children:?}");
+    let grandchild = site_by_pid(&report, "grandchild_site");
+    assert_eq!(
+        grandchild.values().collect::<Vec<_>>(),
+        [&[21_000, 3, 21_000, 3]]
+    );
+    let mut seen: Vec<u64> = children.keys().chain(grandchild.keys()).copied().collect();
+    seen.push(root);
+    seen.sort_unstable();
+    let mut listed = all.clone();
+    listed.sort_unstable();
+    assert_eq!(seen, listed, "one process per site owner");
+    assert!(
+        !report["notes"].to_string().contains("not traced"),
+        "{}",
+        report["notes"]
+    );
+    assert_no_losses(&report);
+    // Collapsed: each process under its own root frame.
+    let collapsed = &outputs[1].stdout;
+    for (pid, [inuse, ..]) in children.iter().chain(&grandchild) {
+        let root_frame = format!("forker-forks-pid (pid {pid});");
+        assert!(
+            collapsed
+                .lines()
+                .any(|l| l.starts_with(&root_frame) && l.ends_with(&format!("_site {inuse}"))),
+            "no line for pid {pid} with {inuse} bytes:\n{collapsed}"
+        );
+    }
+}
+
+#[test]
+fn without_follow_forks_the_report_counts_the_children_not_traced() {
+    if !root_or_skip("without_follow_forks_the_report_counts_the_children_not_traced") {
+        return;
+    }
+    // 3 children of the target, a grandchild (not the target's child) and
+    // a thread (not a process): 3 children counted.
+    let (report, root) = trace_forker("forks-counted", &["3", "grandchild"], &[]);
+    let note = format!("3 child processes of pid {root} were not traced: use --follow-forks");
+    assert!(
+        report["notes"]
+            .as_array()
+            .expect("notes")
+            .iter()
+            .any(|n| n == &Value::from(note.clone())),
+        "{note:?} not in {}",
+        report["notes"]
+    );
+    assert_eq!(pids(&report), [root]);
+    let by_leaf = per_site_by(&report, |s| Some(s["pid"].to_string()));
+    assert_eq!(by_leaf.len(), 1, "only the target's stacks: {by_leaf:?}");
+    let parent = site_by_pid(&report, "parent_site");
+    assert_eq!(parent, BTreeMap::from([(root, [10_000, 5, 10_000, 5])]));
+    assert!(site_by_pid(&report, "child_site").is_empty());
+}
+
+#[test]
+fn a_followed_child_that_execs_a_jemalloc_program_is_traced_with_jemalloc_hooked() {
+    if !root_or_skip(
+        "a_followed_child_that_execs_a_jemalloc_program_is_traced_with_jemalloc_hooked",
+    ) {
+        return;
+    }
+    assert!(
+        std::path::Path::new(JEMALLOC).exists(),
+        "{JEMALLOC} is missing: run `cargo xtask setup`"
+    );
+    let sites = compile_c("sites", "forks-exec", O2_FLAGS);
+    let bin = compile_c("forker", "forks-exec", O2_FLAGS);
+    let sites_arg = sites.to_str().expect("utf-8 path");
+    let mut target = Target::start(&bin, &["1", "exec", JEMALLOC, sites_arg]);
+    let pid = target.pid().to_string();
+    let path = scratch("forks-exec.json");
+    let mut tracer = Tracer::start(&[
+        "--pid",
+        &pid,
+        "--follow-forks",
+        "--verbose",
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    target.send("go");
+    // The exec'd image runs with jemalloc, which nothing had loaded: it is
+    // hooked when the tracer sees the exec, before sites is let go.
+    let hooked = tracer
+        .stderr
+        .wait_for("memtrace-bpf: hooked jemalloc", "jemalloc hooked at exec");
+    let exec_pid: u64 = hooked
+        .rsplit_once("for pid ")
+        .and_then(|(_, p)| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {hooked:?}"));
+    target.send("go");
+    target.wait_for("done");
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&path);
+    assert_sites_exact_for(&report, exec_pid);
+    let process = report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == exec_pid)
+        .unwrap_or_else(|| panic!("{exec_pid} not in {}", report["processes"]))
+        .clone();
+    assert_eq!(process["allocators"][0]["kind"], "jemalloc", "{process}");
+    assert!(
+        process["command"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("sites-forks-exec"),
+        "{process}"
+    );
+    // The child that did not exec, under glibc.
+    let child = site_by_pid(&report, "child_site");
+    assert_eq!(child.values().collect::<Vec<_>>(), [&[1000, 1, 1000, 1]]);
+    assert_no_losses(&report);
+}
+
+/// Children that allocate and exit at once: each leaves the traced set at
+/// its exit (the kernel's exit event says so: the report marks it exited),
+/// and its stacks are named with the mappings it shared with its parent.
+#[test]
+fn children_that_exit_at_once_are_reported_exited_with_named_stacks() {
+    if !root_or_skip("children_that_exit_at_once_are_reported_exited_with_named_stacks") {
+        return;
+    }
+    let (report, root) = trace_forker("forks-exit", &["3", "exit"], &["--follow-forks"]);
+    let processes = report["processes"].as_array().expect("processes");
+    assert_eq!(processes.len(), 4, "{}", report["processes"]);
+    assert_eq!(processes[0]["pid"], root);
+    assert_eq!(processes[0]["exited"], false);
+    for child in &processes[1..] {
+        assert_eq!(child["exited"], true, "{child}");
+        // A forked child runs its parent's program.
+        assert_eq!(child["command"], processes[0]["command"], "{child}");
+    }
+    let children = site_by_pid(&report, "child_site");
+    let mut sizes: Vec<[u64; 4]> = children.values().copied().collect();
+    sizes.sort_unstable();
+    let want: Vec<[u64; 4]> = (1..=3u64)
+        .map(|k| [k * k * 1000, k, k * k * 1000, k])
+        .collect();
+    assert_eq!(sizes, want, "{children:?}");
+    for pid in children.keys() {
+        let stacks = only_pid(&report, *pid);
+        let frames = &stacks["stacks"][0]["frames"];
+        assert_eq!(frames[1]["function"], "main", "pid {pid}: {frames}");
+    }
+    assert_no_losses(&report);
+}
+
+/// Under --binary a forked child runs the binary too: it joins the traced
+/// set in the kernel at fork, so children that allocate and exit at once
+/// (before any /proc scan could find them) are traced, under their pids.
+/// A child that execs another program leaves the set at its exec, in the
+/// kernel, before the other program allocates.
+#[test]
+fn binary_traces_forked_children_from_the_fork() {
+    if !root_or_skip("binary_traces_forked_children_from_the_fork") {
+        return;
+    }
+    let bin = compile_c("forker", "forks-binary", O2_FLAGS);
+    let sites = compile_c("sites", "forks-binary", O2_FLAGS);
+    // Preloading glibc's own libc changes nothing: the other program runs
+    // with the allocator that the probes (for every process) are on.
+    const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+    let path = scratch("forks-binary.json");
+    let tracer = Tracer::start(&[
+        "--binary",
+        bin.to_str().expect("utf-8 path"),
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    // Started after the tracer: traced from its entry point, in the kernel.
+    let sites_arg = sites.to_str().expect("utf-8 path");
+    let mut target = Target::start(&bin, &["3", "exit", "exec", LIBC, sites_arg]);
+    target.send("go");
+    target.wait_for("forked all");
+    // The exec'ed sites runs its allocations.
+    target.send("go");
+    target.wait_for("done");
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&path);
+    let other = per_calling_site(&report);
+    assert!(
+        !other.keys().any(|site| site.starts_with("site_")),
+        "the other program is not traced: {other:?}"
+    );
+    assert!(
+        report["notes"]
+            .to_string()
+            .contains("exec'ed another program and was no longer traced"),
+        "{}",
+        report["notes"]
+    );
+    let children = site_by_pid(&report, "child_site");
+    let mut sizes: Vec<[u64; 4]> = children.values().copied().collect();
+    sizes.sort_unstable();
+    let want: Vec<[u64; 4]> = (1..=3u64)
+        .map(|k| [k * k * 1000, k, k * k * 1000, k])
+        .collect();
+    assert_eq!(sizes, want, "{children:?}");
+    let root = u64::from(target.pid());
+    assert!(!children.contains_key(&root));
+    let listed = pids(&report);
+    for pid in children.keys().chain([&root]) {
+        assert!(listed.contains(pid), "{pid} not in {listed:?}");
+    }
+    assert_no_losses(&report);
+}
+
+/// `--pid --follow-forks` on a process whose children run already: they
+/// join at the start and are listed under their own pids.
+#[test]
+fn children_running_before_the_trace_starts_are_followed_too() {
+    if !root_or_skip("children_running_before_the_trace_starts_are_followed_too") {
+        return;
+    }
+    let bin = compile_c("forker", "forks-before", O2_FLAGS);
+    let mut target = Target::start(&bin, &["2", "grandchild"]);
+    target.send("go");
+    target.wait_for("forked all");
+    let path = scratch("forks-before.json");
+    let pid = target.pid().to_string();
+    let tracer = Tracer::start(&[
+        "--pid",
+        &pid,
+        "--follow-forks",
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&path);
+    let processes = report["processes"].as_array().expect("processes");
+    // The target, its 2 children and the grandchild, all still running.
+    assert_eq!(processes.len(), 4, "{}", report["processes"]);
+    for p in processes {
+        assert_eq!(p["exited"], false, "{p}");
+        assert_eq!(p["command"], processes[0]["command"], "{p}");
+    }
+}
+
+/// A shell's children that exec a program and exit within a millisecond:
+/// with --follow-forks each is listed under the name of what it exec'ed
+/// (its command line, or the kernel's name for it once it is gone);
+/// without, the note counts them.
+#[test]
+fn short_lived_children_of_a_shell_are_named_for_what_they_exec_or_counted() {
+    if !root_or_skip("short_lived_children_of_a_shell_are_named_for_what_they_exec_or_counted") {
+        return;
+    }
+    // Two external commands (forked) and a builtin (not).
+    let script = "/bin/true; /bin/true; true";
+    for follow in [true, false] {
+        let path = scratch(&format!("forks-short-{follow}.json"));
+        let mut args = vec!["--format", "json", "-o", path.to_str().expect("path")];
+        if follow {
+            args.push("--follow-forks");
+        }
+        args.extend(["--", "sh", "-c", script]);
+        let out = Tracer::spawn(&args).finish();
+        assert!(out.status.success(), "tracer failed: {}", out.stderr);
+        let report = read_json(&path);
+        assert_eq!(report["end_reason"], "target exited");
+        let processes = report["processes"].as_array().expect("processes");
+        let root = &processes[0];
+        assert_eq!(root["command"], format!("sh -c {script}"), "{root}");
+        if follow {
+            assert_eq!(processes.len(), 3, "{}", report["processes"]);
+            for child in &processes[1..] {
+                let command = child["command"].as_str().unwrap_or("");
+                assert!(
+                    command == "/bin/true" || command == "true",
+                    "named for its exec: {child}"
+                );
+            }
+        } else {
+            assert_eq!(processes.len(), 1, "{}", report["processes"]);
+            let note = format!(
+                "2 child processes of pid {} were not traced: use --follow-forks",
+                root["pid"]
+            );
+            assert!(
+                report["notes"].to_string().contains(&note),
+                "{note:?} not in {}",
+                report["notes"]
+            );
+        }
+    }
+}
+
+/// --follow-forks means nothing under --binary or system-wide: refused
+/// with what to do (a bad command line: status 2, no BPF involved).
+#[test]
+fn follow_forks_without_pid_or_command_is_refused_with_what_to_do() {
+    for (args, says) in [
+        (
+            &["--follow-forks", "--binary", "/bin/true"][..],
+            "--binary already traces every process running the program",
+        ),
+        (
+            &["--follow-forks", "-d", "1"][..],
+            "system-wide tracing already traces every process",
+        ),
+    ] {
+        let out = Command::new(TRACER).args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
