@@ -79,8 +79,9 @@ pub const EVENT_EXEC: u32 = 4;
 /// traced set in the kernel (`pid` is the child, `tid` the parent's tgid).
 /// Sent before the child runs, so it precedes the child's own events.
 pub const EVENT_FORK: u32 = 5;
-/// `--follow-forks`: the last thread of a traced process exited and the
-/// process left the traced set (only `kind` and `pid` are set).
+/// The last thread of a traced process exited (only `kind` and `pid` are
+/// set): user space deletes its LIVE entries; under `--follow-forks` it
+/// also left the traced set.
 pub const EVENT_EXIT: u32 = 6;
 
 /// `FOLLOW_FORKS` values (a read-only global set at load time): whether

@@ -821,9 +821,11 @@ fn on_fork(child_task: u64) {
 }
 
 /// sched_process_exit, run by each exiting thread (args: task, and on
-/// 6.16+ `group_dead`). Under --follow-forks a traced process leaves the
-/// traced set when its last thread exits, so that a new process reusing
-/// its pid is not traced.
+/// 6.16+ `group_dead`). When the last thread of a traced process exits,
+/// user space hears of it and deletes the process's LIVE entries, so the
+/// map holds only blocks of processes that still run. Under
+/// --follow-forks the process also leaves the traced set, so that a new
+/// process reusing its pid is not traced.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn process_exit(ctx: RawTracePointContext) -> i32 {
     let group_dead = if tunable(&EXIT_GROUP_DEAD) != 0 {
@@ -833,11 +835,26 @@ pub fn process_exit(ctx: RawTracePointContext) -> i32 {
         let pid_tgid = bpf_get_current_pid_tgid();
         pid_tgid >> 32 == pid_tgid & 0xffff_ffff
     };
-    if group_dead && tunable(&FOLLOW_FORKS) == FORKS_FOLLOW {
-        let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-        if TRACED.remove(pid).is_ok() && !stopped() {
-            emit_process_event(EVENT_EXIT, pid, 0);
+    if !group_dead {
+        return 0;
+    }
+    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let wanted = if tunable(&FOLLOW_FORKS) == FORKS_FOLLOW {
+        TRACED.remove(pid).is_ok()
+    } else {
+        match tunable(&FILTER) {
+            // SAFETY: the value is not read (user space keeps the one
+            // traced process in TRACED, see process_exec).
+            FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
+            // --binary: a process that exec'ed away keeps its old image's
+            // LIVE entries until it exits, so every exit is reported; user
+            // space ignores the pids it knows nothing of.
+            FILTER_PIDS => true,
+            _ => traced(pid),
         }
+    };
+    if wanted && !stopped() {
+        emit_process_event(EVENT_EXIT, pid, 0);
     }
     0
 }

@@ -6,17 +6,21 @@ use std::collections::HashMap;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf, StackTraceMap};
 use tracer_common::{
-    counter, Event, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_EXIT,
-    EVENT_FORK, EVENT_FREE,
+    counter, Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC,
+    EVENT_EXIT, EVENT_FORK, EVENT_FREE,
 };
 
 use crate::{
     forks::ProcessChange,
     heap::{Heap, StackHandle},
+    loader::EventMaps,
     report::Losses,
     symbolize::{Modules, NormFrame},
     unwind::{Sample, Unwinders},
 };
+
+/// LIVE entries deleted per drain (about 1 µs each).
+const PURGE_PER_DRAIN: usize = 4096;
 
 /// An interned stack: the process it belongs to and its frames, leaf first.
 pub struct Stack {
@@ -67,6 +71,12 @@ impl StackTable {
 /// ring-buffer item (which borrows the buffer) can be handled in place.
 pub struct State {
     stack_map: StackTraceMap<MapData>,
+    /// BPF's LIVE map: entries of exited processes are deleted from here.
+    live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
+    /// LIVE entries of exited processes not deleted yet (see `purge`).
+    stale_live: Vec<LiveKey>,
+    /// LIVE entries of exited processes deleted so far.
+    pub purged_live: u64,
     pub heap: Heap,
     pub stacks: StackTable,
     pub modules: Modules,
@@ -96,16 +106,19 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(
-        events: RingBuf<MapData>,
-        stack_map: StackTraceMap<MapData>,
-        modules: Modules,
-        sample_rate: u64,
-    ) -> Self {
+    pub fn new(maps: EventMaps, modules: Modules, sample_rate: u64) -> Self {
+        let EventMaps {
+            events,
+            stacks: stack_map,
+            live: live_map,
+        } = maps;
         Collector {
             events,
             state: State {
                 stack_map,
+                live_map,
+                stale_live: Vec::new(),
+                purged_live: 0,
                 heap: Heap::default(),
                 stacks: StackTable::default(),
                 modules,
@@ -146,6 +159,7 @@ impl Collector {
             state.handle(&item);
             n += 1;
         }
+        state.purge();
         n
     }
 }
@@ -205,10 +219,32 @@ impl State {
                     parent: ev.tid,
                 });
             }
-            EVENT_EXIT => self
-                .process_changes
-                .push(ProcessChange::Exited { pid: ev.pid }),
+            EVENT_EXIT => {
+                let pid = ev.pid;
+                let addrs = self.heap.exited(pid);
+                self.stale_live
+                    .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
+                self.process_changes.push(ProcessChange::Exited { pid });
+            }
             _ => self.malformed_events += 1,
+        }
+    }
+
+    /// Entries in BPF's LIVE map now (reads every key: for --verbose).
+    pub fn live_entries(&self) -> usize {
+        self.live_map.keys().filter(Result::is_ok).count()
+    }
+
+    /// Deletes LIVE entries of exited processes, a bounded number per
+    /// drain (one syscall each) so that the reader is never held up long;
+    /// the kernel map then holds only blocks of processes that still run.
+    fn purge(&mut self) {
+        let from = self.stale_live.len().saturating_sub(PURGE_PER_DRAIN);
+        for key in self.stale_live.drain(from..) {
+            // Already gone when a late FREE raced the exit: nothing to do.
+            if self.live_map.remove(&key).is_ok() {
+                self.purged_live += 1;
+            }
         }
     }
 

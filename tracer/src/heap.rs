@@ -1,7 +1,7 @@
 //! The heap model: live allocations and per-stack totals, built from the
 //! ALLOC/FREE event stream. Pure: no BPF, no I/O.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::report::Counts;
 
@@ -42,7 +42,9 @@ impl Estimate {
 
 #[derive(Debug, Default)]
 pub struct Heap {
-    live: HashMap<(u32, u64), LiveBlock>,
+    /// Live blocks by process, then address: what a process's exit or exec
+    /// drops is found without looking at any other process's blocks.
+    live: HashMap<u32, HashMap<u64, LiveBlock>>,
     per_stack: HashMap<StackHandle, Estimate>,
     /// FREE events for a block the model does not hold. BPF only sends FREE
     /// for blocks it recorded, so this stays 0 unless an ALLOC was lost.
@@ -51,11 +53,14 @@ pub struct Heap {
     /// FREE in between was lost. The old block is dropped from in-use.
     pub replaced_allocs: u64,
     /// Blocks of images replaced by exec, which BPF still holds in LIVE
-    /// until the new image frees or reuses the address: such a FREE is
-    /// expected, not unmatched.
-    exec_dropped: std::collections::HashSet<(u32, u64)>,
+    /// until the new image frees or reuses the address, or the process
+    /// exits: such a FREE is expected, not unmatched.
+    exec_dropped: HashMap<u32, HashSet<u64>>,
     /// Live blocks that exec made disappear.
     pub dropped_by_exec: u64,
+    /// Blocks still live when their process exited: they stay in in-use
+    /// (what the process had not freed) but are no longer tracked.
+    pub live_at_exit: u64,
 }
 
 impl Heap {
@@ -66,8 +71,10 @@ impl Heap {
             size,
             weight,
         };
-        self.exec_dropped.remove(&(pid, addr));
-        if let Some(old) = self.live.insert((pid, addr), block) {
+        if let Some(stale) = self.exec_dropped.get_mut(&pid) {
+            stale.remove(&addr);
+        }
+        if let Some(old) = self.live.entry(pid).or_default().insert(addr, block) {
             self.replaced_allocs += 1;
             self.release(old);
         }
@@ -80,9 +87,16 @@ impl Heap {
     }
 
     pub fn free(&mut self, pid: u32, addr: u64) {
-        match self.live.remove(&(pid, addr)) {
+        match self
+            .live
+            .get_mut(&pid)
+            .and_then(|blocks| blocks.remove(&addr))
+        {
             Some(block) => self.release(block),
-            None if self.exec_dropped.remove(&(pid, addr)) => {}
+            None if self
+                .exec_dropped
+                .get_mut(&pid)
+                .is_some_and(|stale| stale.remove(&addr)) => {}
             None => self.unmatched_frees += 1,
         }
     }
@@ -90,14 +104,36 @@ impl Heap {
     /// Process `pid` replaced its image (exec): its live blocks are gone.
     /// They stay in the allocation totals and leave the in-use ones.
     pub fn drop_process(&mut self, pid: u32) {
-        let keys: Vec<(u32, u64)> = self.live.keys().filter(|k| k.0 == pid).copied().collect();
-        for key in keys {
-            if let Some(block) = self.live.remove(&key) {
-                self.release(block);
-                self.exec_dropped.insert(key);
-                self.dropped_by_exec += 1;
+        let Some(blocks) = self.live.remove(&pid) else {
+            return;
+        };
+        let stale = self.exec_dropped.entry(pid).or_default();
+        for (addr, block) in blocks {
+            stale.insert(addr);
+            self.dropped_by_exec += 1;
+            if let Some(c) = self.per_stack.get_mut(&block.stack) {
+                c.inuse_bytes -= block.size as f64 * block.weight;
+                c.inuse_objects -= block.weight;
             }
         }
+    }
+
+    /// Process `pid` exited. What it had not freed stays in in-use, but its
+    /// blocks are no longer tracked (a new process may reuse the pid and
+    /// the addresses). Returns every address BPF may still hold in LIVE for
+    /// it, for user space to delete.
+    pub fn exited(&mut self, pid: u32) -> Vec<u64> {
+        let mut addrs: Vec<u64> = self
+            .exec_dropped
+            .remove(&pid)
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Some(blocks) = self.live.remove(&pid) {
+            self.live_at_exit += blocks.len() as u64;
+            addrs.extend(blocks.into_keys());
+        }
+        addrs
     }
 
     fn release(&mut self, block: LiveBlock) {
@@ -112,9 +148,9 @@ impl Heap {
         self.per_stack.iter().map(|(&h, c)| (h, c.rounded()))
     }
 
-    #[cfg(test)]
+    /// Blocks tracked as live now, in every process.
     pub fn live_blocks(&self) -> usize {
-        self.live.len()
+        self.live.values().map(HashMap::len).sum()
     }
 }
 
@@ -140,6 +176,31 @@ mod tests {
         h.free(1, 0x20);
         assert_eq!(h.unmatched_frees, 1);
         assert_eq!(counts(&h, 8).inuse_bytes, 10);
+    }
+
+    #[test]
+    fn given_an_exit_then_inuse_stays_and_the_pid_and_addresses_are_free_for_reuse() {
+        let mut h = Heap::default();
+        h.alloc(1, 0x10, 100, 1.0, 7);
+        h.alloc(1, 0x20, 50, 1.0, 7);
+        h.free(1, 0x20);
+        h.alloc(2, 0x10, 10, 1.0, 8);
+        h.drop_process(2); // exec: its block's LIVE entry is stale
+        h.alloc(2, 0x30, 5, 1.0, 9);
+        let mut gone = h.exited(1);
+        gone.sort_unstable();
+        assert_eq!(gone, [0x10]);
+        let mut gone = h.exited(2);
+        gone.sort_unstable();
+        assert_eq!(gone, [0x10, 0x30]);
+        assert_eq!((h.live_at_exit, h.live_blocks()), (2, 0));
+        // What each had not freed is still in use.
+        assert_eq!(counts(&h, 7), c(100, 1, 150, 2));
+        assert_eq!(counts(&h, 9), c(5, 1, 5, 1));
+        // A new process with pid 1 allocating at 0x10 replaces nothing.
+        h.alloc(1, 0x10, 1, 1.0, 10);
+        assert_eq!(h.replaced_allocs, 0);
+        assert_eq!(counts(&h, 7), c(100, 1, 150, 2));
     }
 
     fn counts(h: &Heap, stack: StackHandle) -> Counts {

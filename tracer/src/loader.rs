@@ -9,7 +9,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
-use tracer_common::{Role, CONTROL_SESSION, CONTROL_STOPPED};
+use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use crate::{
     allocators::{EntryPoint, Hooked, CORE},
@@ -105,6 +105,8 @@ pub struct Loaded {
 pub struct EventMaps {
     pub events: RingBuf<MapData>,
     pub stacks: StackTraceMap<MapData>,
+    /// Recorded live blocks; user space deletes those of exited processes.
+    pub live: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
 }
 
 impl Loaded {
@@ -173,6 +175,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let map_fds = map_fds(&ebpf)?;
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
     let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?)?;
+    let live = aya::maps::HashMap::try_from(take(&mut ebpf, "LIVE")?)?;
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
@@ -195,9 +198,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     exec.attach(EXEC_TRACEPOINT)
         .context("attaching to the sched_process_exec tracepoint (exec of traced processes)")?;
     attach_tracepoint(&mut ebpf, FORK_PROGRAM, "sched_process_fork")?;
-    if limits.follow_forks {
-        attach_tracepoint(&mut ebpf, EXIT_PROGRAM, "sched_process_exit")?;
-    }
+    attach_tracepoint(&mut ebpf, EXIT_PROGRAM, "sched_process_exit")?;
     Ok((
         Loaded {
             ebpf,
@@ -211,7 +212,11 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             session_error: None,
             traced,
         },
-        EventMaps { events, stacks },
+        EventMaps {
+            events,
+            stacks,
+            live,
+        },
     ))
 }
 

@@ -118,7 +118,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         }
     );
 
-    let mut collector = Collector::new(maps.events, maps.stacks, modules, cli.sample_rate);
+    let mut collector = Collector::new(maps, modules, cli.sample_rate);
     let end_reason = runtime.block_on(collect(
         &mut collector,
         &mut scope,
@@ -313,6 +313,11 @@ fn write_report(cli: &Cli, profile: &report::Profile) -> anyhow::Result<()> {
 
 /// `--verbose`: what user space spent, for tuning and `cargo xtask bench`.
 fn print_stats(collector: &Collector) {
+    eprintln!(
+        "memtrace-bpf: LIVE map: {} entries at the end; {} entries of exited processes deleted",
+        collector.state.live_entries(),
+        collector.state.purged_live
+    );
     let u = collector.state.unwinders.stats;
     if u.stacks > 0 {
         let secs = u.nanos as f64 / 1e9;
