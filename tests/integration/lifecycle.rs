@@ -1,8 +1,11 @@
 //! The report is complete whatever ends the trace: SIGTERM, the target
-//! exiting, or the duration.
+//! exiting, or the duration; and what then becomes of a `-- CMD` command.
+
+use std::path::PathBuf;
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Target, Tracer},
+    launch::{proc_state, ready_pid, send, stack_from, state_file, wait_for_line},
     sites::{assert_sites_exact, read_json, trace_sites_to_json, FP_FLAGS},
 };
 
@@ -155,4 +158,150 @@ fn ctrl_c_during_attach_still_writes_a_report() {
     let report = read_json(&path);
     assert_eq!(report["end_reason"], "interrupted (SIGINT)");
     assert_eq!(report["processes"][0]["pid"], target.pid());
+}
+
+/// Starts `lifecycle STATE MODE` under the tracer (JSON report at
+/// `report`), with `extra` tracer flags; returns the tracer and the pid of
+/// the command once it is ready.
+fn start_lifecycle(
+    tag: &str,
+    mode: &str,
+    extra: &[&str],
+) -> (Tracer, libc::pid_t, PathBuf, PathBuf) {
+    let bin = compile_c("lifecycle", "fp", FP_FLAGS);
+    let state = state_file(tag);
+    let report = scratch(&format!("{tag}.json"));
+    let mut args = vec![
+        "--format",
+        "json",
+        "-o",
+        report.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--",
+        bin.to_str().expect("utf-8 path"),
+        state.to_str().expect("utf-8 path"),
+        mode,
+    ]);
+    let tracer = Tracer::spawn(&args);
+    let pid = ready_pid(&state);
+    (tracer, pid, state, report)
+}
+
+/// What the command allocated while shutting down is in the report.
+fn assert_shutdown_recorded(report: &serde_json::Value) {
+    let stack = stack_from(report, "on_shutdown")
+        .unwrap_or_else(|| panic!("no stack from on_shutdown: {}", report["stacks"]));
+    assert_eq!(stack["inuse_bytes"], 3333, "{stack}");
+}
+
+fn note_containing(report: &serde_json::Value, needle: &str) -> String {
+    let notes = report["notes"].as_array().expect("notes");
+    notes
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.contains(needle))
+        .unwrap_or_else(|| panic!("no note containing {needle:?}: {notes:?}"))
+        .to_string()
+}
+
+/// --duration ends the trace before the command: the command gets SIGTERM,
+/// is traced while it shuts down, and is gone when the tracer exits.
+#[test]
+fn duration_end_sends_sigterm_to_the_command_and_records_its_shutdown() {
+    if !root_or_skip("duration_end_sends_sigterm_to_the_command_and_records_its_shutdown") {
+        return;
+    }
+    let (tracer, pid, state, path) = start_lifecycle("end-duration", "shutdown", &["-d", "3"]);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    wait_for_line(&state, &format!("got signal {}", libc::SIGTERM));
+    assert_eq!(proc_state(pid), None, "the command outlived the tracer");
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "duration elapsed");
+    assert_eq!(
+        report["processes"][0]["exit_status"],
+        "exited with status 0"
+    );
+    note_containing(&report, "it was sent SIGTERM and exited");
+    assert_shutdown_recorded(&report);
+}
+
+/// SIGINT to the tracer (Ctrl-C) reaches the command as SIGINT.
+#[test]
+fn sigint_to_the_tracer_is_passed_on_to_the_command() {
+    if !root_or_skip("sigint_to_the_tracer_is_passed_on_to_the_command") {
+        return;
+    }
+    let (tracer, pid, state, path) = start_lifecycle("end-sigint", "shutdown", &[]);
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    wait_for_line(&state, &format!("got signal {}", libc::SIGINT));
+    assert_eq!(proc_state(pid), None, "the command outlived the tracer");
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "interrupted (SIGINT)");
+    note_containing(&report, "it was sent SIGINT and exited");
+    assert_shutdown_recorded(&report);
+}
+
+/// A command that ignores SIGTERM is killed after the grace time; with
+/// --exit-status the tracer exits as a shell reports a SIGKILL.
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace_time() {
+    if !root_or_skip("a_command_that_ignores_sigterm_is_killed_after_the_grace_time") {
+        return;
+    }
+    let (tracer, pid, _state, path) =
+        start_lifecycle("end-stubborn", "stubborn", &["--exit-status"]);
+    tracer.signal(libc::SIGTERM);
+    let out = tracer.finish();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGKILL),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(proc_state(pid), None, "the command outlived the tracer");
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "terminated (SIGTERM)");
+    assert_eq!(report["processes"][0]["exit_status"], "killed by signal 9");
+    note_containing(
+        &report,
+        "was killed (SIGKILL) when it had not exited within",
+    );
+}
+
+/// --keep-running: the command outlives the trace, running and no longer
+/// held by ptrace.
+#[test]
+fn keep_running_leaves_the_command_running_untraced() {
+    if !root_or_skip("keep_running_leaves_the_command_running_untraced") {
+        return;
+    }
+    let (tracer, pid, state, path) = start_lifecycle("end-keep", "shutdown", &["--keep-running"]);
+    tracer.signal(libc::SIGTERM);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("the command is gone ({e}): {}", out.stderr));
+    assert!(
+        status.contains("\nTracerPid:\t0\n"),
+        "still traced: {status}"
+    );
+    assert!(
+        matches!(proc_state(pid), Some('S' | 'R')),
+        "not running: {:?}",
+        proc_state(pid)
+    );
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "terminated (SIGTERM)");
+    note_containing(
+        &report,
+        "was left running, no longer traced (--keep-running)",
+    );
+    // It was not told to stop: it still waits for a signal, and acts on it.
+    send(pid, libc::SIGTERM);
+    wait_for_line(&state, &format!("got signal {}", libc::SIGTERM));
 }

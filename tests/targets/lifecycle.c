@@ -1,6 +1,6 @@
 /* Test target for the life of `memtrace-bpf -- CMD`. It reports what
  * happens to it by appending lines to the file named by its first argument
- * (its stdout is the tracer's), and allocates in a function named after
+ * (its stdout is the tracer's, closed at once), and allocates in a function named after
  * each step, so the report shows which steps ran while traced.
  *
  *   lifecycle FILE jobctl       waits for two SIGCONTs (the test stops it
@@ -12,6 +12,7 @@
  *   lifecycle FILE argv ARG...  writes its arguments to FILE, each followed
  *                               by a NUL byte, exits 0
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,12 @@ static void wait_until(volatile sig_atomic_t *flag, int want, sigset_t *blocked)
 
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
+    /* Its stdout and stderr are the tracer's pipes to the test: let them
+     * go, so that the test sees them end when the tracer exits even if
+     * this outlives it (--keep-running). */
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
     state_file = argv[1];
     const char *mode = argv[2];
     sigset_t blocked;
