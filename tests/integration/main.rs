@@ -11,6 +11,7 @@ mod exec;
 mod harness;
 mod launch;
 mod lifecycle;
+mod privileges;
 mod redis;
 mod rjem;
 mod sampling;

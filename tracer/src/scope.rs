@@ -169,7 +169,12 @@ impl Scope {
             Scope::Command {
                 launched, command, ..
             } if launched.pid == pid => {
-                *command = read_cmdline(pid);
+                // A command that exits at once may be gone by now: keep the
+                // command line it was started with.
+                let now = read_cmdline(pid);
+                if !now.is_empty() {
+                    *command = now;
+                }
                 hooks.hook_running(loaded, pid, Program::just_executed(pid), Some(pid));
             }
             Scope::Pid { .. } | Scope::Command { .. } => {}

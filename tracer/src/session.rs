@@ -49,7 +49,7 @@ enum Phase {
 /// Runs the trace and writes the report; returns the exit code (0, or the
 /// command's own status with --exit-status).
 pub fn run(cli: &Cli) -> anyhow::Result<u8> {
-    crate::preflight::check()?;
+    crate::preflight::check(cli)?;
     // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
     // are being attached, or just after, ends the trace with its report
     // instead of killing the tracer.
