@@ -1,7 +1,7 @@
 //! The report is complete whatever ends the trace: SIGTERM, the target
 //! exiting, or the duration; and what then becomes of a `-- CMD` command.
 
-use std::path::PathBuf;
+use std::{os::unix::process::ExitStatusExt, path::PathBuf};
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Target, Tracer},
@@ -304,4 +304,83 @@ fn keep_running_leaves_the_command_running_untraced() {
     // It was not told to stop: it still waits for a signal, and acts on it.
     send(pid, libc::SIGTERM);
     wait_for_line(&state, &format!("got signal {}", libc::SIGTERM));
+}
+
+/// The file offset of `bin`'s ELF entry point (64-bit little-endian ELF).
+fn entry_file_offset(bin: &std::path::Path) -> u64 {
+    let elf = std::fs::read(bin).expect("read the target");
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().expect("8 bytes"));
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().expect("2 bytes"));
+    let entry = u64_at(0x18);
+    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
+    (0..phnum as usize)
+        .map(|i| phoff + i * phentsize as usize)
+        .filter(|&ph| elf[ph..ph + 4] == 1u32.to_le_bytes()) // PT_LOAD
+        .find_map(|ph| {
+            let (offset, vaddr, filesz) = (u64_at(ph + 8), u64_at(ph + 0x10), u64_at(ph + 0x20));
+            (vaddr..vaddr + filesz)
+                .contains(&entry)
+                .then(|| entry - vaddr + offset)
+        })
+        .expect("entry point in a PT_LOAD segment")
+}
+
+/// The byte at file offset `offset` of `bin` as process `pid` sees it in
+/// memory: a uprobe shows as int3 (0xcc) there.
+fn byte_in_memory(pid: u32, bin: &std::path::Path, offset: u64) -> u8 {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("read maps");
+    let name = bin.to_str().expect("utf-8 path");
+    let address = maps
+        .lines()
+        .filter(|l| l.ends_with(name))
+        .find_map(|l| {
+            let mut fields = l.split_whitespace();
+            let (start, end) = fields.next()?.split_once('-')?;
+            let start = u64::from_str_radix(start, 16).ok()?;
+            let end = u64::from_str_radix(end, 16).ok()?;
+            fields.next();
+            let map_offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+            (map_offset..map_offset + (end - start))
+                .contains(&offset)
+                .then(|| start + offset - map_offset)
+        })
+        .unwrap_or_else(|| panic!("offset {offset:#x} of {name} not mapped:\n{maps}"));
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
+    let mut byte = [0u8];
+    mem.read_exact_at(&mut byte, address).expect("read mem");
+    byte[0]
+}
+
+/// SIGKILL of the tracer leaves nothing attached: its uprobes are links
+/// owned by its file descriptors, and the kernel removes them when it
+/// dies. Seen in the target's memory: --binary puts a uprobe on the
+/// program's entry point (no other trace probes this freshly built file),
+/// whose int3 byte must be gone once the tracer is.
+#[test]
+fn sigkill_of_the_tracer_leaves_no_probe_in_the_target() {
+    if !root_or_skip("sigkill_of_the_tracer_leaves_no_probe_in_the_target") {
+        return;
+    }
+    let bin = compile_c("sites", "fp-sigkill", FP_FLAGS);
+    let target = Target::start(&bin, &[]);
+    let offset = entry_file_offset(&bin);
+    let original = std::fs::read(&bin).expect("read the target")[offset as usize];
+    let tracer = Tracer::start(&["--binary", bin.to_str().expect("utf-8 path")]);
+    assert_eq!(
+        byte_in_memory(target.pid(), &bin, offset),
+        0xcc,
+        "the entry probe is not visible as int3: this check cannot work"
+    );
+    tracer.signal(libc::SIGKILL);
+    let out = tracer.finish();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", out.stderr);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while byte_in_memory(target.pid(), &bin, offset) != original {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the uprobe is still in the target 60 s after the tracer was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
