@@ -143,39 +143,16 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
             duration: cli.duration,
         },
     ))?;
-    let mut command_note = None;
-    if let Some(command) = scope.running_command() {
-        let pid = command.pid;
-        command_note = Some(if cli.keep_running {
-            format!("the command (pid {pid}) was left running, no longer traced (--keep-running)")
-        } else {
-            // As perf record does: the command ends with the trace, and
-            // what it does while shutting down is still recorded.
-            let sig = if end_reason.starts_with("interrupted") {
-                libc::SIGINT
-            } else {
-                libc::SIGTERM
-            };
-            command.signal(sig);
-            // A stopped (SIGSTOP, Ctrl-Z) command acts on it only once
-            // continued, as shells do for `kill` on a stopped job.
-            command.signal(libc::SIGCONT);
-            let how = runtime.block_on(collect(
-                &mut collector,
-                &mut scope,
-                &mut loaded,
-                &mut hooks,
-                &mut signals,
-                Phase::WindDown,
-            ))?;
-            let name = if sig == libc::SIGINT {
-                "SIGINT"
-            } else {
-                "SIGTERM"
-            };
-            format!("the trace ended before the command (pid {pid}): it was sent {name} and {how}")
-        });
-    }
+    let command_note = end_command(cli, &end_reason, &mut scope, |scope| {
+        runtime.block_on(collect(
+            &mut collector,
+            scope,
+            &mut loaded,
+            &mut hooks,
+            &mut signals,
+            Phase::WindDown,
+        ))
+    })?;
     let duration = started.elapsed();
     // Freeze the heap as it is now; calls already inside the allocator get
     // a moment to return, then everything they emitted is drained.
@@ -248,6 +225,40 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         return Ok(scope.command_status().unwrap_or(0));
     }
     Ok(0)
+}
+
+/// The trace ended before the command it started: the command is told to
+/// stop, as perf record does, and `wind_down` goes on collecting until it
+/// ends (what it does while shutting down is recorded); with
+/// --keep-running it is left running. Returns the report's note.
+fn end_command(
+    cli: &Cli,
+    end_reason: &str,
+    scope: &mut Scope,
+    wind_down: impl FnOnce(&mut Scope) -> anyhow::Result<String>,
+) -> anyhow::Result<Option<String>> {
+    let Some(command) = scope.running_command() else {
+        return Ok(None);
+    };
+    let pid = command.pid;
+    if cli.keep_running {
+        return Ok(Some(format!(
+            "the command (pid {pid}) was left running, no longer traced (--keep-running)"
+        )));
+    }
+    let (sig, name) = if end_reason.starts_with("interrupted") {
+        (libc::SIGINT, "SIGINT")
+    } else {
+        (libc::SIGTERM, "SIGTERM")
+    };
+    command.signal(sig);
+    // A stopped (SIGSTOP, Ctrl-Z) command acts on it only once continued,
+    // as shells do for `kill` on a stopped job.
+    command.signal(libc::SIGCONT);
+    let how = wind_down(scope)?;
+    Ok(Some(format!(
+        "the trace ended before the command (pid {pid}): it was sent {name} and {how}"
+    )))
 }
 
 /// The signals a trace reacts to, installed before anything is attached.
