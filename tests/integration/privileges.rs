@@ -7,12 +7,13 @@
 use std::{
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::{Command, Output, Stdio},
 };
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Target, TRACER},
-    sites::{read_json, O2_FLAGS},
+    launch::{send, wait_for_line},
+    sites::{assert_sites_exact, read_json, O2_FLAGS},
 };
 
 /// A directory `nobody` may write, holding a copy of the tracer with file
@@ -132,4 +133,43 @@ fn cap_sys_admin_alone_traces_a_command_as_an_unprivileged_user() {
         .find(|s| s["frames"][0]["function"] == "main")
         .unwrap_or_else(|| panic!("no allocation from main: {}", report["stacks"]));
     assert_eq!(in_main["inuse_bytes"], 12345, "{in_main}");
+}
+
+/// With cap_sys_admin and cap_sys_ptrace, nobody traces root's process by
+/// pid and gets the exact report root gets.
+#[test]
+fn cap_sys_admin_and_cap_sys_ptrace_trace_another_users_process() {
+    if !root_or_skip("cap_sys_admin_and_cap_sys_ptrace_trace_another_users_process") {
+        return;
+    }
+    let bin = compile_c("sites", "fp-caps-ptrace", crate::sites::FP_FLAGS);
+    let (dir, tracer, _) = capable_copy("sys-ptrace", "cap_sys_admin,cap_sys_ptrace+ep", &bin);
+    let mut target = Target::start(&bin, &[]);
+    let path = dir.join("report.json");
+    let log = dir.join("stderr");
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup"])
+        .args(["--clear-groups", "--inh-caps=-all"])
+        .arg(&tracer)
+        // As the harness does for every exact trace: a ring buffer that
+        // holds the sites' bursts on a busy machine.
+        .args(["--ringbuf-mb", "256", "--sample-rate", "1"])
+        .args(["--format", "json", "-o"])
+        .arg(&path)
+        .args(["--pid", &target.pid().to_string()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("create log"))
+        .spawn()
+        .expect("run setpriv");
+    // setpriv execs the tracer: this pid is the tracer's.
+    let tracer_pid = child.id() as libc::pid_t;
+    wait_for_line(&log, "memtrace-bpf: tracing ");
+    target.run_sites();
+    send(tracer_pid, libc::SIGTERM);
+    let status = child.wait().expect("wait for the tracer");
+    let err = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{status:?}: {err}");
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "terminated (SIGTERM)");
+    assert_sites_exact(&report);
 }
