@@ -354,3 +354,31 @@ pub fn check_dynamic(path: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_line_is_displayed_with_odd_bytes_escaped() {
+        let args = [
+            OsString::from("/bin/echo"),
+            OsStr::from_bytes(b"\xff\xfe-x").to_os_string(),
+            OsString::from("\u{1b}[31mred\n"),
+            OsString::from("caf\u{e9}"),
+        ];
+        assert_eq!(
+            display_command(&args),
+            r"/bin/echo \xff\xfe-x \u{1b}[31mred\n café"
+        );
+    }
+
+    #[test]
+    fn only_stopping_signals_are_group_stops() {
+        for sig in [libc::SIGSTOP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+            assert!(is_group_stop(sig), "{sig}");
+        }
+        assert!(!is_group_stop(libc::SIGTRAP));
+        assert!(!is_group_stop(libc::SIGCONT));
+    }
+}
