@@ -16,9 +16,19 @@ use crate::{
     sites::{assert_sites_exact, read_json, O2_FLAGS},
 };
 
+/// A scratch directory removed on drop: a copy of the tracer with
+/// capabilities that anyone may run must not outlive the test.
+struct CapDir(PathBuf);
+
+impl Drop for CapDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A directory `nobody` may write, holding a copy of the tracer with file
 /// capabilities `caps` (setcap syntax) and a copy of `program`.
-fn capable_copy(tag: &str, caps: &str, program: &Path) -> (PathBuf, PathBuf, PathBuf) {
+fn capable_copy(tag: &str, caps: &str, program: &Path) -> (CapDir, PathBuf, PathBuf) {
     let dir = scratch(&format!("caps-{tag}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
@@ -33,7 +43,7 @@ fn capable_copy(tag: &str, caps: &str, program: &Path) -> (PathBuf, PathBuf, Pat
     assert!(status.success(), "setcap {caps} failed");
     let target = dir.join(program.file_name().expect("program name"));
     std::fs::copy(program, &target).expect("copy the program");
-    (dir, tracer, target)
+    (CapDir(dir), tracer, target)
 }
 
 /// Runs `tracer args` as nobody, with no inheritable capabilities: only
@@ -104,7 +114,7 @@ fn cap_sys_admin_alone_traces_a_command_as_an_unprivileged_user() {
     }
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     let (dir, tracer, target) = capable_copy("sys-admin", "cap_sys_admin+ep", &bin);
-    let path = dir.join("report.json");
+    let path = dir.0.join("report.json");
     let out = run_as_nobody(
         &tracer,
         &[
@@ -145,8 +155,8 @@ fn cap_sys_admin_and_cap_sys_ptrace_trace_another_users_process() {
     let bin = compile_c("sites", "fp-caps-ptrace", crate::sites::FP_FLAGS);
     let (dir, tracer, _) = capable_copy("sys-ptrace", "cap_sys_admin,cap_sys_ptrace+ep", &bin);
     let mut target = Target::start(&bin, &[]);
-    let path = dir.join("report.json");
-    let log = dir.join("stderr");
+    let path = dir.0.join("report.json");
+    let log = dir.0.join("stderr");
     let mut child = Command::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup"])
         .args(["--clear-groups", "--inh-caps=-all"])
