@@ -1,6 +1,7 @@
 //! Running target programs and the tracer, with timeouts so nothing hangs.
 
 use std::{
+    ffi::OsStr,
     io::{BufRead, BufReader, Read, Write},
     path::{Path, PathBuf},
     process::{Child, ChildStdin, Command, ExitStatus, Stdio},
@@ -232,17 +233,24 @@ impl Tracer {
     }
 
     pub fn spawn(args: &[&str]) -> Tracer {
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        Tracer::spawn_with(&args, true)
+    }
+
+    /// `spawn` with arguments that need not be UTF-8 (a command's).
+    pub fn spawn_os(args: &[&OsStr]) -> Tracer {
         Tracer::spawn_with(args, true)
     }
 
     /// Starts the tracer with its default sampling rate (no --sample-rate).
     pub fn start_sampling(args: &[&str]) -> Tracer {
-        let mut t = Tracer::spawn_with(args, false);
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        let mut t = Tracer::spawn_with(&args, false);
         t.stderr.wait_for("memtrace-bpf: tracing ", "tracer attach");
         t
     }
 
-    fn spawn_with(args: &[&str], exact: bool) -> Tracer {
+    fn spawn_with(args: &[&OsStr], exact: bool) -> Tracer {
         let mut command = Command::new(TRACER);
         // The defaults below go before the test's own arguments, which may
         // end with `-- CMD ...`.
@@ -251,11 +259,11 @@ impl Tracer {
         // tracer's reader gets little CPU: a bigger ring buffer keeps the
         // bursts (20000 DWARF samples in a few ms) from overflowing it.
         // Overflow is counted, and the tests check those counters are 0.
-        if !args.contains(&"--ringbuf-mb") {
+        if !args.iter().any(|a| *a == "--ringbuf-mb") {
             command.args(["--ringbuf-mb", "256"]);
         }
         // The tests check exact numbers unless they choose a sampling rate.
-        if exact && !args.contains(&"--sample-rate") {
+        if exact && !args.iter().any(|a| *a == "--sample-rate") {
             command.args(["--sample-rate", "1"]);
         }
         command.args(args);

@@ -1,8 +1,17 @@
 //! `memtrace-bpf -- CMD`: the command is traced from its first instruction.
 
+use std::{
+    ffi::OsStr,
+    os::unix::ffi::OsStrExt,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Tracer},
-    sites::{read_json, O2_FLAGS},
+    sites::{read_json, FP_FLAGS, O2_FLAGS},
 };
 
 #[test]
@@ -64,4 +73,198 @@ fn a_stripped_static_command_is_refused_with_the_reason() {
         "{}",
         out.stderr
     );
+}
+
+/// Waits until the file at `path` has a line containing `needle` (the
+/// lifecycle target appends its progress there: its stdout is the
+/// tracer's). Returns that line.
+pub fn wait_for_line(path: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line containing {needle:?} in {} within 60 s; it has:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The pid the lifecycle target wrote in its "ready PID" line.
+pub fn ready_pid(state: &Path) -> libc::pid_t {
+    let line = wait_for_line(state, "ready ");
+    line["ready ".len()..]
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// The state letter of /proc/PID/stat (R, S, T, t, Z...), None once gone.
+pub fn proc_state(pid: libc::pid_t) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Waits until process `pid` is in one of `states`.
+fn wait_for_state(pid: libc::pid_t, states: &[char], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let state = proc_state(pid);
+        if state.is_some_and(|s| states.contains(&s)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: pid {pid} is in state {state:?}, not {states:?}, after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn send(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: kill(2) with a pid and a signal number.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig})");
+}
+
+/// A fresh state file for the lifecycle target.
+pub fn state_file(tag: &str) -> PathBuf {
+    let path = scratch(&format!("{tag}.state"));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The report's stack whose innermost frame after `keep` is `function`.
+pub fn stack_from<'a>(report: &'a Value, function: &str) -> Option<&'a Value> {
+    report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .find(|s| s["frames"][1]["function"] == function)
+}
+
+/// Job control works on a traced command: stopped (SIGSTOP, then the
+/// terminal's SIGTSTP) and continued, it runs on, ends, and is reported.
+#[test]
+fn a_command_stopped_and_continued_runs_on_to_its_end() {
+    if !root_or_skip("a_command_stopped_and_continued_runs_on_to_its_end") {
+        return;
+    }
+    let bin = compile_c("lifecycle", "fp", FP_FLAGS);
+    let state = state_file("jobctl");
+    let path = scratch("jobctl.json");
+    let tracer = Tracer::spawn(&[
+        "--format",
+        "json",
+        "-o",
+        path.to_str().expect("utf-8 path"),
+        "--",
+        bin.to_str().expect("utf-8 path"),
+        state.to_str().expect("utf-8 path"),
+        "jobctl",
+    ]);
+    let pid = ready_pid(&state);
+    for (round, sig) in [(1, libc::SIGSTOP), (2, libc::SIGTSTP)] {
+        send(pid, sig);
+        // T, or t while the tracer holds it (ptrace group stop).
+        wait_for_state(pid, &['T', 't'], "stopped");
+        send(pid, libc::SIGCONT);
+        // The command's SIGCONT handler ran: it was resumed, not left in
+        // a tracing stop.
+        wait_for_line(&state, &format!("continued {round}"));
+    }
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "target exited");
+    let process = &report["processes"][0];
+    assert_eq!(process["pid"], pid);
+    assert_eq!(process["exit_status"], "exited with status 0", "{process}");
+    for (function, bytes) in [("before_stop", 1111), ("after_continue", 2222)] {
+        let stack = stack_from(&report, function)
+            .unwrap_or_else(|| panic!("no stack from {function}: {}", report["stacks"]));
+        assert_eq!(stack["inuse_bytes"], bytes, "{stack}");
+    }
+}
+
+/// The command's arguments are bytes: one that is not UTF-8 reaches it
+/// unchanged, and is shown escaped.
+#[test]
+fn a_non_utf8_argument_reaches_the_command_unchanged() {
+    if !root_or_skip("a_non_utf8_argument_reaches_the_command_unchanged") {
+        return;
+    }
+    let bin = compile_c("lifecycle", "fp", FP_FLAGS);
+    let state = state_file("argv");
+    let path = scratch("argv.json");
+    let odd = OsStr::from_bytes(b"\xff\xfe-not-utf8");
+    let tracer = Tracer::spawn_os(&[
+        OsStr::new("--format"),
+        OsStr::new("json"),
+        OsStr::new("-o"),
+        path.as_os_str(),
+        OsStr::new("--"),
+        bin.as_os_str(),
+        state.as_os_str(),
+        OsStr::new("argv"),
+        odd,
+        OsStr::new("plain"),
+    ]);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let written = std::fs::read(&state).expect("the command wrote its arguments");
+    assert_eq!(written, b"\xff\xfe-not-utf8\0plain\0", "{:?}", written);
+    assert!(
+        out.stderr.contains(r"argv \xff\xfe-not-utf8 plain"),
+        "the label escapes the bytes: {}",
+        out.stderr
+    );
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "target exited");
+    let stack = stack_from(&report, "with_args")
+        .unwrap_or_else(|| panic!("no stack from with_args: {}", report["stacks"]));
+    assert_eq!(stack["inuse_bytes"], 4444, "{stack}");
+}
+
+/// --exit-status: the tracer exits as the command did, after the report.
+#[test]
+fn exit_status_makes_the_tracer_exit_with_the_commands_status() {
+    if !root_or_skip("exit_status_makes_the_tracer_exit_with_the_commands_status") {
+        return;
+    }
+    let bin = compile_c("first_line", "O2", O2_FLAGS);
+    let bin = bin.to_str().expect("utf-8 path");
+    let path = scratch("exit-status.json");
+    let json = ["--format", "json", "-o", path.to_str().expect("utf-8 path")];
+    // first_line exits with 3; without the option the tracer exits 0.
+    let out = Tracer::spawn(&[&json[..], &["--exit-status", "--", bin]].concat()).finish();
+    assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
+    let report = read_json(&path);
+    assert_eq!(
+        report["processes"][0]["exit_status"],
+        "exited with status 3"
+    );
+    let out = Tracer::spawn(&[&json[..], &["--", bin]].concat()).finish();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    // Killed by a signal: 128 + its number, as a shell reports it.
+    let out = Tracer::spawn(
+        &[
+            &json[..],
+            &["--exit-status", "--", "/bin/sh", "-c", "kill -TERM $$"],
+        ]
+        .concat(),
+    )
+    .finish();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        out.stderr
+    );
+    let report = read_json(&path);
+    assert_eq!(report["processes"][0]["exit_status"], "killed by signal 15");
 }

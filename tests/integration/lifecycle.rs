@@ -1,8 +1,11 @@
 //! The report is complete whatever ends the trace: SIGTERM, the target
-//! exiting, or the duration.
+//! exiting, or the duration; and what then becomes of a `-- CMD` command.
+
+use std::{os::unix::process::ExitStatusExt, path::PathBuf};
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Target, Tracer},
+    launch::{proc_state, ready_pid, send, stack_from, state_file, wait_for_line},
     sites::{assert_sites_exact, read_json, trace_sites_to_json, FP_FLAGS},
 };
 
@@ -155,4 +158,229 @@ fn ctrl_c_during_attach_still_writes_a_report() {
     let report = read_json(&path);
     assert_eq!(report["end_reason"], "interrupted (SIGINT)");
     assert_eq!(report["processes"][0]["pid"], target.pid());
+}
+
+/// Starts `lifecycle STATE MODE` under the tracer (JSON report at
+/// `report`), with `extra` tracer flags; returns the tracer and the pid of
+/// the command once it is ready.
+fn start_lifecycle(
+    tag: &str,
+    mode: &str,
+    extra: &[&str],
+) -> (Tracer, libc::pid_t, PathBuf, PathBuf) {
+    let bin = compile_c("lifecycle", "fp", FP_FLAGS);
+    let state = state_file(tag);
+    let report = scratch(&format!("{tag}.json"));
+    let mut args = vec![
+        "--format",
+        "json",
+        "-o",
+        report.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--",
+        bin.to_str().expect("utf-8 path"),
+        state.to_str().expect("utf-8 path"),
+        mode,
+    ]);
+    let tracer = Tracer::spawn(&args);
+    let pid = ready_pid(&state);
+    (tracer, pid, state, report)
+}
+
+/// What the command allocated while shutting down is in the report.
+fn assert_shutdown_recorded(report: &serde_json::Value) {
+    let stack = stack_from(report, "on_shutdown")
+        .unwrap_or_else(|| panic!("no stack from on_shutdown: {}", report["stacks"]));
+    assert_eq!(stack["inuse_bytes"], 3333, "{stack}");
+}
+
+fn note_containing(report: &serde_json::Value, needle: &str) -> String {
+    let notes = report["notes"].as_array().expect("notes");
+    notes
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.contains(needle))
+        .unwrap_or_else(|| panic!("no note containing {needle:?}: {notes:?}"))
+        .to_string()
+}
+
+/// --duration ends the trace before the command: the command gets SIGTERM,
+/// is traced while it shuts down, and is gone when the tracer exits.
+#[test]
+fn duration_end_sends_sigterm_to_the_command_and_records_its_shutdown() {
+    if !root_or_skip("duration_end_sends_sigterm_to_the_command_and_records_its_shutdown") {
+        return;
+    }
+    let (tracer, pid, state, path) = start_lifecycle("end-duration", "shutdown", &["-d", "3"]);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    wait_for_line(&state, &format!("got signal {}", libc::SIGTERM));
+    assert_eq!(proc_state(pid), None, "the command outlived the tracer");
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "duration elapsed");
+    assert_eq!(
+        report["processes"][0]["exit_status"],
+        "exited with status 0"
+    );
+    note_containing(&report, "it was sent SIGTERM and exited");
+    assert_shutdown_recorded(&report);
+}
+
+/// SIGINT to the tracer (Ctrl-C) reaches the command as SIGINT.
+#[test]
+fn sigint_to_the_tracer_is_passed_on_to_the_command() {
+    if !root_or_skip("sigint_to_the_tracer_is_passed_on_to_the_command") {
+        return;
+    }
+    let (tracer, pid, state, path) = start_lifecycle("end-sigint", "shutdown", &[]);
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    wait_for_line(&state, &format!("got signal {}", libc::SIGINT));
+    assert_eq!(proc_state(pid), None, "the command outlived the tracer");
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "interrupted (SIGINT)");
+    note_containing(&report, "it was sent SIGINT and exited");
+    assert_shutdown_recorded(&report);
+}
+
+/// A command that ignores SIGTERM is killed after the grace time; with
+/// --exit-status the tracer exits as a shell reports a SIGKILL.
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace_time() {
+    if !root_or_skip("a_command_that_ignores_sigterm_is_killed_after_the_grace_time") {
+        return;
+    }
+    let (tracer, pid, _state, path) =
+        start_lifecycle("end-stubborn", "stubborn", &["--exit-status"]);
+    tracer.signal(libc::SIGTERM);
+    let out = tracer.finish();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGKILL),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(proc_state(pid), None, "the command outlived the tracer");
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "terminated (SIGTERM)");
+    assert_eq!(report["processes"][0]["exit_status"], "killed by signal 9");
+    note_containing(
+        &report,
+        "was killed (SIGKILL) when it had not exited within",
+    );
+}
+
+/// --keep-running: the command outlives the trace, running and no longer
+/// held by ptrace.
+#[test]
+fn keep_running_leaves_the_command_running_untraced() {
+    if !root_or_skip("keep_running_leaves_the_command_running_untraced") {
+        return;
+    }
+    let (tracer, pid, state, path) = start_lifecycle("end-keep", "shutdown", &["--keep-running"]);
+    tracer.signal(libc::SIGTERM);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("the command is gone ({e}): {}", out.stderr));
+    assert!(
+        status.contains("\nTracerPid:\t0\n"),
+        "still traced: {status}"
+    );
+    assert!(
+        matches!(proc_state(pid), Some('S' | 'R')),
+        "not running: {:?}",
+        proc_state(pid)
+    );
+    let report = read_json(&path);
+    assert_eq!(report["end_reason"], "terminated (SIGTERM)");
+    note_containing(
+        &report,
+        "was left running, no longer traced (--keep-running)",
+    );
+    // It was not told to stop: it still waits for a signal, and acts on it.
+    send(pid, libc::SIGTERM);
+    wait_for_line(&state, &format!("got signal {}", libc::SIGTERM));
+}
+
+/// The file offset of `bin`'s ELF entry point (64-bit little-endian ELF).
+fn entry_file_offset(bin: &std::path::Path) -> u64 {
+    let elf = std::fs::read(bin).expect("read the target");
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().expect("8 bytes"));
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().expect("2 bytes"));
+    let entry = u64_at(0x18);
+    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
+    (0..phnum as usize)
+        .map(|i| phoff + i * phentsize as usize)
+        .filter(|&ph| elf[ph..ph + 4] == 1u32.to_le_bytes()) // PT_LOAD
+        .find_map(|ph| {
+            let (offset, vaddr, filesz) = (u64_at(ph + 8), u64_at(ph + 0x10), u64_at(ph + 0x20));
+            (vaddr..vaddr + filesz)
+                .contains(&entry)
+                .then(|| entry - vaddr + offset)
+        })
+        .expect("entry point in a PT_LOAD segment")
+}
+
+/// The byte at file offset `offset` of `bin` as process `pid` sees it in
+/// memory: a uprobe shows as int3 (0xcc) there.
+fn byte_in_memory(pid: u32, bin: &std::path::Path, offset: u64) -> u8 {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("read maps");
+    let name = bin.to_str().expect("utf-8 path");
+    let address = maps
+        .lines()
+        .filter(|l| l.ends_with(name))
+        .find_map(|l| {
+            let mut fields = l.split_whitespace();
+            let (start, end) = fields.next()?.split_once('-')?;
+            let start = u64::from_str_radix(start, 16).ok()?;
+            let end = u64::from_str_radix(end, 16).ok()?;
+            fields.next();
+            let map_offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+            (map_offset..map_offset + (end - start))
+                .contains(&offset)
+                .then(|| start + offset - map_offset)
+        })
+        .unwrap_or_else(|| panic!("offset {offset:#x} of {name} not mapped:\n{maps}"));
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
+    let mut byte = [0u8];
+    mem.read_exact_at(&mut byte, address).expect("read mem");
+    byte[0]
+}
+
+/// SIGKILL of the tracer leaves nothing attached: its uprobes are links
+/// owned by its file descriptors, and the kernel removes them when it
+/// dies. Seen in the target's memory: --binary puts a uprobe on the
+/// program's entry point (no other trace probes this freshly built file),
+/// whose int3 byte must be gone once the tracer is.
+#[test]
+fn sigkill_of_the_tracer_leaves_no_probe_in_the_target() {
+    if !root_or_skip("sigkill_of_the_tracer_leaves_no_probe_in_the_target") {
+        return;
+    }
+    let bin = compile_c("sites", "fp-sigkill", FP_FLAGS);
+    let target = Target::start(&bin, &[]);
+    let offset = entry_file_offset(&bin);
+    let original = std::fs::read(&bin).expect("read the target")[offset as usize];
+    let tracer = Tracer::start(&["--binary", bin.to_str().expect("utf-8 path")]);
+    assert_eq!(
+        byte_in_memory(target.pid(), &bin, offset),
+        0xcc,
+        "the entry probe is not visible as int3: this check cannot work"
+    );
+    tracer.signal(libc::SIGKILL);
+    let out = tracer.finish();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", out.stderr);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while byte_in_memory(target.pid(), &bin, offset) != original {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the uprobe is still in the target 60 s after the tracer was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

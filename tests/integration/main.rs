@@ -12,6 +12,7 @@ mod forks;
 mod harness;
 mod launch;
 mod lifecycle;
+mod privileges;
 mod redis;
 mod rjem;
 mod sampling;

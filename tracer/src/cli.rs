@@ -80,8 +80,21 @@ pub struct Cli {
     pub exclude_pid: Vec<u32>,
 
     /// Command to start and trace from its first instruction, after `--`.
+    /// When the trace ends first (--duration, SIGINT, SIGTERM), the command
+    /// gets SIGTERM (SIGINT for SIGINT), a few seconds to exit, then SIGKILL.
     #[arg(last = true, value_name = "CMD", conflicts_with_all = ["pid", "binary"])]
-    pub command: Vec<String>,
+    pub command: Vec<std::ffi::OsString>,
+
+    /// With a command: when the trace ends before it, leave it running
+    /// (untraced) instead of stopping it.
+    #[arg(long, requires = "command")]
+    pub keep_running: bool,
+
+    /// With a command: exit with the command's own exit status (128 +
+    /// signal number if a signal killed it, as a shell does), after the
+    /// report is written.
+    #[arg(long, requires = "command", conflicts_with = "keep_running")]
+    pub exit_status: bool,
 
     /// With --pid or a command: also trace every process they fork (and
     /// their children, whatever program they exec), each reported under its

@@ -6,9 +6,11 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum TraceError {
     #[error(
-        "memtrace-bpf lacks {0}: run it as root (sudo memtrace-bpf ...) or grant the capabilities with setcap cap_bpf,cap_perfmon+ep"
+        "memtrace-bpf lacks {0}, which this kernel requires to open uprobes (CAP_BPF and CAP_PERFMON are not enough, whatever kernel.perf_event_paranoid says): run it as root, or grant it with `setcap cap_sys_admin+ep memtrace-bpf` (cap_sys_admin,cap_sys_ptrace+ep to trace other users' processes)"
     )]
     NotPrivileged(String),
+    #[error("process {0} belongs to another user (or is not dumpable): reading its memory map needs CAP_SYS_PTRACE; run memtrace-bpf as root, or grant it with `setcap cap_sys_admin,cap_sys_ptrace+ep memtrace-bpf`")]
+    NeedsSysPtrace(u32),
     #[error("this kernel has no uprobe support (no /sys/bus/event_source/devices/uprobe): a kernel built with CONFIG_UPROBE_EVENTS is needed")]
     NoUprobes,
     #[error("no process with pid {0}: check the pid with `ps -p {0}`")]

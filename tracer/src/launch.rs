@@ -10,10 +10,16 @@
 //! no stop at exec, signals pass through): at its exit it stops while its
 //! memory map still exists, the tracer reads the map and handles the
 //! child's last events, then lets it go. A command that runs for less than
-//! the ring buffer's drain interval is named like any other.
+//! the ring buffer's drain interval is named like any other. Job control
+//! keeps working: a group stop (SIGSTOP, SIGTSTP, ...) is left in force
+//! with PTRACE_LISTEN, and the trap the kernel reports at SIGCONT resumes
+//! the command (ptrace(2), "Group-stop").
+//!
+//! The command line is bytes (`OsString`): it reaches execv unchanged, and
+//! is only escaped for display.
 
 use std::{
-    ffi::CString,
+    ffi::{CString, OsStr, OsString},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     os::unix::ffi::OsStrExt,
     path::{Path, PathBuf},
@@ -40,7 +46,7 @@ pub struct Launched {
 
 impl Launched {
     /// Forks; the child execs `args` once `release` is called.
-    pub fn spawn(args: &[String]) -> anyhow::Result<Launched> {
+    pub fn spawn(args: &[OsString]) -> anyhow::Result<Launched> {
         let program = args.first().context("no command given after --")?;
         let path = find_program(program)?;
         check_dynamic(&path)?;
@@ -52,18 +58,12 @@ impl Launched {
             .context("command arguments")?;
         let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two fds on success.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("creating a pipe");
-        }
-        // SAFETY: both fds are new and ours.
-        let (wait_end, go_end) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (wait_end, go_end) = pipe()?;
+        let (ready_end, readied_end) = pipe()?;
         // SAFETY: the tracer is single-threaded here (its runtime runs on this
-        // thread and has spawned none); the
-        // child only calls read, close, execv and _exit, all safe after fork,
-        // on memory prepared before the fork.
+        // thread and has spawned none); the child only calls close, prctl,
+        // write, read, execv and _exit, all safe after fork, on memory
+        // prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error()).context("fork");
@@ -73,6 +73,13 @@ impl Launched {
             unsafe {
                 let mut byte = 0u8;
                 libc::close(go_end.as_raw_fd());
+                libc::close(ready_end.as_raw_fd());
+                // A tracer run with file capabilities is not dumpable, nor
+                // is this fork of it until it execs: without this, its own
+                // user's tracer could not ptrace it (PTRACE_SEIZE: EPERM).
+                libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+                libc::write(readied_end.as_raw_fd(), b"r".as_ptr().cast(), 1);
+                libc::close(readied_end.as_raw_fd());
                 if libc::read(wait_end.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) == 1 {
                     libc::execv(c_path.as_ptr(), argv.as_ptr());
                 }
@@ -80,6 +87,11 @@ impl Launched {
             }
         }
         drop(wait_end);
+        drop(readied_end);
+        let mut byte = 0u8;
+        // SAFETY: reads one byte into a local from our own pipe; it returns
+        // once the child made itself dumpable (or 0 if it died).
+        unsafe { libc::read(ready_end.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
         // SAFETY: ptrace on our own child, which is blocked in read().
         let held_at_exit = unsafe {
             libc::ptrace(
@@ -120,7 +132,14 @@ impl Launched {
                     at_exit();
                     libc::ptrace(libc::PTRACE_DETACH, pid, null, null);
                 } else if event == libc::PTRACE_EVENT_STOP {
-                    libc::ptrace(libc::PTRACE_LISTEN, pid, null, null);
+                    if is_group_stop(libc::WSTOPSIG(status)) {
+                        // Stays stopped, and the tracer hears of SIGCONT.
+                        libc::ptrace(libc::PTRACE_LISTEN, pid, null, null);
+                    } else {
+                        // SIGTRAP: the SIGCONT notification (or an
+                        // interrupt): the stop is over, it must run.
+                        libc::ptrace(libc::PTRACE_CONT, pid, null, null);
+                    }
                 } else {
                     let sig = libc::WSTOPSIG(status) as usize as *mut libc::c_void;
                     libc::ptrace(libc::PTRACE_CONT, pid, null, sig);
@@ -195,12 +214,44 @@ impl Launched {
         Ok(())
     }
 
-    /// Describes how the command ended, if it has (reaping it).
-    pub fn exit_status(&mut self) -> Option<String> {
+    /// Sends `sig` to the command, unless it was already reaped (its pid
+    /// may then belong to another process).
+    pub fn signal(&self, sig: libc::c_int) {
+        if self.status.is_none() {
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            unsafe { libc::kill(self.pid as libc::pid_t, sig) };
+        }
+    }
+
+    /// Whether it has ended (and was reaped by `service`).
+    pub fn has_ended(&self) -> bool {
+        self.status.is_some()
+    }
+
+    /// The exit code a shell would give for it: its status, or 128 + the
+    /// signal that killed it. None while it runs.
+    pub fn shell_status(&mut self) -> Option<u8> {
+        let status = self.wait_status()?;
+        if libc::WIFEXITED(status) {
+            Some(libc::WEXITSTATUS(status) as u8)
+        } else if libc::WIFSIGNALED(status) {
+            Some(128u8.wrapping_add(libc::WTERMSIG(status) as u8))
+        } else {
+            None
+        }
+    }
+
+    /// Its wait status once it ended (reaping it).
+    fn wait_status(&mut self) -> Option<i32> {
         if self.status.is_none() {
             self.status = self.try_wait().filter(|&s| !libc::WIFSTOPPED(s));
         }
-        let status = self.status?;
+        self.status
+    }
+
+    /// Describes how the command ended, if it has (reaping it).
+    pub fn exit_status(&mut self) -> Option<String> {
+        let status = self.wait_status()?;
         Some(if libc::WIFEXITED(status) {
             format!("exited with status {}", libc::WEXITSTATUS(status))
         } else if libc::WIFSIGNALED(status) {
@@ -218,9 +269,54 @@ impl Drop for Launched {
     }
 }
 
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> anyhow::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("creating a pipe");
+    }
+    // SAFETY: both fds are new and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU: the signals of a group stop, as
+/// WSTOPSIG reports them for PTRACE_EVENT_STOP (other stops give SIGTRAP).
+fn is_group_stop(sig: libc::c_int) -> bool {
+    matches!(
+        sig,
+        libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+    )
+}
+
+/// A command line for display: arguments joined with spaces; bytes that
+/// are not UTF-8, and control characters (a terminal would obey them),
+/// are escaped as `\xNN`. The command's bytes themselves are never changed.
+pub fn display_command(args: &[OsString]) -> String {
+    let mut out = String::new();
+    for (i, arg) in args.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        for chunk in arg.as_bytes().utf8_chunks() {
+            for c in chunk.valid().chars() {
+                if c.is_control() {
+                    out.extend(c.escape_default());
+                } else {
+                    out.push(c);
+                }
+            }
+            for b in chunk.invalid() {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        }
+    }
+    out
+}
+
 /// `program` as execvp would find it.
-fn find_program(program: &str) -> anyhow::Result<PathBuf> {
-    let candidates: Vec<PathBuf> = if program.contains('/') {
+fn find_program(program: &OsStr) -> anyhow::Result<PathBuf> {
+    let candidates: Vec<PathBuf> = if program.as_bytes().contains(&b'/') {
         vec![PathBuf::from(program)]
     } else {
         std::env::var_os("PATH")
@@ -230,7 +326,12 @@ fn find_program(program: &str) -> anyhow::Result<PathBuf> {
     candidates
         .into_iter()
         .find(|p| is_executable(p))
-        .with_context(|| format!("command not found or not executable: {program}"))
+        .with_context(|| {
+            format!(
+                "command not found or not executable: {}",
+                display_command(std::slice::from_ref(&program.to_os_string()))
+            )
+        })
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -252,4 +353,32 @@ pub fn check_dynamic(path: &Path) -> anyhow::Result<()> {
         bail!(TraceError::StaticCommand(path.display().to_string()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_line_is_displayed_with_odd_bytes_escaped() {
+        let args = [
+            OsString::from("/bin/echo"),
+            OsStr::from_bytes(b"\xff\xfe-x").to_os_string(),
+            OsString::from("\u{1b}[31mred\n"),
+            OsString::from("caf\u{e9}"),
+        ];
+        assert_eq!(
+            display_command(&args),
+            r"/bin/echo \xff\xfe-x \u{1b}[31mred\n café"
+        );
+    }
+
+    #[test]
+    fn only_stopping_signals_are_group_stops() {
+        for sig in [libc::SIGSTOP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+            assert!(is_group_stop(sig), "{sig}");
+        }
+        assert!(!is_group_stop(libc::SIGTRAP));
+        assert!(!is_group_stop(libc::SIGCONT));
+    }
 }

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     match session::run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("memtrace-bpf: error: {err:#}");
             ExitCode::FAILURE

@@ -79,7 +79,7 @@ impl Scope {
             Scope::Command {
                 launched,
                 pidfd,
-                command: cli.command.join(" "),
+                command: crate::launch::display_command(&cli.command),
                 forks: Forks::new(cli.follow_forks),
             }
         } else if let Some(binary) = &cli.binary {
@@ -424,6 +424,24 @@ impl Scope {
         if let Scope::Command { launched, .. } = self {
             let pid = launched.pid;
             launched.service(|| at_exit(pid));
+        }
+    }
+
+    /// A started command that is still running, if any.
+    pub fn running_command(&mut self) -> Option<&mut Launched> {
+        match self {
+            Scope::Command {
+                launched, pidfd, ..
+            } if !launched.has_ended() && !pidfd.has_exited() => Some(launched),
+            _ => None,
+        }
+    }
+
+    /// A started command's exit code as a shell gives it, once it ended.
+    pub fn command_status(&mut self) -> Option<u8> {
+        match self {
+            Scope::Command { launched, .. } => launched.shell_status(),
+            _ => None,
         }
     }
 

@@ -32,9 +32,24 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// How long calls already inside the allocator get to return after the stop.
 const STOP_GRACE: Duration = Duration::from_millis(20);
+/// How long a started command gets to exit after the trace ended first and
+/// it was sent SIGTERM (or SIGINT), before SIGKILL.
+const COMMAND_GRACE: Duration = Duration::from_secs(5);
 
-pub fn run(cli: &Cli) -> anyhow::Result<()> {
-    crate::preflight::check()?;
+/// What ends a collection phase.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// The trace: the duration, the target's exit, SIGINT or SIGTERM.
+    Trace { duration: Option<f64> },
+    /// A started command was told to stop: its exit; SIGKILL when the grace
+    /// time is over or another SIGINT/SIGTERM comes.
+    WindDown,
+}
+
+/// Runs the trace and writes the report; returns the exit code (0, or the
+/// command's own status with --exit-status).
+pub fn run(cli: &Cli) -> anyhow::Result<u8> {
+    crate::preflight::check(cli)?;
     // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
     // are being attached, or just after, ends the trace with its report
     // instead of killing the tracer.
@@ -42,7 +57,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let signals = {
+    let mut signals = {
         let _in_runtime = runtime.enter();
         Signals::install()?
     };
@@ -124,9 +139,21 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         &mut scope,
         &mut loaded,
         &mut hooks,
-        signals,
-        cli.duration,
+        &mut signals,
+        Phase::Trace {
+            duration: cli.duration,
+        },
     ))?;
+    let command_note = end_command(cli, &end_reason, &mut scope, |scope| {
+        runtime.block_on(collect(
+            &mut collector,
+            scope,
+            &mut loaded,
+            &mut hooks,
+            &mut signals,
+            Phase::WindDown,
+        ))
+    })?;
     let duration = started.elapsed();
     // Freeze the heap as it is now; calls already inside the allocator get
     // a moment to return, then everything they emitted is drained.
@@ -147,6 +174,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     }
     let mut scope_notes = scope.notes();
     scope_notes.extend(scope.fork_notes(&loaded));
+    scope_notes.extend(command_note);
     for (pid, why) in &hooks.failures {
         scope_notes.push(format!(
             "process {pid}: its allocator could not be hooked: {why}"
@@ -194,7 +222,46 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
             .map(|p| format!("; report written to {}", p.display()))
             .unwrap_or_default()
     );
-    Ok(())
+    if cli.exit_status {
+        // Known: without --keep-running a command is waited for until it
+        // ends.
+        return Ok(scope.command_status().unwrap_or(0));
+    }
+    Ok(0)
+}
+
+/// The trace ended before the command it started: the command is told to
+/// stop, as perf record does, and `wind_down` goes on collecting until it
+/// ends (what it does while shutting down is recorded); with
+/// --keep-running it is left running. Returns the report's note.
+fn end_command(
+    cli: &Cli,
+    end_reason: &str,
+    scope: &mut Scope,
+    wind_down: impl FnOnce(&mut Scope) -> anyhow::Result<String>,
+) -> anyhow::Result<Option<String>> {
+    let Some(command) = scope.running_command() else {
+        return Ok(None);
+    };
+    let pid = command.pid;
+    if cli.keep_running {
+        return Ok(Some(format!(
+            "the command (pid {pid}) was left running, no longer traced (--keep-running)"
+        )));
+    }
+    let (sig, name) = if end_reason.starts_with("interrupted") {
+        (libc::SIGINT, "SIGINT")
+    } else {
+        (libc::SIGTERM, "SIGTERM")
+    };
+    command.signal(sig);
+    // A stopped (SIGSTOP, Ctrl-Z) command acts on it only once continued,
+    // as shells do for `kill` on a stopped job.
+    command.signal(libc::SIGCONT);
+    let how = wind_down(scope)?;
+    Ok(Some(format!(
+        "the trace ended before the command (pid {pid}): it was sent {name} and {how}"
+    )))
 }
 
 /// The signals a trace reacts to, installed before anything is attached.
@@ -214,20 +281,19 @@ impl Signals {
     }
 }
 
-/// Drains events until the duration ends, the target exits, or SIGINT /
-/// SIGTERM arrives. Returns why it stopped.
+/// Drains events until the phase ends (see `Phase`). Returns why it ended.
 async fn collect(
     collector: &mut Collector,
     scope: &mut Scope,
     loaded: &mut loader::Loaded,
     hooks: &mut Hooks,
-    signals: Signals,
-    duration: Option<f64>,
+    signals: &mut Signals,
+    phase: Phase,
 ) -> anyhow::Result<String> {
     let Signals {
-        mut sigint,
-        mut sigterm,
-        mut sigchld,
+        sigint,
+        sigterm,
+        sigchld,
     } = signals;
     let exit_fd = scope.exit_fd().map(|pidfd| pidfd.fd.as_raw_fd());
     let exit = match exit_fd {
@@ -246,17 +312,49 @@ async fn collect(
     let events =
         unsafe { AsyncFd::register_with_interest(collector.events_fd(), Interest::READABLE) }
             .map_err(|e| anyhow::anyhow!("watching the ring buffer: {e}"))?;
-    let deadline = duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
+    let now = tokio::time::Instant::now();
+    let mut deadline = match phase {
+        Phase::Trace { duration } => duration.map(|d| now + Duration::from_secs_f64(d)),
+        Phase::WindDown => Some(now + COMMAND_GRACE),
+    };
+    // Why the command was killed, in the wind-down.
+    let mut killed: Option<String> = None;
     let mut tick = tokio::time::interval(DRAIN_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            _ = sigint.recv() => return Ok("interrupted (SIGINT)".into()),
-            _ = sigterm.recv() => return Ok("terminated (SIGTERM)".into()),
-            _ = exited(exit.as_ref()) => return Ok("target exited".into()),
+            // In the wind-down, a second Ctrl-C stops waiting for the command.
+            _ = sigint.recv() => match phase {
+                Phase::Trace { .. } => return Ok("interrupted (SIGINT)".into()),
+                Phase::WindDown => {
+                    killed = Some("on a second SIGINT".into());
+                    kill_command(scope, &mut deadline);
+                }
+            },
+            _ = sigterm.recv() => match phase {
+                Phase::Trace { .. } => return Ok("terminated (SIGTERM)".into()),
+                Phase::WindDown => {
+                    killed = Some("on a second SIGTERM".into());
+                    kill_command(scope, &mut deadline);
+                }
+            },
+            _ = exited(exit.as_ref()) => return Ok(match (phase, killed) {
+                (Phase::Trace { .. }, _) => "target exited".into(),
+                (Phase::WindDown, Some(why)) => format!("was killed (SIGKILL) {why}"),
+                (Phase::WindDown, None) => "exited".into(),
+            }),
             _ = poll.tick() => scope.poll(loaded, hooks, &mut collector.state.modules),
             _ = sigchld.recv() => scope.service_child(|pid| collector.drain_exiting(pid)),
-            _ = sleep_until(deadline) => return Ok("duration elapsed".into()),
+            _ = sleep_until(deadline) => match phase {
+                Phase::Trace { .. } => return Ok("duration elapsed".into()),
+                Phase::WindDown => {
+                    killed = Some(format!(
+                        "when it had not exited within {} s",
+                        COMMAND_GRACE.as_secs()
+                    ));
+                    kill_command(scope, &mut deadline);
+                }
+            },
             _ = tick.tick() => { collector.drain(); }
             guard = events.readable() => {
                 collector.drain();
@@ -270,6 +368,14 @@ async fn collect(
             scope.on_exec(pid, loaded, hooks, &mut collector.state.modules);
         }
     }
+}
+
+/// SIGKILL to a started command still running; no more deadline.
+fn kill_command(scope: &mut Scope, deadline: &mut Option<tokio::time::Instant>) {
+    if let Some(command) = scope.running_command() {
+        command.signal(libc::SIGKILL);
+    }
+    *deadline = None;
 }
 
 async fn exited(exit: Option<&AsyncFd<std::os::fd::RawFd>>) {
