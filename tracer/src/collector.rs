@@ -2,7 +2,10 @@
 //! interns call stacks (read from the stack map or unwound from copied stack
 //! bytes, and normalized while the process is alive).
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use aya::maps::{MapData, PerCpuArray, RingBuf, StackTraceMap};
 use tracer_common::{
@@ -47,8 +50,9 @@ impl StackTable {
             .flatten()
     }
 
-    /// Process `pid` has a new image: its addresses mean other code now.
-    /// Interned stacks stay (the heap refers to them) but are not reused.
+    /// Process `pid` has a new image (or exited): its addresses mean other
+    /// code now. Interned stacks stay (the heap refers to them) but are not
+    /// reused.
     fn forget_process(&mut self, pid: u32) {
         self.by_id.retain(|k, _| k.0 != pid);
         self.by_addrs.retain(|k, _| k.0 != pid);
@@ -80,6 +84,10 @@ pub struct State {
     pub execs: Vec<u32>,
     /// The maps generation each process's unwinder was last rebuilt for.
     unwinder_maps: HashMap<u32, u64>,
+    /// Every process with state here, with its start time (/proc/PID/stat
+    /// field 22) when first seen: a pid reused by a newer process differs.
+    tracked: HashMap<u32, Option<u64>>,
+    last_reap: Instant,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
     /// with its unwound addresses as a JSON line (unwinder test fixtures).
     sample_log: Option<std::io::BufWriter<std::fs::File>>,
@@ -110,6 +118,8 @@ impl Collector {
                 malformed_events: 0,
                 execs: Vec::new(),
                 unwinder_maps: HashMap::new(),
+                tracked: HashMap::new(),
+                last_reap: Instant::now(),
                 sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                     .and_then(|path| std::fs::File::create(path).ok())
                     .map(std::io::BufWriter::new),
@@ -132,8 +142,18 @@ impl Collector {
         self.drain();
     }
 
-    /// Processes every event that is in the ring buffer now. Returns how many.
+    /// Processes every event that is in the ring buffer now. Returns how
+    /// many. About once a second, also drops what is kept for processes
+    /// that exited.
     pub fn drain(&mut self) -> usize {
+        let n = self.drain_events();
+        if self.state.last_reap.elapsed() >= REAP_INTERVAL {
+            self.reap_exited();
+        }
+        n
+    }
+
+    fn drain_events(&mut self) -> usize {
         let Collector { events, state } = self;
         let mut n = 0;
         while let Some(item) = events.next() {
@@ -142,6 +162,57 @@ impl Collector {
         }
         n
     }
+
+    /// Drops the maps, unwinder and stack-lookup tables of processes that
+    /// exited. Their events were all submitted before they exited, so
+    /// before this looked: the drain here handles the last of them first.
+    /// What their interned stacks need (the objects) stays.
+    pub fn reap_exited(&mut self) {
+        self.state.last_reap = Instant::now();
+        let gone: Vec<u32> = self
+            .state
+            .tracked
+            .iter()
+            .filter(|(&pid, &start)| has_exited(pid, start))
+            .map(|(&pid, _)| pid)
+            .collect();
+        if !gone.is_empty() {
+            self.drain_events();
+        }
+        for pid in gone {
+            self.state.drop_process(pid);
+        }
+        self.state.unwinders.evict_unused();
+    }
+}
+
+/// How often `drain` looks for processes that exited.
+const REAP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Gone, a zombie, or its pid now belongs to a process started later.
+fn has_exited(pid: u32, start: Option<u64>) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    match stat.as_deref().and_then(parse_stat) {
+        Some((state, now)) => matches!(state, 'Z' | 'X') || start.is_some_and(|t| t != now),
+        None => true,
+    }
+}
+
+/// /proc/PID/stat: the state letter and the start time (field 22, clock
+/// ticks since boot). The command name (field 2) may hold anything, spaces
+/// and ')' included: fields are counted after its last ')'.
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // `state` is field 3: the start time is 19 fields further on.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat).map(|(_, start)| start)
 }
 
 impl State {
@@ -150,6 +221,9 @@ impl State {
             self.malformed_events += 1;
             return;
         };
+        self.tracked
+            .entry(ev.pid)
+            .or_insert_with(|| start_time(ev.pid));
         match ev.kind {
             EVENT_ALLOC => {
                 let stack = self.intern_stack_id(ev.pid, ev.stack_id);
@@ -186,6 +260,15 @@ impl State {
             }
             _ => self.malformed_events += 1,
         }
+    }
+
+    /// Process `pid` exited and its events are handled.
+    fn drop_process(&mut self, pid: u32) {
+        self.tracked.remove(&pid);
+        self.stacks.forget_process(pid);
+        self.unwinders.invalidate(pid);
+        self.unwinder_maps.remove(&pid);
+        self.modules.drop_process(pid);
     }
 
     fn record(&mut self, ev: &Event, stack: StackHandle) {
