@@ -16,4 +16,5 @@ mod rjem;
 mod sampling;
 mod scopes;
 mod sites;
+mod soak;
 mod unwind;

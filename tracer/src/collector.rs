@@ -189,6 +189,13 @@ impl Collector {
 /// How often `drain` looks for processes that exited.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Whether process `pid` is gone, a zombie, or exiting (its memory
+/// released already: its maps read empty).
+pub fn process_exited(pid: u32) -> bool {
+    has_exited(pid, None)
+        || std::fs::read(format!("/proc/{pid}/maps")).map_or(true, |m| m.is_empty())
+}
+
 /// Gone, a zombie, or its pid now belongs to a process started later.
 fn has_exited(pid: u32, start: Option<u64>) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
@@ -253,6 +260,11 @@ impl State {
                 self.stacks.forget_process(ev.pid);
                 self.unwinders.invalidate(ev.pid);
                 self.modules.forget(ev.pid);
+                // Now, not at its first allocation: a short-lived process
+                // may be gone by then. The EXEC event wakes us at once; the
+                // program and its loader are mapped, the libraries follow
+                // (read again when an address falls outside these).
+                self.modules.refresh_now(ev.pid);
                 if let Some(command) = self.processes.get_mut(&ev.pid) {
                     *command = crate::target::read_cmdline(ev.pid);
                 }
@@ -302,24 +314,38 @@ impl State {
         h
     }
 
+    /// Unwinds with the process's unwinder, rebuilt first if its maps were
+    /// read since it was built.
+    fn unwind(&mut self, pid: u32, sample: &Sample<'_>) -> crate::unwind::Unwound {
+        let now = self.modules.generation(pid);
+        if self.unwinder_maps.insert(pid, now) != Some(now) {
+            self.unwinders.invalidate(pid);
+        }
+        self.unwinders.unwind(pid, self.modules.maps(pid), sample)
+    }
+
     fn intern_sample(&mut self, pid: u32, sample: &Sample<'_>) -> StackHandle {
         if sample.stack.is_empty() {
             return self.intern_stack_id(pid, -1);
         }
         // A library loaded since the maps were read (dlopen): read them
-        // again; one mapped since the unwinder was built: rebuild it.
+        // again. Maps read since the unwinder was built (the first read of
+        // a new process may predate its libraries): rebuild it.
         if !self.modules.covers(pid, sample.ip) {
-            if self.modules.refresh(pid) {
-                self.unwinders.invalidate(pid);
-            }
-        } else if !self.unwinders.covers(pid, sample.ip) {
-            let now = self.modules.generation(pid);
-            if self.unwinder_maps.insert(pid, now) != Some(now) {
-                self.unwinders.invalidate(pid);
+            self.modules.refresh(pid);
+        }
+        let mut unwound = self.unwind(pid, sample);
+        // The walk stopped early: maybe at a library mapped since the maps
+        // were read (a new process's first read may catch its loader half
+        // way). Read them again (rate-limited) and, if they changed, walk
+        // again.
+        if unwound.truncated {
+            let before = self.modules.generation(pid);
+            if self.modules.refresh(pid) && self.modules.generation(pid) != before {
+                unwound = self.unwind(pid, sample);
             }
         }
         let maps = self.modules.maps(pid);
-        let unwound = self.unwinders.unwind(pid, maps, sample);
         if let Some(out) = &mut self.sample_log {
             crate::unwind::record_sample(out, maps, sample, &unwound);
         }

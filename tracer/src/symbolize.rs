@@ -82,7 +82,7 @@ const MIN_REREAD_INTERVAL: Duration = Duration::from_millis(100);
 /// A new process maps its libraries in its first milliseconds, so reads
 /// soon after its exec must not block the next few: this many are free of
 /// MIN_REREAD_INTERVAL (a short-lived process is gone 100 ms later).
-const QUICK_READS: u32 = 4;
+const QUICK_READS: u32 = 8;
 
 /// The path a mapping shows (one place to adapt if its type changes).
 fn map_path(m: &Mapping) -> &str {
@@ -118,13 +118,11 @@ impl Modules {
     }
 
     fn note_unread(&mut self, pid: u32) {
-        if self.procs.get(&pid).is_none_or(|p| p.maps.is_empty()) {
-            self.unread.insert(pid);
-        }
+        self.unread.insert(pid);
     }
 
-    /// Processes whose maps were wanted but could not be read (they had
-    /// exited): their stacks have no names.
+    /// Processes whose maps could not be read (again) because they had
+    /// exited: addresses outside the maps read before have no names.
     pub fn unread(&self) -> &std::collections::BTreeSet<u32> {
         &self.unread
     }
@@ -169,8 +167,11 @@ impl Modules {
             self.release_object(object);
         }
         merged.sort_by_key(|(m, _)| m.start);
-        let (maps, objects) = merged.into_iter().unzip();
-        self.generations += 1;
+        let (maps, objects): (Vec<Mapping>, Vec<u32>) = merged.into_iter().unzip();
+        // Unchanged maps keep their generation: nothing to rebuild.
+        if maps != old_maps {
+            self.generations += 1;
+        }
         let generation = self.generations;
         let p = self.procs.entry(pid).or_insert_with(|| Proc {
             maps: Vec::new(),

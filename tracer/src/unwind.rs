@@ -231,13 +231,6 @@ impl Unwinders {
         (self.procs.len(), self.files.len())
     }
 
-    /// Whether `addr` lies in a module the process's unwinder knows.
-    pub fn covers(&self, pid: u32, addr: u64) -> bool {
-        self.procs
-            .get(&pid)
-            .is_some_and(|p| p.covered.iter().any(|r| r.contains(&addr)))
-    }
-
     pub fn unwind(&mut self, pid: u32, maps: &[Mapping], sample: &Sample<'_>) -> Unwound {
         let started = std::time::Instant::now();
         if !self.procs.contains_key(&pid) {

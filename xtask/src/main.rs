@@ -1,5 +1,5 @@
 //! `cargo xtask`: orchestration for memtrace-bpf (setup, build, test, demo,
-//! bench, bench-redis).
+//! bench, bench-redis, soak).
 //!
 //! The BPF object is built by tracer/build.rs (aya-build) during an ordinary
 //! `cargo build`; nothing here builds it a second time.
@@ -9,6 +9,7 @@ mod bench_redis;
 mod cmd;
 mod demo;
 mod setup;
+mod soak;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
@@ -41,6 +42,9 @@ enum Task {
     /// redis-benchmark throughput against redis-server, untraced and traced
     /// by `--binary` (target/bench/redis.json).
     BenchRedis,
+    /// The tracer's RSS over thousands of short-lived python3.11 runs
+    /// (--binary and system-wide); fails if it grows past a bound.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> Result<()> {
@@ -55,6 +59,7 @@ fn main() -> Result<()> {
         Task::Demo => demo::run(),
         Task::Bench => bench::run(),
         Task::BenchRedis => bench_redis::run(),
+        Task::Soak(args) => soak::run(&args),
     }
 }
 
