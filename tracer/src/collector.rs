@@ -393,3 +393,26 @@ pub fn read_losses(counters: &PerCpuArray<MapData, u64>) -> Losses {
         stale_inflight: read(counter::STALE_INFLIGHT),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_start_time_is_field_22_even_with_spaces_and_parens_in_the_name() {
+        let stat = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 \
+                    987654 1000 100";
+        assert_eq!(parse_stat(stat), Some(('S', 987_654)));
+        assert_eq!(parse_stat("1 (x) Z 0"), None);
+    }
+
+    #[test]
+    fn this_process_is_running_and_a_changed_start_time_means_exited() {
+        let me = std::process::id();
+        let start = start_time(me);
+        assert!(start.is_some());
+        assert!(!has_exited(me, start));
+        assert!(has_exited(me, start.map(|s| s + 1)), "a reused pid");
+        assert!(has_exited(1 << 23, None), "no such pid");
+    }
+}

@@ -509,6 +509,27 @@ mod tests {
     }
 
     #[test]
+    fn processes_mapping_one_file_share_its_parsed_sections() {
+        let f = &fixtures()[0];
+        let mut u = Unwinders::with_resolver(fixture_path);
+        let sample = Sample {
+            ip: f.ip,
+            sp: f.sp,
+            bp: f.bp,
+            stack: &f.stack,
+        };
+        let first = u.unwind(1, &f.maps, &sample);
+        let second = u.unwind(2, &f.maps, &sample);
+        assert_eq!(first, second);
+        // Only the fixture binary exists here (its libc does not).
+        assert_eq!(u.held(), (2, 1), "two unwinders, one parsed file");
+        u.invalidate(1);
+        u.invalidate(2);
+        u.evict_unused();
+        assert_eq!(u.held(), (0, 1), "kept a while for the next process");
+    }
+
+    #[test]
     fn load_bias_matches_page_aligned_segments_as_lld_lays_them_out() {
         // rust-lld: text at file offset 0x14500, vaddr 0x15500, mapped from
         // file offset 0x14000 (which the first segment also contains).
