@@ -3,7 +3,8 @@
 //! bytes, and normalized while the process is alive).
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -22,8 +23,10 @@ use crate::{
 /// An interned stack: the process it belongs to and its frames, leaf first.
 pub struct Stack {
     pub pid: u32,
-    /// None when the stack could not be captured.
-    pub frames: Option<Vec<NormFrame>>,
+    /// None when the stack could not be captured. Shared by every stack
+    /// with these frames: the same code path in many processes of one
+    /// program is kept once.
+    pub frames: Option<Arc<[NormFrame]>>,
     /// The walk stopped before the root (DWARF mode only).
     pub truncated: bool,
 }
@@ -36,6 +39,8 @@ pub struct StackTable {
     by_id: HashMap<(u32, i32), StackHandle>,
     /// DWARF mode: the unwound addresses per process.
     by_addrs: HashMap<(u32, Vec<u64>, bool), StackHandle>,
+    /// Every distinct frame list once.
+    frame_lists: HashSet<Arc<[NormFrame]>>,
 }
 
 impl StackTable {
@@ -44,10 +49,16 @@ impl StackTable {
     }
 
     pub fn all_frames(&self) -> impl Iterator<Item = &NormFrame> {
-        self.stacks
-            .iter()
-            .filter_map(|s| s.frames.as_ref())
-            .flatten()
+        self.frame_lists.iter().flat_map(|f| f.iter())
+    }
+
+    fn intern_frames(&mut self, frames: Vec<NormFrame>) -> Arc<[NormFrame]> {
+        if let Some(known) = self.frame_lists.get(frames.as_slice()) {
+            return known.clone();
+        }
+        let frames: Arc<[NormFrame]> = frames.into();
+        self.frame_lists.insert(frames.clone());
+        frames
     }
 
     /// Process `pid` has a new image (or exited): its addresses mean other
@@ -169,8 +180,12 @@ impl Collector {
     /// What their interned stacks need (the objects) stays.
     pub fn reap_exited(&mut self) {
         self.state.last_reap = Instant::now();
-        let gone: Vec<u32> = self
-            .state
+        // Processes the scope read maps for that sent no event yet.
+        let state = &mut self.state;
+        for pid in state.modules.pids() {
+            state.tracked.entry(pid).or_insert_with(|| start_time(pid));
+        }
+        let gone: Vec<u32> = state
             .tracked
             .iter()
             .filter(|(&pid, &start)| has_exited(pid, start))
@@ -304,6 +319,7 @@ impl State {
                 .ok()
                 .map(|st| st.frames().iter().map(|f| f.ip).collect::<Vec<_>>())
                 .map(|ips| self.modules.normalize(pid, &ips))
+                .map(|frames| self.stacks.intern_frames(frames))
         };
         let h = self.stacks.push(Stack {
             pid,
@@ -354,6 +370,7 @@ impl State {
             return h;
         }
         let frames = self.modules.normalize(pid, &key.1);
+        let frames = self.stacks.intern_frames(frames);
         let h = self.stacks.push(Stack {
             pid,
             frames: Some(frames),

@@ -117,8 +117,19 @@ impl Modules {
         true
     }
 
+    /// The maps could not be read: the process is gone (or going). Later
+    /// samples of it do not try again before MIN_REREAD_INTERVAL.
     fn note_unread(&mut self, pid: u32) {
         self.unread.insert(pid);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.last_read = Some(Instant::now());
+            p.quick_reads = QUICK_READS;
+        }
+    }
+
+    /// Every process with maps kept here.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
     }
 
     /// Processes whose maps could not be read (again) because they had
