@@ -94,9 +94,16 @@ impl Hooks {
         program: Result<Program, TraceError>,
         attach_pid: Option<u32>,
     ) {
-        let result = program
+        let mut result = program
             .map_err(anyhow::Error::from)
             .and_then(|p| self.hook(loaded, &p, Some(pid), attach_pid));
+        if result.is_err() && !crate::collector::process_exited(pid) {
+            // Met while its loader was still mapping its libraries (a new
+            // process under --binary): what the loader will load counts.
+            result = Program::just_executed(pid)
+                .map_err(anyhow::Error::from)
+                .and_then(|p| self.hook(loaded, &p, Some(pid), attach_pid));
+        }
         if let Err(e) = result {
             // A process gone while its maps were read looks like one that
             // loads no allocator: that is no failure to report.
