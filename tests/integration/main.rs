@@ -18,4 +18,5 @@ mod rjem;
 mod sampling;
 mod scopes;
 mod sites;
+mod soak;
 mod unwind;

@@ -2,7 +2,11 @@
 //! interns call stacks (read from the stack map or unwound from copied stack
 //! bytes, and normalized while the process is alive).
 
-use std::collections::HashMap;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use aya::maps::{MapData, PerCpuArray, RingBuf, StackTraceMap};
 use tracer_common::{
@@ -25,8 +29,10 @@ const PURGE_PER_DRAIN: usize = 4096;
 /// An interned stack: the process it belongs to and its frames, leaf first.
 pub struct Stack {
     pub pid: u32,
-    /// None when the stack could not be captured.
-    pub frames: Option<Vec<NormFrame>>,
+    /// None when the stack could not be captured. Shared by every stack
+    /// with these frames: the same code path in many processes of one
+    /// program is kept once.
+    pub frames: Option<Arc<[NormFrame]>>,
     /// The walk stopped before the root (DWARF mode only).
     pub truncated: bool,
 }
@@ -39,6 +45,8 @@ pub struct StackTable {
     by_id: HashMap<(u32, i32), StackHandle>,
     /// DWARF mode: the unwound addresses per process.
     by_addrs: HashMap<(u32, Vec<u64>, bool), StackHandle>,
+    /// Every distinct frame list once.
+    frame_lists: HashSet<Arc<[NormFrame]>>,
 }
 
 impl StackTable {
@@ -47,14 +55,21 @@ impl StackTable {
     }
 
     pub fn all_frames(&self) -> impl Iterator<Item = &NormFrame> {
-        self.stacks
-            .iter()
-            .filter_map(|s| s.frames.as_ref())
-            .flatten()
+        self.frame_lists.iter().flat_map(|f| f.iter())
     }
 
-    /// Process `pid` has a new image: its addresses mean other code now.
-    /// Interned stacks stay (the heap refers to them) but are not reused.
+    fn intern_frames(&mut self, frames: Vec<NormFrame>) -> Arc<[NormFrame]> {
+        if let Some(known) = self.frame_lists.get(frames.as_slice()) {
+            return known.clone();
+        }
+        let frames: Arc<[NormFrame]> = frames.into();
+        self.frame_lists.insert(frames.clone());
+        frames
+    }
+
+    /// Process `pid` has a new image (or exited): its addresses mean other
+    /// code now. Interned stacks stay (the heap refers to them) but are not
+    /// reused.
     fn forget_process(&mut self, pid: u32) {
         self.by_id.retain(|k, _| k.0 != pid);
         self.by_addrs.retain(|k, _| k.0 != pid);
@@ -95,6 +110,10 @@ pub struct State {
     pub process_changes: Vec<ProcessChange>,
     /// The maps generation each process's unwinder was last rebuilt for.
     unwinder_maps: HashMap<u32, u64>,
+    /// Every process with state here, with its start time (/proc/PID/stat
+    /// field 22) when first seen: a pid reused by a newer process differs.
+    tracked: HashMap<u32, Option<u64>>,
+    last_reap: Instant,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
     /// with its unwound addresses as a JSON line (unwinder test fixtures).
     sample_log: Option<std::io::BufWriter<std::fs::File>>,
@@ -129,6 +148,8 @@ impl Collector {
                 execs: Vec::new(),
                 process_changes: Vec::new(),
                 unwinder_maps: HashMap::new(),
+                tracked: HashMap::new(),
+                last_reap: Instant::now(),
                 sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                     .and_then(|path| std::fs::File::create(path).ok())
                     .map(std::io::BufWriter::new),
@@ -151,8 +172,18 @@ impl Collector {
         self.drain();
     }
 
-    /// Processes every event that is in the ring buffer now. Returns how many.
+    /// Processes every event that is in the ring buffer now. Returns how
+    /// many. About once a second, also drops what is kept for processes
+    /// that exited.
     pub fn drain(&mut self) -> usize {
+        let n = self.drain_events();
+        if self.state.last_reap.elapsed() >= REAP_INTERVAL {
+            self.reap_exited();
+        }
+        n
+    }
+
+    fn drain_events(&mut self) -> usize {
         let Collector { events, state } = self;
         let mut n = 0;
         while let Some(item) = events.next() {
@@ -162,6 +193,68 @@ impl Collector {
         state.purge();
         n
     }
+
+    /// Drops the maps, unwinder and stack-lookup tables of processes that
+    /// exited. Their events were all submitted before they exited, so
+    /// before this looked: the drain here handles the last of them first.
+    /// What their interned stacks need (the objects) stays.
+    pub fn reap_exited(&mut self) {
+        self.state.last_reap = Instant::now();
+        // Processes the scope read maps for that sent no event yet.
+        let state = &mut self.state;
+        for pid in state.modules.pids() {
+            state.tracked.entry(pid).or_insert_with(|| start_time(pid));
+        }
+        let gone: Vec<u32> = state
+            .tracked
+            .iter()
+            .filter(|(&pid, &start)| has_exited(pid, start))
+            .map(|(&pid, _)| pid)
+            .collect();
+        if !gone.is_empty() {
+            self.drain_events();
+        }
+        for pid in gone {
+            self.state.drop_process(pid);
+        }
+        self.state.unwinders.evict_unused();
+    }
+}
+
+/// How often `drain` looks for processes that exited.
+const REAP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Whether process `pid` is gone, a zombie, or exiting (its memory
+/// released already: its maps read empty).
+pub fn process_exited(pid: u32) -> bool {
+    has_exited(pid, None)
+        || std::fs::read(format!("/proc/{pid}/maps")).map_or(true, |m| m.is_empty())
+}
+
+/// Gone, a zombie, or its pid now belongs to a process started later.
+fn has_exited(pid: u32, start: Option<u64>) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    match stat.as_deref().and_then(parse_stat) {
+        Some((state, now)) => matches!(state, 'Z' | 'X') || start.is_some_and(|t| t != now),
+        None => true,
+    }
+}
+
+/// /proc/PID/stat: the state letter and the start time (field 22, clock
+/// ticks since boot). The command name (field 2) may hold anything, spaces
+/// and ')' included: fields are counted after its last ')'.
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // `state` is field 3: the start time is 19 fields further on.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat).map(|(_, start)| start)
 }
 
 impl State {
@@ -170,6 +263,9 @@ impl State {
             self.malformed_events += 1;
             return;
         };
+        self.tracked
+            .entry(ev.pid)
+            .or_insert_with(|| start_time(ev.pid));
         match ev.kind {
             EVENT_ALLOC => {
                 let stack = self.intern_stack_id(ev.pid, ev.stack_id);
@@ -199,6 +295,11 @@ impl State {
                 self.stacks.forget_process(ev.pid);
                 self.unwinders.invalidate(ev.pid);
                 self.modules.forget(ev.pid);
+                // Now, not at its first allocation: a short-lived process
+                // may be gone by then. The EXEC event wakes us at once; the
+                // program and its loader are mapped, the libraries follow
+                // (read again when an address falls outside these).
+                self.modules.refresh_now(ev.pid);
                 let comm = tracer_common::exec_comm(&ev);
                 let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
                 let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
@@ -225,6 +326,8 @@ impl State {
                 self.stale_live
                     .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
                 self.process_changes.push(ProcessChange::Exited { pid });
+                // Its events all came before this one.
+                self.drop_process(pid);
             }
             _ => self.malformed_events += 1,
         }
@@ -261,6 +364,15 @@ impl State {
         }
     }
 
+    /// Process `pid` exited and its events are handled.
+    fn drop_process(&mut self, pid: u32) {
+        self.tracked.remove(&pid);
+        self.stacks.forget_process(pid);
+        self.unwinders.invalidate(pid);
+        self.unwinder_maps.remove(&pid);
+        self.modules.drop_process(pid);
+    }
+
     fn record(&mut self, ev: &Event, stack: StackHandle) {
         self.processes
             .entry(ev.pid)
@@ -282,6 +394,7 @@ impl State {
                 .ok()
                 .map(|st| st.frames().iter().map(|f| f.ip).collect::<Vec<_>>())
                 .map(|ips| self.modules.normalize(pid, &ips))
+                .map(|frames| self.stacks.intern_frames(frames))
         };
         let h = self.stacks.push(Stack {
             pid,
@@ -292,24 +405,38 @@ impl State {
         h
     }
 
+    /// Unwinds with the process's unwinder, rebuilt first if its maps were
+    /// read since it was built.
+    fn unwind(&mut self, pid: u32, sample: &Sample<'_>) -> crate::unwind::Unwound {
+        let now = self.modules.generation(pid);
+        if self.unwinder_maps.insert(pid, now) != Some(now) {
+            self.unwinders.invalidate(pid);
+        }
+        self.unwinders.unwind(pid, self.modules.maps(pid), sample)
+    }
+
     fn intern_sample(&mut self, pid: u32, sample: &Sample<'_>) -> StackHandle {
         if sample.stack.is_empty() {
             return self.intern_stack_id(pid, -1);
         }
         // A library loaded since the maps were read (dlopen): read them
-        // again; one mapped since the unwinder was built: rebuild it.
+        // again. Maps read since the unwinder was built (the first read of
+        // a new process may predate its libraries): rebuild it.
         if !self.modules.covers(pid, sample.ip) {
-            if self.modules.refresh(pid) {
-                self.unwinders.invalidate(pid);
-            }
-        } else if !self.unwinders.covers(pid, sample.ip) {
-            let now = self.modules.generation(pid);
-            if self.unwinder_maps.insert(pid, now) != Some(now) {
-                self.unwinders.invalidate(pid);
+            self.modules.refresh(pid);
+        }
+        let mut unwound = self.unwind(pid, sample);
+        // The walk stopped early: maybe at a library mapped since the maps
+        // were read (a new process's first read may catch its loader half
+        // way). Read them again (rate-limited) and, if they changed, walk
+        // again.
+        if unwound.truncated {
+            let before = self.modules.generation(pid);
+            if self.modules.refresh(pid) && self.modules.generation(pid) != before {
+                unwound = self.unwind(pid, sample);
             }
         }
         let maps = self.modules.maps(pid);
-        let unwound = self.unwinders.unwind(pid, maps, sample);
         if let Some(out) = &mut self.sample_log {
             crate::unwind::record_sample(out, maps, sample, &unwound);
         }
@@ -318,6 +445,7 @@ impl State {
             return h;
         }
         let frames = self.modules.normalize(pid, &key.1);
+        let frames = self.stacks.intern_frames(frames);
         let h = self.stacks.push(Stack {
             pid,
             frames: Some(frames),
@@ -363,5 +491,28 @@ pub fn read_losses(counters: &PerCpuArray<MapData, u64>) -> Losses {
         inflight_full: read(counter::INFLIGHT_FULL),
         read_failed: read(counter::READ_FAILED),
         stale_inflight: read(counter::STALE_INFLIGHT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_start_time_is_field_22_even_with_spaces_and_parens_in_the_name() {
+        let stat = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 \
+                    987654 1000 100";
+        assert_eq!(parse_stat(stat), Some(('S', 987_654)));
+        assert_eq!(parse_stat("1 (x) Z 0"), None);
+    }
+
+    #[test]
+    fn this_process_is_running_and_a_changed_start_time_means_exited() {
+        let me = std::process::id();
+        let start = start_time(me);
+        assert!(start.is_some());
+        assert!(!has_exited(me, start));
+        assert!(has_exited(me, start.map(|s| s + 1)), "a reused pid");
+        assert!(has_exited(1 << 23, None), "no such pid");
     }
 }

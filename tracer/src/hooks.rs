@@ -26,6 +26,8 @@ pub struct Hooks {
     pub per_process: BTreeMap<u32, Vec<ProcessAllocator>>,
     /// Processes whose objects could not be attached: (pid, why).
     pub failures: Vec<(u32, String)>,
+    /// Processes that exited before they could be inspected (not failures).
+    pub vanished: Vec<u32>,
     /// Say on stderr when an object is hooked (once the trace runs).
     pub announce: bool,
     /// --verbose: also say what each process met during the trace uses.
@@ -43,6 +45,7 @@ impl Hooks {
             objects: Vec::new(),
             per_process: BTreeMap::new(),
             failures: Vec::new(),
+            vanished: Vec::new(),
             announce: false,
             verbose: false,
         }
@@ -91,11 +94,24 @@ impl Hooks {
         program: Result<Program, TraceError>,
         attach_pid: Option<u32>,
     ) {
-        let result = program
+        let mut result = program
             .map_err(anyhow::Error::from)
             .and_then(|p| self.hook(loaded, &p, Some(pid), attach_pid));
+        if result.is_err() && !crate::collector::process_exited(pid) {
+            // Met while its loader was still mapping its libraries (a new
+            // process under --binary): what the loader will load counts.
+            result = Program::just_executed(pid)
+                .map_err(anyhow::Error::from)
+                .and_then(|p| self.hook(loaded, &p, Some(pid), attach_pid));
+        }
         if let Err(e) = result {
-            self.failures.push((pid, format!("{e:#}")));
+            // A process gone while its maps were read looks like one that
+            // loads no allocator: that is no failure to report.
+            if crate::collector::process_exited(pid) {
+                self.vanished.push(pid);
+            } else {
+                self.failures.push((pid, format!("{e:#}")));
+            }
         }
     }
 

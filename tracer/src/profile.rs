@@ -32,12 +32,26 @@ pub struct Meta {
 pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
     let state = &collector.state;
     let names = Names::resolve(&state.modules, state.stacks.all_frames());
+    let unread = state.modules.unread();
+    let mut unnamed = Unnamed::default();
     let mut stacks: Vec<StackReport> = state
         .heap
         .stacks()
         .filter(|(_, c)| c.alloc_objects > 0)
         .filter_map(|(h, counts)| {
             let stack = state.stacks.get(h)?;
+            // Addresses outside the maps read before the process exited
+            // have no module: not a stack-depth problem.
+            let exited_early = unread.contains(&stack.pid)
+                && stack
+                    .frames
+                    .as_ref()
+                    .is_some_and(|f| f.iter().any(|f| f.module.is_none()));
+            if exited_early {
+                unnamed.stacks += 1;
+                unnamed.pids.insert(stack.pid);
+                unnamed.truncated += u64::from(stack.truncated);
+            }
             let frames = match &stack.frames {
                 Some(frames) => frames.iter().flat_map(|f| names.get(f)).collect(),
                 None => vec![stack_lost_frame()],
@@ -61,7 +75,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
         alloc_bytes: t.alloc_bytes + s.counts.alloc_bytes,
         alloc_objects: t.alloc_objects + s.counts.alloc_objects,
     });
-    let notes = notes(&meta, collector, &losses, &stacks);
+    let notes = notes(&meta, collector, &losses, &stacks, &unnamed);
     Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),
@@ -76,6 +90,19 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
         notes,
     }
 }
+
+/// Stacks of processes that exited before their maps could be read (in
+/// full): their addresses outside the maps read have no names.
+#[derive(Default)]
+struct Unnamed {
+    stacks: u64,
+    /// Of those, marked truncated (the unwinder had no module to go on).
+    truncated: u64,
+    pids: std::collections::BTreeSet<u32>,
+}
+
+/// More processes than this that exited get one note, not one each.
+const EXITED_NOTES_MAX: usize = 3;
 
 fn frame_key(s: &StackReport) -> Vec<(&str, u64)> {
     s.frames
@@ -97,6 +124,7 @@ fn notes(
     collector: &Collector,
     losses: &Losses,
     stacks: &[StackReport],
+    unnamed: &Unnamed,
 ) -> Vec<String> {
     let mut notes: Vec<String> = meta
         .allocators
@@ -104,11 +132,29 @@ fn notes(
         .map(|a| format!("allocator hooked: {a}"))
         .collect();
     notes.extend(meta.scope_notes.iter().cloned());
-    for p in meta.processes.iter().filter(|p| p.exited) {
+    let exited: Vec<_> = meta.processes.iter().filter(|p| p.exited).collect();
+    if exited.len() > EXITED_NOTES_MAX {
         notes.push(format!(
-            "process {} {} during the trace: in-use numbers are what it had not freed when it exited",
-            p.pid,
-            p.exit_status.as_deref().unwrap_or("exited")
+            "{} processes exited during the trace: in-use numbers are what each had not freed \
+             when it exited",
+            exited.len()
+        ));
+    } else {
+        for p in exited {
+            notes.push(format!(
+                "process {} {} during the trace: in-use numbers are what it had not freed when it exited",
+                p.pid,
+                p.exit_status.as_deref().unwrap_or("exited")
+            ));
+        }
+    }
+    if unnamed.stacks > 0 {
+        notes.push(format!(
+            "{} stacks of {} processes have frames shown as [unknown] address: the processes \
+             exited before the tracer could read their memory maps (they lived a few \
+             milliseconds); a command started by memtrace-bpf is held at its exit and keeps them",
+            unnamed.stacks,
+            unnamed.pids.len()
         ));
     }
     if let Some(why) = &meta.session_error {
@@ -148,7 +194,8 @@ fn notes(
                 .into(),
         ),
         UnwindMode::Dwarf => {
-            let cut = stacks.iter().filter(|s| s.truncated).count();
+            let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
+                .saturating_sub(unnamed.truncated);
             if cut > 0 {
                 notes.push(format!(
                     "{cut} stacks end early, marked [truncated]: deeper than the {} bytes \

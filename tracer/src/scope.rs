@@ -209,8 +209,11 @@ impl Scope {
                 left,
                 gone,
             } => {
-                let runs_it =
-                    std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == *path);
+                // Gone already (a short-lived process): it did not leave.
+                let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
+                    return;
+                };
+                let runs_it = exe == *path;
                 if runs_it {
                     // New, or back after running something else, or a new
                     // process with the pid of one that exited.

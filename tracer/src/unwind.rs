@@ -1,12 +1,17 @@
 //! DWARF unwinding of copied user stacks (framehop), for binaries without
 //! frame pointers. One framehop unwinder per process, built from the files
-//! it maps; each file's unwind sections are parsed once and shared.
+//! it maps and dropped when the process exits; each file's unwind sections
+//! are parsed once, shared by every process that maps the file (keyed by
+//! device and inode, not by path), and dropped a while after the last
+//! process that maps it is gone.
 
 use std::{
     collections::HashMap,
     ops::Range,
+    os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use framehop::{
@@ -95,6 +100,8 @@ struct ProcessUnwinder {
     cache: CacheX86_64,
     /// Executable mappings of the files the unwinder has modules for.
     covered: Vec<Range<u64>>,
+    /// The parsed files it uses: held here so the cache sees them in use.
+    _files: Vec<Arc<Sections>>,
 }
 
 /// The caller's registers at the allocator's return and its stack bytes.
@@ -163,9 +170,23 @@ impl UnwindStats {
 /// Where the file a process maps at a path is found from here.
 pub type Resolver = fn(u32, &str) -> PathBuf;
 
+/// A parsed file no unwinder uses any more is kept this long, so that a
+/// program run again and again (a shell loop) is not parsed each time.
+const UNUSED_FILE_TTL: Duration = Duration::from_secs(10);
+
+/// Which file: (device, inode), the same through every path and mount
+/// namespace it is seen from.
+type FileKey = (u64, u64);
+
+struct CachedFile {
+    /// None when the file is not ELF or could not be parsed.
+    sections: Option<Arc<Sections>>,
+    /// When an unwinder last took it.
+    used: Instant,
+}
+
 pub struct Unwinders {
-    /// Keyed by the path as seen from here (/proc/PID/root/...).
-    files: HashMap<PathBuf, Option<Arc<Sections>>>,
+    files: HashMap<FileKey, CachedFile>,
     procs: HashMap<u32, ProcessUnwinder>,
     resolve: Resolver,
     pub stats: UnwindStats,
@@ -188,16 +209,26 @@ impl Unwinders {
     }
 
     /// Forgets a process's unwinder so the next sample rebuilds it from
-    /// fresh maps (after a dlopen).
+    /// fresh maps (after a dlopen, an exec, or its exit).
     pub fn invalidate(&mut self, pid: u32) {
         self.procs.remove(&pid);
     }
 
-    /// Whether `addr` lies in a module the process's unwinder knows.
-    pub fn covers(&self, pid: u32, addr: u64) -> bool {
-        self.procs
-            .get(&pid)
-            .is_some_and(|p| p.covered.iter().any(|r| r.contains(&addr)))
+    /// Drops parsed files that no process's unwinder holds and none took
+    /// for UNUSED_FILE_TTL.
+    pub fn evict_unused(&mut self) {
+        self.files.retain(|_, f| {
+            let in_use = f
+                .sections
+                .as_ref()
+                .is_some_and(|s| Arc::strong_count(s) > 1);
+            in_use || f.used.elapsed() < UNUSED_FILE_TTL
+        });
+    }
+
+    /// How many processes and parsed files are held (for tests, --verbose).
+    pub fn held(&self) -> (usize, usize) {
+        (self.procs.len(), self.files.len())
     }
 
     pub fn unwind(&mut self, pid: u32, maps: &[Mapping], sample: &Sample<'_>) -> Unwound {
@@ -230,6 +261,7 @@ impl Unwinders {
     fn build(&mut self, pid: u32, maps: &[Mapping]) -> ProcessUnwinder {
         let mut unwinder = UnwinderX86_64::new();
         let mut covered = Vec::new();
+        let mut files = Vec::new();
         let mut by_path: HashMap<&str, Vec<&Mapping>> = HashMap::new();
         for m in maps {
             by_path.entry(m.path.as_str()).or_default().push(m);
@@ -252,6 +284,7 @@ impl Unwinders {
                 bias,
                 sections.module_info(),
             ));
+            files.push(sections.clone());
             // Return addresses must point into code: a data mapping of the
             // same file does not make a garbage value a frame.
             covered.extend(
@@ -265,15 +298,22 @@ impl Unwinders {
             unwinder,
             cache: CacheX86_64::new(),
             covered,
+            _files: files,
         }
     }
 
     fn sections(&mut self, pid: u32, path: &str) -> Option<Arc<Sections>> {
         let host = (self.resolve)(pid, path);
-        self.files
-            .entry(host)
-            .or_insert_with_key(|host| read_sections(host))
-            .clone()
+        let meta = std::fs::metadata(&host).ok()?;
+        let file = self
+            .files
+            .entry((meta.dev(), meta.ino()))
+            .or_insert_with(|| CachedFile {
+                sections: read_sections(&host),
+                used: Instant::now(),
+            });
+        file.used = Instant::now();
+        file.sections.clone()
     }
 }
 
@@ -466,6 +506,27 @@ mod tests {
             // The next frame returns into libc, which the fixture lacks.
             assert!(got.addrs.len() >= 4, "{:x?}", got.addrs);
         }
+    }
+
+    #[test]
+    fn processes_mapping_one_file_share_its_parsed_sections() {
+        let f = &fixtures()[0];
+        let mut u = Unwinders::with_resolver(fixture_path);
+        let sample = Sample {
+            ip: f.ip,
+            sp: f.sp,
+            bp: f.bp,
+            stack: &f.stack,
+        };
+        let first = u.unwind(1, &f.maps, &sample);
+        let second = u.unwind(2, &f.maps, &sample);
+        assert_eq!(first, second);
+        // Only the fixture binary exists here (its libc does not).
+        assert_eq!(u.held(), (2, 1), "two unwinders, one parsed file");
+        u.invalidate(1);
+        u.invalidate(2);
+        u.evict_unused();
+        assert_eq!(u.held(), (0, 1), "kept a while for the next process");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `cargo xtask`: orchestration for memtrace-bpf (setup, build, test, demo,
-//! bench, bench-redis, fuzz).
+//! bench, bench-redis, fuzz, soak).
 //!
 //! The BPF object is built by tracer/build.rs (aya-build) during an ordinary
 //! `cargo build`; nothing here builds it a second time.
@@ -10,6 +10,7 @@ mod cmd;
 mod demo;
 mod fuzz;
 mod setup;
+mod soak;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
@@ -52,6 +53,9 @@ enum Task {
         #[arg(long)]
         target: Option<String>,
     },
+    /// The tracer's RSS over thousands of short-lived python3.11 runs
+    /// (--binary and system-wide); fails if it grows past a bound.
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> Result<()> {
@@ -70,6 +74,7 @@ fn main() -> Result<()> {
             setup::run()?;
             fuzz::run(seconds, target.as_deref())
         }
+        Task::Soak(args) => soak::run(&args),
     }
 }
 
