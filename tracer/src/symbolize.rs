@@ -5,7 +5,7 @@ use std::{
     collections::HashMap,
     fs::File,
     os::{fd::AsRawFd, unix::fs::MetadataExt as _},
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -399,23 +399,23 @@ impl Names {
         let symbolizer = Symbolizer::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
-            .enable_demangling(true)
+            .enable_demangling(false)
             .build();
         let mut names = HashMap::new();
         for (module, mut offsets) in by_module {
             offsets.sort_unstable();
             offsets.dedup();
+            let module_path = module.map_or("[unknown]", |m| modules.path(m));
             let resolved = module
-                .and_then(|m| symbolize_module(&symbolizer, modules, m, &offsets))
+                .and_then(|m| modules.open_path(m))
+                .map(|path| resolve_file(&symbolizer, &path, module_path, &offsets))
                 .unwrap_or_default();
             for (i, &offset) in offsets.iter().enumerate() {
-                let nf = NormFrame { module, offset };
-                let module_path = module.map_or("[unknown]", |m| modules.path(m));
-                let frames = match resolved.get(i) {
-                    Some(Symbolized::Sym(sym)) => expand(sym, module_path, offset),
-                    _ => vec![unknown(module_path, offset)],
-                };
-                names.insert(nf, frames);
+                let frames = resolved
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| vec![unknown(module_path, offset)]);
+                names.insert(NormFrame { module, offset }, frames);
             }
         }
         Names { names }
@@ -427,15 +427,48 @@ impl Names {
     }
 }
 
-fn symbolize_module<'s>(
-    symbolizer: &'s Symbolizer,
-    modules: &Modules,
-    module: u32,
+/// The frames of each file offset in the ELF file at `path`, innermost
+/// first (empty on errors: an unreadable file or not ELF degrade to
+/// [unknown] frames).
+fn resolve_file(
+    symbolizer: &Symbolizer,
+    path: &Path,
+    module_path: &str,
     offsets: &[u64],
-) -> Option<Vec<Symbolized<'s>>> {
-    let src = Source::Elf(Elf::new(modules.open_path(module)?));
-    // Errors (unreadable file, not ELF) degrade to [unknown] frames.
-    symbolizer.symbolize(&src, Input::FileOffset(offsets)).ok()
+) -> Vec<Vec<Frame>> {
+    let src = Source::Elf(Elf::new(path));
+    let Ok(resolved) = symbolizer.symbolize(&src, Input::FileOffset(offsets)) else {
+        return Vec::new();
+    };
+    resolved
+        .iter()
+        .zip(offsets)
+        .map(|(r, &offset)| match r {
+            Symbolized::Sym(sym) => expand(sym, module_path, offset),
+            _ => vec![unknown(module_path, offset)],
+        })
+        .collect()
+}
+
+/// Demangles Rust and C++ symbol names. Only names that are mangled are
+/// tried: blazesym 0.2.7 hands every name of unknown language to the C++
+/// demangler, which reads a C function `a` as the type code for `signed
+/// char` (and `b` as `bool`, `f` as `float`...), so its demangling is off.
+fn demangle(name: &str) -> String {
+    if name.starts_with("_R") || name.starts_with("_ZN") {
+        if let Ok(d) = rustc_demangle::try_demangle(name) {
+            return format!("{d:#}");
+        }
+    }
+    if name.starts_with("_Z") {
+        if let Some(d) = cpp_demangle::Symbol::new(name)
+            .ok()
+            .and_then(|s| s.demangle().ok())
+        {
+            return d;
+        }
+    }
+    name.to_string()
 }
 
 fn unknown(module: &str, offset: u64) -> Frame {
@@ -451,7 +484,7 @@ fn unknown(module: &str, offset: u64) -> Frame {
 /// (leaf first). Each frame carries the source location inside itself.
 fn expand(sym: &blazesym::symbolize::Sym<'_>, module: &str, offset: u64) -> Vec<Frame> {
     let frame = |name: &str, info: Option<&blazesym::symbolize::CodeInfo<'_>>, inlined| Frame {
-        function: name.to_string(),
+        function: demangle(name),
         module: module.to_string(),
         offset,
         file: info.map(|i| i.to_path().display().to_string()),
@@ -471,6 +504,68 @@ fn expand(sym: &blazesym::symbolize::Sym<'_>, module: &str, offset: u64) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_letter_c_function_names_are_not_demangled_as_types() {
+        // blazesym's demangling turned the C function `a` into "signed
+        // char" and `b` into "bool" (Itanium type codes).
+        let dir = std::env::temp_dir().join(format!("memtrace-short-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let src = dir.join("short.c");
+        std::fs::write(
+            &src,
+            "#include <stdlib.h>\nvoid *volatile k; signed char sc; _Bool bo;\n\
+             __attribute__((noinline)) void a(int n) { k = malloc(n); sc = n; }\n\
+             __attribute__((noinline)) void b(int n) { a(n); k = 0; bo = n; }\n\
+             __attribute__((noinline)) void long_name(int n) { b(n); k = 0; }\n\
+             int main(int c, char **v) { long_name(c); (void)v; return 0; }\n",
+        )
+        .expect("write");
+        let bin = dir.join("short");
+        let ok = std::process::Command::new("cc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .expect("cc (cargo xtask setup installs it)");
+        assert!(ok.success());
+        let data = std::fs::read(&bin).expect("read");
+        let file = object::File::parse(&*data).expect("ELF");
+        let offsets: Vec<u64> = ["a", "b", "long_name"]
+            .iter()
+            .map(|n| {
+                use object::{Object as _, ObjectSymbol as _};
+                let sym = file.symbols().find(|s| s.name() == Ok(n)).expect("symbol");
+                crate::allocators::vaddr_to_file_offset(&file, sym.address()).expect("offset")
+            })
+            .collect();
+        let symbolizer = Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(false)
+            .build();
+        let frames = resolve_file(&symbolizer, &bin, "short", &offsets);
+        let names: Vec<&str> = frames
+            .iter()
+            .map(|f| f.last().map_or("", |f| f.function.as_str()))
+            .collect();
+        assert_eq!(names, ["a", "b", "long_name"]);
+        assert!(frames[2].last().is_some_and(|f| f.line.is_some()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        assert_eq!(demangle("a"), "a");
+        assert_eq!(demangle("f"), "f");
+        assert_eq!(demangle("Pc"), "Pc");
+        assert_eq!(demangle("_Znwm"), "operator new(unsigned long)");
+        assert_eq!(
+            demangle("_ZN4core9panicking9panic_fmt17h5f1a6fd39197ad62E"),
+            "core::panicking::panic_fmt"
+        );
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+    }
 
     /// A pid that no process has (above the kernel's pid_max limit):
     /// files are then opened by their path.
