@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, PerCpuArray, RingBuf, StackTraceMap};
+use aya::maps::{MapData, PerCpuArray, StackTraceMap};
 use tracer_common::{
     counter, Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC,
     EVENT_EXIT, EVENT_FORK, EVENT_FREE,
@@ -18,6 +18,7 @@ use crate::{
     forks::ProcessChange,
     heap::{Heap, StackHandle},
     loader::EventMaps,
+    reader::Reader,
     report::Losses,
     symbolize::{Modules, NormFrame},
     unwind::{Sample, Unwinders},
@@ -120,19 +121,19 @@ pub struct State {
 }
 
 pub struct Collector {
-    events: RingBuf<MapData>,
+    events: Reader,
     pub state: State,
 }
 
 impl Collector {
-    pub fn new(maps: EventMaps, modules: Modules, sample_rate: u64) -> Self {
+    pub fn new(maps: EventMaps, modules: Modules, sample_rate: u64) -> anyhow::Result<Self> {
         let EventMaps {
             events,
             stacks: stack_map,
             live: live_map,
         } = maps;
-        Collector {
-            events,
+        Ok(Collector {
+            events: Reader::start(events)?,
             state: State {
                 stack_map,
                 live_map,
@@ -154,13 +155,12 @@ impl Collector {
                     .and_then(|path| std::fs::File::create(path).ok())
                     .map(std::io::BufWriter::new),
             },
-        }
+        })
     }
 
-    /// The ring buffer's fd: readable when BPF forces a wakeup.
+    /// Readable when the reader thread has queued events.
     pub fn events_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd as _;
-        self.events.as_raw_fd()
+        self.events.ready_fd()
     }
 
     /// Process `pid` is held at its exit: its maps are read now, the last
@@ -169,12 +169,19 @@ impl Collector {
         if self.state.modules.refresh_now(pid) {
             self.state.unwinders.invalidate(pid);
         }
-        self.drain();
+        self.drain_all();
     }
 
-    /// Processes every event that is in the ring buffer now. Returns how
-    /// many. About once a second, also drops what is kept for processes
-    /// that exited.
+    /// Handles every event submitted until now (at the end of a trace).
+    pub fn drain_all(&mut self) -> usize {
+        let Collector { events, state } = self;
+        let n = state.handle_batches(events.take_all());
+        state.purge();
+        n
+    }
+
+    /// Handles the events the reader has queued. Returns how many. About
+    /// once a second, also drops what is kept for processes that exited.
     pub fn drain(&mut self) -> usize {
         let n = self.drain_events();
         if self.state.last_reap.elapsed() >= REAP_INTERVAL {
@@ -185,11 +192,7 @@ impl Collector {
 
     fn drain_events(&mut self) -> usize {
         let Collector { events, state } = self;
-        let mut n = 0;
-        while let Some(item) = events.next() {
-            state.handle(&item);
-            n += 1;
-        }
+        let n = state.handle_batches(events.take());
         state.purge();
         n
     }
@@ -212,7 +215,7 @@ impl Collector {
             .map(|(&pid, _)| pid)
             .collect();
         if !gone.is_empty() {
-            self.drain_events();
+            self.drain_all();
         }
         for pid in gone {
             self.state.drop_process(pid);
@@ -258,6 +261,17 @@ fn start_time(pid: u32) -> Option<u64> {
 }
 
 impl State {
+    fn handle_batches(&mut self, batches: Vec<Vec<u8>>) -> usize {
+        let mut n = 0;
+        for batch in batches {
+            for item in crate::reader::events(&batch) {
+                self.handle(item);
+                n += 1;
+            }
+        }
+        n
+    }
+
     fn handle(&mut self, bytes: &[u8]) {
         let Some(ev) = read_pod::<Event>(bytes) else {
             self.malformed_events += 1;

@@ -15,6 +15,7 @@ pub mod loader;
 pub mod placement;
 pub mod preflight;
 pub mod profile;
+pub mod reader;
 pub mod report;
 pub mod sampling;
 pub mod scope;

@@ -133,7 +133,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         }
     );
 
-    let mut collector = Collector::new(maps, modules, cli.sample_rate);
+    let mut collector = Collector::new(maps, modules, cli.sample_rate)?;
     let end_reason = runtime.block_on(collect(
         &mut collector,
         &mut scope,
@@ -159,7 +159,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     // a moment to return, then everything they emitted is drained.
     loaded.stop()?;
     std::thread::sleep(STOP_GRACE);
-    collector.drain();
+    collector.drain_all();
     scope.service_child(|pid| collector.drain_exiting(pid));
     scope.on_process_changes(std::mem::take(&mut collector.state.process_changes));
     scope.let_go();
