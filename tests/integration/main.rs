@@ -6,6 +6,7 @@
 //! where they fail instead.
 
 mod allocators;
+mod buildup;
 mod errors;
 mod exec;
 mod forks;
