@@ -2,8 +2,7 @@
 //! detach, drain, report.
 
 use std::{
-    fs::File,
-    io::{BufWriter, Write},
+    io::Write,
     os::fd::AsRawFd,
     time::{Duration, Instant},
 };
@@ -18,10 +17,11 @@ use crate::{
     allocators::Choice,
     cli::{Cli, Format},
     collector::{read_losses, Collector},
+    escape,
     hooks::Hooks,
     loader::{self, Limits},
     profile::{self, Meta},
-    report,
+    report::{self, Output},
     scope::{Scope, Start},
     symbolize::Modules,
 };
@@ -34,6 +34,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 const STOP_GRACE: Duration = Duration::from_millis(20);
 
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
+    // Before anything is attached: an unwritable -o must not cost a trace.
+    let output = cli.output.as_deref().map(Output::prepare).transpose()?;
     crate::preflight::check()?;
     // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
     // are being attached, or just after, ends the trace with its report
@@ -82,7 +84,10 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     );
     scope.hook_initial(&mut loaded, &mut hooks)?;
     if let (Some(why), true) = (&loaded.session_error, cli.verbose) {
-        eprintln!("memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {why}");
+        eprintln!(
+            "memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {}",
+            escape::text(why)
+        );
     }
     scope.begin(cli, &mut loaded, &mut hooks, &mut modules)?;
     hooks.announce = true;
@@ -92,11 +97,17 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         for h in &hooks.lines {
             eprintln!(
                 "memtrace-bpf: {} at {}+{:#x}: {}; probes at {:#x}: {}",
-                h.function, h.module, h.offset, h.status, h.probe_offset, h.placement
+                escape::text(&h.function),
+                escape::text(&h.module),
+                h.offset,
+                escape::text(&h.status),
+                h.probe_offset,
+                escape::text(&h.placement)
             );
         }
     }
-    let hooked = hooks.objects.join(", ");
+    // Paths the traced processes chose: escaped for the terminal.
+    let hooked = escape::text(&hooks.objects.join(", ")).into_owned();
     if matches!(scope, Scope::SystemWide) {
         eprintln!(
             "memtrace-bpf: warning: tracing every process that uses {hooked}: each of them pays \
@@ -110,7 +121,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         .count();
     eprintln!(
         "memtrace-bpf: tracing {}: {functions} allocator functions hooked in {hooked}; {}",
-        scope.label(),
+        escape::text(&scope.label()),
         match cli.duration {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
             None => "press Ctrl-C to stop and report".to_string(),
@@ -170,7 +181,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         scope_notes,
     };
     let profile = profile::build(meta, &collector, losses);
-    write_report(cli, &profile)?;
+    write_report(cli, output.as_ref(), &profile)?;
     if profile.totals.alloc_objects == 0 {
         eprintln!(
             "memtrace-bpf: warning: no allocation through {hooked} was seen during the trace: \
@@ -186,9 +197,9 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         profile.totals.alloc_objects,
         profile.totals.inuse_objects,
         profile.totals.inuse_bytes,
-        cli.output
+        output
             .as_ref()
-            .map(|p| format!("; report written to {}", p.display()))
+            .map(|o| format!("; report written to {}", escape::path(o.path())))
             .unwrap_or_default()
     );
     Ok(())
@@ -284,21 +295,29 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-fn write_report(cli: &Cli, profile: &report::Profile) -> anyhow::Result<()> {
-    let mut out: Box<dyn Write> = match &cli.output {
-        Some(path) => {
-            Box::new(File::create(path).with_context(|| format!("creating {}", path.display()))?)
-        }
-        None => Box::new(std::io::stdout().lock()),
-    };
-    let mut w = BufWriter::new(&mut out);
+/// Renders the report in memory, then writes it to stdout or, atomically,
+/// to the `-o` file (which saves it elsewhere if that fails, and says so).
+fn write_report(
+    cli: &Cli,
+    output: Option<&Output>,
+    profile: &report::Profile,
+) -> anyhow::Result<()> {
+    let mut rendered = Vec::new();
     match cli.format {
-        Format::Text => report::write_text(profile, cli.top, &mut w)?,
-        Format::Json => report::write_json(profile, &mut w)?,
-        Format::Collapsed => report::write_collapsed(profile, cli.view, &mut w)?,
-        Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w)?,
+        Format::Text => report::write_text(profile, cli.top, &mut rendered)?,
+        Format::Json => report::write_json(profile, &mut rendered)?,
+        Format::Collapsed => report::write_collapsed(profile, cli.view, &mut rendered)?,
+        Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut rendered)?,
     }
-    w.flush().context("writing the report")?;
+    match output {
+        Some(output) => output.write(&rendered)?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&rendered)
+                .and_then(|()| out.flush())
+                .context("writing the report to stdout")?;
+        }
+    }
     if matches!(cli.format, Format::Collapsed | Format::Flamegraph) {
         // These formats have no place for them: the counters go to stderr.
         let mut err = std::io::stderr().lock();

@@ -6,11 +6,13 @@ use serde::Serialize;
 mod collapsed;
 mod flamegraph;
 mod json;
+mod output;
 mod text;
 
 pub use collapsed::write_collapsed;
 pub use flamegraph::write_flamegraph;
 pub use json::write_json;
+pub use output::Output;
 pub use text::{write_losses, write_text};
 
 #[cfg(test)]
