@@ -17,7 +17,8 @@
 //!   (bidirectional overrides and isolates, line and paragraph separators).
 //!
 //! Everything else, including non-ASCII letters, is kept as is. JSON output
-//! is exact instead: serde_json writes control characters as `\uNNNN`.
+//! is exact instead: every such character is a `\uNNNN` escape there (see
+//! report/json.rs), which a JSON parser turns back into the same string.
 
 use std::{borrow::Cow, fmt::Write as _, os::unix::ffi::OsStrExt as _, path::Path};
 
@@ -53,7 +54,13 @@ pub fn path(p: &Path) -> String {
 }
 
 fn needs_escape(c: char) -> bool {
-    c == '\\' || c.is_control() || is_invisible_format(c)
+    c == '\\' || is_hidden(c)
+}
+
+/// A character a terminal may obey or hide rather than show: controls
+/// (C0, DEL, C1) and the format characters below.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control() || is_invisible_format(c)
 }
 
 /// Characters that change how the text around them is displayed: the

@@ -120,8 +120,13 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         .filter(|h| h.status.starts_with("attached"))
         .count();
     eprintln!(
-        "memtrace-bpf: tracing {}: {functions} allocator functions hooked in {hooked}; {}",
+        "memtrace-bpf: tracing {}: {} hooked in {hooked}; {}",
         escape::text(&scope.label()),
+        report::counted(
+            functions as u64,
+            "allocator function",
+            "allocator functions"
+        ),
         match cli.duration {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
             None => "press Ctrl-C to stop and report".to_string(),
@@ -161,10 +166,14 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         ));
     }
     if collector.state.heap.dropped_by_exec > 0 {
+        let n = collector.state.heap.dropped_by_exec;
         scope_notes.push(format!(
-            "{} blocks still live when their process called exec were dropped from in-use \
-             (the new image does not have them)",
-            collector.state.heap.dropped_by_exec
+            "{} still live when {} process called exec {} dropped from in-use \
+             (the new image does not have {})",
+            report::counted(n, "block", "blocks"),
+            if n == 1 { "its" } else { "their" },
+            report::was(n),
+            if n == 1 { "it" } else { "them" },
         ));
     }
     let meta = Meta {
@@ -191,12 +200,12 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     // After the report: detaching takes seconds and changes nothing in it.
     loader::detach(loaded)?;
     eprintln!(
-        "memtrace-bpf: {} after {:.1} s: {} allocations recorded, {} still live ({} bytes){}",
+        "memtrace-bpf: {} after {:.1} s: {} recorded, {} still live ({}){}",
         profile.end_reason,
         profile.duration_secs,
-        profile.totals.alloc_objects,
+        report::counted(profile.totals.alloc_objects, "allocation", "allocations"),
         profile.totals.inuse_objects,
-        profile.totals.inuse_bytes,
+        report::counted(profile.totals.inuse_bytes, "byte", "bytes"),
         output
             .as_ref()
             .map(|o| format!("; report written to {}", escape::path(o.path())))

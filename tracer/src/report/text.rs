@@ -313,7 +313,8 @@ pub fn write_losses(losses: &Losses, w: &mut impl Write) -> io::Result<()> {
         0 => writeln!(w, "no events lost"),
         n => writeln!(
             w,
-            "WARNING: {n} events lost: the numbers above are incomplete"
+            "WARNING: {} lost: the numbers above are incomplete",
+            plural(n, "event")
         ),
     }
 }
