@@ -13,6 +13,7 @@ mod launch;
 mod lifecycle;
 mod redis;
 mod rjem;
+mod safety;
 mod sampling;
 mod scopes;
 mod sites;
