@@ -341,9 +341,9 @@ fn print_stats(collector: &Collector) {
     if u.stacks > 0 {
         let secs = u.nanos as f64 / 1e9;
         eprintln!(
-            "memtrace-bpf: unwound {} stacks ({} frames, {} truncated) in {:.1} ms: {:.0} stacks/s",
-            u.stacks,
-            u.frames,
+            "memtrace-bpf: unwound {} ({}, {} truncated) in {:.1} ms: {:.0} stacks/s",
+            report::counted(u.stacks, "stack", "stacks"),
+            report::counted(u.frames, "frame", "frames"),
             u.truncated,
             secs * 1e3,
             u.stacks as f64 / secs.max(1e-9)
