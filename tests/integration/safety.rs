@@ -75,12 +75,17 @@ fn assert_no_raw_controls(what: &str, out: &str) {
     );
 }
 
-/// Runs `-- PROGRAM ARGS` with `format`; returns (stdout, stderr).
+/// Traces PROGRAM ARGS wait (`--pid`, so that its command line is read
+/// while it runs) with `format`; returns (stdout, stderr).
 fn trace_hostile(program: &Path, format: &str) -> (String, String) {
-    let path = program.to_str().expect("UTF-8 path");
-    let mut args = vec!["--format", format, "--", path];
-    args.extend(HOSTILE_ARGS);
-    let out = Tracer::spawn(&args).finish();
+    let mut target_args = HOSTILE_ARGS.to_vec();
+    target_args.push("wait");
+    let mut target = Target::start(program, &target_args);
+    let pid = target.pid().to_string();
+    let tracer = Tracer::start(&["--format", format, "--pid", &pid]);
+    target.run_sites();
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
     assert!(out.status.success(), "tracer failed: {}", out.stderr);
     (out.stdout, out.stderr)
 }
@@ -102,7 +107,9 @@ fn hostile_names_are_escaped_in_text_and_collapsed_and_exact_in_json() {
         "symbol escaped:\n{text}"
     );
     assert!(
-        text.contains(&format!("{shown_path} \\x1b]0;pwned\\x07 arg\\nforged")),
+        text.contains(&format!(
+            "{shown_path} \\x1b]0;pwned\\x07 arg\\nforged wait"
+        )),
         "command line escaped:\n{text}"
     );
     assert!(
@@ -129,6 +136,7 @@ fn hostile_names_are_escaped_in_text_and_collapsed_and_exact_in_json() {
     let process = &report["processes"][0];
     let mut command = vec![program.to_str().expect("UTF-8 path")];
     command.extend(HOSTILE_ARGS);
+    command.push("wait");
     assert_eq!(process["command"], command.join(" "), "exact command line");
     assert_eq!(process["program"], command[0], "exact program path");
     let symbol = hostile_symbol();
