@@ -335,6 +335,17 @@ fn wait_timeout(child: &mut Child) -> ExitStatus {
     }
 }
 
+/// Held by each system-wide test for its whole run: concurrent system-wide
+/// tracers hook every process, each other included, and each attach and
+/// detach waits on the others (three at once took two minutes instead of
+/// ten seconds).
+pub fn system_wide_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that panicked while holding it leaves nothing to clean up.
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A scratch file path unique to `tag`.
 pub fn scratch(tag: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(tag)

@@ -16,6 +16,7 @@ mod lifecycle;
 mod privileges;
 mod redis;
 mod rjem;
+mod safety;
 mod sampling;
 mod scopes;
 mod sites;

@@ -104,6 +104,7 @@ fn system_wide_sees_two_programs_and_reports_them_separately() {
     if !root_or_skip("system_wide_sees_two_programs_and_reports_them_separately") {
         return;
     }
+    let _one_at_a_time = crate::harness::system_wide_lock();
     // Different programs (different files and builds), one process name,
     // so that --comm keeps the rest of the machine out of the trace.
     let a = sites_copy("sw-a", "system-wide-a", "memtrace_sw");
@@ -178,6 +179,7 @@ fn system_wide_hooks_the_allocators_of_programs_started_during_the_trace() {
     if !root_or_skip("system_wide_hooks_the_allocators_of_programs_started_during_the_trace") {
         return;
     }
+    let _one_at_a_time = crate::harness::system_wide_lock();
     const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
     let name = "memtrace_swlate";
     let jemalloc_prog = sites_copy("sw-late", "system-wide-late", name);

@@ -177,9 +177,33 @@ pub struct Cli {
     pub verbose: bool,
 }
 
+/// Longest `--duration`: a year. Longer is surely a typo, and far longer
+/// makes `Duration::from_secs_f64` and the timer's deadline overflow.
+pub const MAX_DURATION_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Largest `--sample-rate`: 1 TiB between samples. The BPF side multiplies
+/// it by a table entry below 2^20 in 64 bits; anything larger would wrap.
+pub const MAX_SAMPLE_RATE: u64 = 1 << 40;
+
+/// Largest `--max-live`: the kernel reserves 16 bytes of hash buckets per
+/// entry up front (1 GiB at this size) and refuses more than 2^31.
+pub const MAX_LIVE: u32 = 1 << 26;
+
+/// Largest `--stack-storage-size`: the kernel preallocates about 1 KiB per
+/// frame-pointer stack (256 MiB at this size).
+pub const MAX_STACK_STORAGE: u32 = 1 << 18;
+
 impl Cli {
     /// Checks that clap cannot express; each message says what to do.
+    /// Every number is bounded here, before anything is loaded or attached,
+    /// so no value can overflow later.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_target()?;
+        self.validate_numbers()?;
+        self.validate_output()
+    }
+
+    fn validate_target(&self) -> Result<(), String> {
         let system_wide = self.pid.is_none() && self.binary.is_none() && self.command.is_empty();
         if !system_wide && (self.comm.is_some() || !self.exclude_pid.is_empty()) {
             return Err("--comm and --exclude-pid filter system-wide tracing: drop --pid, --binary and the command".into());
@@ -202,12 +226,27 @@ impl Cli {
         {
             return Err("--comm takes a thread name of 1 to 15 bytes, as in /proc/PID/comm".into());
         }
+        if self.allocator.is_empty() {
+            return Err(
+                "--allocator takes auto, glibc, jemalloc, tcmalloc, mimalloc or the path of a loaded object, not an empty string"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn validate_numbers(&self) -> Result<(), String> {
         if let Some(d) = self.duration {
-            if !(d.is_finite() && d > 0.0) {
+            if !(d.is_finite() && d > 0.0 && d <= MAX_DURATION_SECS) {
                 return Err(format!(
-                    "--duration must be a positive number of seconds, got {d}"
+                    "--duration must be a positive number of seconds up to {MAX_DURATION_SECS} (a year), got {d}"
                 ));
             }
+        }
+        if self.top == 0 {
+            return Err(
+                "--top must be at least 1: it is how many stacks the text report lists".into(),
+            );
         }
         if !self.ringbuf_mb.is_power_of_two() || self.ringbuf_mb > 1024 {
             return Err(format!(
@@ -226,12 +265,28 @@ impl Cli {
                 self.stack_bytes
             ));
         }
-        if self.sample_rate == 0 {
-            return Err("--sample-rate must be at least 1 (1 records every allocation)".into());
+        if self.sample_rate == 0 || self.sample_rate > MAX_SAMPLE_RATE {
+            return Err(format!(
+                "--sample-rate must be from 1 (records every allocation) to {MAX_SAMPLE_RATE} bytes, got {}",
+                self.sample_rate
+            ));
         }
-        if self.max_live == 0 || self.stack_storage_size == 0 {
-            return Err("--max-live and --stack-storage-size must be at least 1".into());
+        if self.max_live == 0 || self.max_live > MAX_LIVE {
+            return Err(format!(
+                "--max-live must be from 1 to {MAX_LIVE}, got {}",
+                self.max_live
+            ));
         }
+        if self.stack_storage_size == 0 || self.stack_storage_size > MAX_STACK_STORAGE {
+            return Err(format!(
+                "--stack-storage-size must be from 1 to {MAX_STACK_STORAGE}, got {}",
+                self.stack_storage_size
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_output(&self) -> Result<(), String> {
         if self.format == Format::Flamegraph && self.output.is_none() {
             use std::io::IsTerminal;
             if std::io::stdout().is_terminal() {
@@ -241,5 +296,80 @@ impl Cli {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    /// What a command line gives: Ok, a clap error (exit 2), or a
+    /// validation error (exit 2) containing the expected words.
+    fn check(args: &[&str]) -> Result<(), String> {
+        let cli = Cli::try_parse_from(std::iter::once("memtrace-bpf").chain(args.iter().copied()))
+            .map_err(|e| format!("clap: {e}"))?;
+        cli.validate()
+    }
+
+    #[test]
+    fn no_number_can_panic_or_overflow() {
+        // (arguments, expected: None = accepted, Some(words) = refused).
+        let table: &[(&[&str], Option<&str>)] = &[
+            (&["-d", "1e20"], Some("up to 31536000")),
+            (&["-d", "31536001"], Some("a year")),
+            (&["-d", "31536000"], None),
+            (&["-d", "1e-9"], None),
+            (&["-d", "0"], Some("positive")),
+            (&["-d", "-1"], Some("clap")),
+            (&["-d=-1"], Some("positive")),
+            (&["-d", "NaN"], Some("positive")),
+            (&["-d", "inf"], Some("positive")),
+            (&["-d", "-inf"], Some("clap")),
+            (&["-d", "1e400"], Some("positive")),
+            (&["-d", ""], Some("clap")),
+            (&["--top", "0"], Some("at least 1")),
+            (&["--top", "-1"], Some("clap")),
+            (&["--top", "99999999999999999999999"], Some("clap")),
+            (&["--sample-rate", "0"], Some("from 1")),
+            (
+                &["--sample-rate", "18446744073709551615"],
+                Some("1099511627776"),
+            ),
+            (&["--sample-rate", "1099511627776"], None),
+            (&["--sample-rate", "18446744073709551616"], Some("clap")),
+            (
+                &["--max-live", "4294967295"],
+                Some("--max-live must be from 1 to 67108864"),
+            ),
+            (&["--max-live", "0"], Some("--max-live")),
+            (&["--max-live", "67108864"], None),
+            (
+                &["--stack-storage-size", "4294967295"],
+                Some("--stack-storage-size must be from 1 to 262144"),
+            ),
+            (&["--stack-storage-size", "0"], Some("--stack-storage-size")),
+            (&["--ringbuf-mb", "4096"], Some("power of two")),
+            (&["--ringbuf-mb", "0"], Some("power of two")),
+            (&["--ringbuf-mb", "1024"], None),
+            (&["--ringbuf-mb", "4294967295"], Some("power of two")),
+            (&["--stack-bytes", "0"], Some("multiple of 4096")),
+            (&["--stack-bytes", "4294967295"], Some("multiple of 4096")),
+            (&["--pid", "-1"], Some("clap")),
+            (&["--pid", "4294967296"], Some("clap")),
+            (&["--pid", ""], Some("clap")),
+            (&["--comm", ""], Some("1 to 15 bytes")),
+            (&["--allocator", ""], Some("not an empty string")),
+            (&["-o", ""], Some("clap")),
+        ];
+        for (args, expected) in table {
+            let got = check(args);
+            match (expected, &got) {
+                (None, Ok(())) => {}
+                (Some(words), Err(msg)) if msg.contains(words) => {}
+                _ => panic!("{args:?}: expected {expected:?}, got {got:?}"),
+            }
+        }
     }
 }

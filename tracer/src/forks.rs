@@ -188,6 +188,7 @@ impl Forks {
 fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
     ProcessInfo {
         pid,
+        program: crate::scope::program_of(pid).unwrap_or_default(),
         command,
         exited,
         exit_status: None,

@@ -70,7 +70,8 @@ impl Hooks {
             self.attached.insert(object.id);
             if self.announce {
                 let whose = pid.map(|p| format!(" for pid {p}")).unwrap_or_default();
-                eprintln!("memtrace-bpf: hooked {}{whose}", object.describe());
+                let object = crate::escape::text(&object.describe()).into_owned();
+                eprintln!("memtrace-bpf: hooked {object}{whose}");
             }
             self.objects.push(object.describe());
             self.lines.extend(lines);
@@ -78,7 +79,8 @@ impl Hooks {
         if let Some(pid) = pid {
             if self.announce && self.verbose {
                 let uses: Vec<String> = objects.iter().map(Hooked::describe).collect();
-                eprintln!("memtrace-bpf: pid {pid} uses {}", uses.join(", "));
+                let uses = crate::escape::text(&uses.join(", ")).into_owned();
+                eprintln!("memtrace-bpf: pid {pid} uses {uses}");
             }
             self.per_process.insert(pid, describe(&objects));
         }

@@ -5,6 +5,7 @@ pub mod allocators;
 pub mod cli;
 pub mod collector;
 pub mod error;
+pub mod escape;
 pub mod forks;
 pub mod fuzzing;
 pub mod heap;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::{
     cli::UnwindMode,
     collector::Collector,
-    report::{Counts, Frame, Hook, Losses, ProcessInfo, Profile, StackReport},
+    report::{counted, was, Counts, Frame, Hook, Losses, ProcessInfo, Profile, StackReport},
     symbolize::Names,
 };
 
@@ -170,21 +170,29 @@ fn notes(
         ));
     }
     if losses.unknown_frees > 0 {
+        let n = losses.unknown_frees;
         notes.push(format!(
-            "{} frees of blocks allocated before tracing started (or while detaching) were ignored",
-            losses.unknown_frees
+            "{} of blocks allocated before tracing started (or while detaching) {} ignored",
+            counted(n, "free", "frees"),
+            was(n)
         ));
     }
     if collector.state.heap.replaced_allocs > 0 {
+        let n = collector.state.heap.replaced_allocs;
         notes.push(format!(
-            "{} allocations reused an address whose free was not seen (lost events)",
-            collector.state.heap.replaced_allocs
+            "{} reused an address whose free was not seen (lost events)",
+            counted(n, "allocation", "allocations")
         ));
     }
     if collector.state.heap.unmatched_frees > 0 || collector.state.malformed_events > 0 {
+        let (frees, malformed) = (
+            collector.state.heap.unmatched_frees,
+            collector.state.malformed_events,
+        );
         notes.push(format!(
-            "{} frees without a recorded allocation and {} malformed events reached user space",
-            collector.state.heap.unmatched_frees, collector.state.malformed_events
+            "{} without a recorded allocation and {} reached user space",
+            counted(frees, "free", "frees"),
+            counted(malformed, "malformed event", "malformed events")
         ));
     }
     match meta.unwind {
@@ -197,8 +205,12 @@ fn notes(
             let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
                 .saturating_sub(unnamed.truncated);
             if cut > 0 {
+                let cut = match cut {
+                    1 => "1 stack ends early".to_string(),
+                    n => format!("{n} stacks end early"),
+                };
                 notes.push(format!(
-                    "{cut} stacks end early, marked [truncated]: deeper than the {} bytes \
+                    "{cut}, marked [truncated]: deeper than the {} bytes \
                      copied (raise --stack-bytes, up to {}) or through code without unwind information",
                     meta.stack_bytes,
                     tracer_common::MAX_STACK_BYTES

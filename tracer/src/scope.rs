@@ -147,6 +147,9 @@ impl Scope {
             }
             Scope::SystemWide => {
                 let me = std::process::id();
+                // Filtered out before any probe exists: its own allocations
+                // while attaching would otherwise list it among the traced.
+                loaded.add_filtered_pid(me)?;
                 hooks.hook(loaded, &Program::running(me)?, None, None)?;
                 hooks.per_process.remove(&me);
                 for pid in all_pids().into_iter().filter(|&p| p != me) {
@@ -466,9 +469,11 @@ impl Scope {
         } = self
         {
             if !untraced.is_empty() {
+                let n = untraced.len() as u64;
                 notes.push(format!(
-                    "{} processes running {} were not traced: the process filter map ({} entries) was full",
-                    untraced.len(),
+                    "{} running {} {} not traced: the process filter map ({} entries) was full",
+                    crate::report::counted(n, "process", "processes"),
+                    crate::report::was(n),
                     path.display(),
                     crate::loader::MAX_FILTERED_PIDS
                 ));
@@ -488,6 +493,7 @@ impl Scope {
         let info = |pid: u32, command: &str, exit_status: Option<String>| ProcessInfo {
             pid,
             command: command.to_string(),
+            program: program_of(pid).unwrap_or_default(),
             exited: exit_status.is_some() || has_exited(pid),
             exit_status,
             allocators: Vec::new(),
@@ -515,6 +521,8 @@ impl Scope {
                 let status = launched.exit_status();
                 let mut all = vec![ProcessInfo {
                     exited: pidfd.has_exited() || status.is_some(),
+                    // The file started, whole even with spaces in its path.
+                    program: launched.path.to_string_lossy().into_owned(),
                     ..info(launched.pid, command, status)
                 }];
                 all.extend(forks.processes(launched.pid, seen));
@@ -607,6 +615,23 @@ fn is_elf(path: &Path) -> bool {
         .and_then(|mut f| f.read_exact(&mut magic))
         .is_ok()
         && magic == *b"\x7fELF"
+}
+
+/// argv[0] of a running process. A program that rewrote its argv into one
+/// title (`redis-server *:6379`) gives the title's first word, unless the
+/// whole names an existing file (a path with spaces).
+pub fn program_of(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv0 = raw.split(|&b| b == 0).next().filter(|a| !a.is_empty())?;
+    let argv0 = String::from_utf8_lossy(argv0).into_owned();
+    let file = match argv0.starts_with('/') {
+        true => format!("/proc/{pid}/root{argv0}"),
+        false => format!("/proc/{pid}/cwd/{argv0}"),
+    };
+    match argv0.split_whitespace().next() {
+        Some(first) if first != argv0 && !Path::new(&file).is_file() => Some(first.to_string()),
+        _ => Some(argv0),
+    }
 }
 
 /// Every pid in /proc.

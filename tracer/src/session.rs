@@ -2,8 +2,7 @@
 //! detach, drain, report.
 
 use std::{
-    fs::File,
-    io::{BufWriter, Write},
+    io::Write,
     os::fd::AsRawFd,
     time::{Duration, Instant},
 };
@@ -18,10 +17,11 @@ use crate::{
     allocators::Choice,
     cli::{Cli, Format},
     collector::{read_losses, Collector},
+    escape,
     hooks::Hooks,
     loader::{self, Limits},
     profile::{self, Meta},
-    report,
+    report::{self, Output},
     scope::{Scope, Start},
     symbolize::Modules,
 };
@@ -49,6 +49,8 @@ enum Phase {
 /// Runs the trace and writes the report; returns the exit code (0, or the
 /// command's own status with --exit-status).
 pub fn run(cli: &Cli) -> anyhow::Result<u8> {
+    // Before anything is attached: an unwritable -o must not cost a trace.
+    let output = cli.output.as_deref().map(Output::prepare).transpose()?;
     crate::preflight::check(cli)?;
     // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
     // are being attached, or just after, ends the trace with its report
@@ -98,7 +100,10 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     );
     scope.hook_initial(&mut loaded, &mut hooks)?;
     if let (Some(why), true) = (&loaded.session_error, cli.verbose) {
-        eprintln!("memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {why}");
+        eprintln!(
+            "memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {}",
+            escape::text(why)
+        );
     }
     scope.begin(cli, &mut loaded, &mut hooks, &mut modules)?;
     hooks.announce = true;
@@ -108,11 +113,17 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         for h in &hooks.lines {
             eprintln!(
                 "memtrace-bpf: {} at {}+{:#x}: {}; probes at {:#x}: {}",
-                h.function, h.module, h.offset, h.status, h.probe_offset, h.placement
+                escape::text(&h.function),
+                escape::text(&h.module),
+                h.offset,
+                escape::text(&h.status),
+                h.probe_offset,
+                escape::text(&h.placement)
             );
         }
     }
-    let hooked = hooks.objects.join(", ");
+    // Paths the traced processes chose: escaped for the terminal.
+    let hooked = escape::text(&hooks.objects.join(", ")).into_owned();
     if matches!(scope, Scope::SystemWide) {
         eprintln!(
             "memtrace-bpf: warning: tracing every process that uses {hooked}: each of them pays \
@@ -125,8 +136,13 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         .filter(|h| h.status.starts_with("attached"))
         .count();
     eprintln!(
-        "memtrace-bpf: tracing {}: {functions} allocator functions hooked in {hooked}; {}",
-        scope.label(),
+        "memtrace-bpf: tracing {}: {} hooked in {hooked}; {}",
+        escape::text(&scope.label()),
+        report::counted(
+            functions as u64,
+            "allocator function",
+            "allocator functions"
+        ),
         match cli.duration {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
             None => "press Ctrl-C to stop and report".to_string(),
@@ -181,10 +197,14 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         ));
     }
     if collector.state.heap.dropped_by_exec > 0 {
+        let n = collector.state.heap.dropped_by_exec;
         scope_notes.push(format!(
-            "{} blocks still live when their process called exec were dropped from in-use \
-             (the new image does not have them)",
-            collector.state.heap.dropped_by_exec
+            "{} still live when {} process called exec {} dropped from in-use \
+             (the new image does not have {})",
+            report::counted(n, "block", "blocks"),
+            if n == 1 { "its" } else { "their" },
+            report::was(n),
+            if n == 1 { "it" } else { "them" },
         ));
     }
     let meta = Meta {
@@ -201,7 +221,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         scope_notes,
     };
     let profile = profile::build(meta, &collector, losses);
-    write_report(cli, &profile)?;
+    write_report(cli, output.as_ref(), &profile)?;
     if profile.totals.alloc_objects == 0 {
         eprintln!(
             "memtrace-bpf: warning: no allocation through {hooked} was seen during the trace: \
@@ -211,15 +231,15 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     // After the report: detaching takes seconds and changes nothing in it.
     loader::detach(loaded)?;
     eprintln!(
-        "memtrace-bpf: {} after {:.1} s: {} allocations recorded, {} still live ({} bytes){}",
+        "memtrace-bpf: {} after {:.1} s: {} recorded, {} still live ({}){}",
         profile.end_reason,
         profile.duration_secs,
-        profile.totals.alloc_objects,
+        report::counted(profile.totals.alloc_objects, "allocation", "allocations"),
         profile.totals.inuse_objects,
-        profile.totals.inuse_bytes,
-        cli.output
+        report::counted(profile.totals.inuse_bytes, "byte", "bytes"),
+        output
             .as_ref()
-            .map(|p| format!("; report written to {}", p.display()))
+            .map(|o| format!("; report written to {}", escape::path(o.path())))
             .unwrap_or_default()
     );
     if cli.exit_status {
@@ -394,21 +414,29 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-fn write_report(cli: &Cli, profile: &report::Profile) -> anyhow::Result<()> {
-    let mut out: Box<dyn Write> = match &cli.output {
-        Some(path) => {
-            Box::new(File::create(path).with_context(|| format!("creating {}", path.display()))?)
-        }
-        None => Box::new(std::io::stdout().lock()),
-    };
-    let mut w = BufWriter::new(&mut out);
+/// Renders the report in memory, then writes it to stdout or, atomically,
+/// to the `-o` file (which saves it elsewhere if that fails, and says so).
+fn write_report(
+    cli: &Cli,
+    output: Option<&Output>,
+    profile: &report::Profile,
+) -> anyhow::Result<()> {
+    let mut rendered = Vec::new();
     match cli.format {
-        Format::Text => report::write_text(profile, cli.top, &mut w)?,
-        Format::Json => report::write_json(profile, &mut w)?,
-        Format::Collapsed => report::write_collapsed(profile, cli.view, &mut w)?,
-        Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w)?,
+        Format::Text => report::write_text(profile, cli.top, &mut rendered)?,
+        Format::Json => report::write_json(profile, &mut rendered)?,
+        Format::Collapsed => report::write_collapsed(profile, cli.view, &mut rendered)?,
+        Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut rendered)?,
     }
-    w.flush().context("writing the report")?;
+    match output {
+        Some(output) => output.write(&rendered)?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&rendered)
+                .and_then(|()| out.flush())
+                .context("writing the report to stdout")?;
+        }
+    }
     if matches!(cli.format, Format::Collapsed | Format::Flamegraph) {
         // These formats have no place for them: the counters go to stderr.
         let mut err = std::io::stderr().lock();
@@ -428,9 +456,9 @@ fn print_stats(collector: &Collector) {
     if u.stacks > 0 {
         let secs = u.nanos as f64 / 1e9;
         eprintln!(
-            "memtrace-bpf: unwound {} stacks ({} frames, {} truncated) in {:.1} ms: {:.0} stacks/s",
-            u.stacks,
-            u.frames,
+            "memtrace-bpf: unwound {} ({}, {} truncated) in {:.1} ms: {:.0} stacks/s",
+            report::counted(u.stacks, "stack", "stacks"),
+            report::counted(u.frames, "frame", "frames"),
             u.truncated,
             secs * 1e3,
             u.stacks as f64 / secs.max(1e-9)

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use super::{Profile, StackReport, View, NO_STACK, TRUNCATED};
+use crate::escape;
 
 /// Writes one line per unique stack with a non-zero value for `view`,
 /// sorted by stack so the output is deterministic and diffable.
@@ -60,14 +61,29 @@ fn stack_string(p: &Profile, stack: &StackReport, multi: bool) -> String {
     names.join(";")
 }
 
-/// Makes a name safe inside a folded line: ';' separates frames and a line
-/// break would end the line, so neither may appear in a name. C++ and Rust
-/// names can contain ';' (e.g. `[u8; 8]`).
+/// Makes a name safe inside a folded line, where a traced program chooses
+/// the names (symbols, argv[0]):
+/// - control characters, backslashes and invalid text are escaped as in the
+///   text report (`escape::text`: a newline becomes `\n`), so a name can
+///   neither end the line nor reach a terminal raw;
+/// - `;` separates frames: it becomes `:` (C++ and Rust names hold it, as
+///   in `[u8; 8]`, and `[u8: 8]` reads better than an escape);
+/// - a name ending in a space and a number (`f 12`, `f 1.5`) would be read
+///   as a sample count, the line as a differential one (`stack A B`, as
+///   inferno and flamegraph.pl read it): that space becomes `\x20`.
 fn sanitize(name: &str) -> String {
-    name.chars()
-        .filter(|c| !c.is_control())
+    let escaped: String = escape::text(name)
+        .chars()
         .map(|c| if c == ';' { ':' } else { c })
-        .collect()
+        .collect();
+    match escaped.rsplit_once(' ') {
+        Some((head, tail))
+            if !tail.is_empty() && tail.chars().all(|c| c.is_ascii_digit() || c == '.') =>
+        {
+            format!("{head}\\x20{tail}")
+        }
+        _ => escaped,
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +92,41 @@ mod tests {
 
     #[test]
     fn sanitize_keeps_frames_apart() {
-        assert_eq!(sanitize("f<[u8; 8]>\n"), "f<[u8: 8]>");
+        assert_eq!(sanitize("f<[u8; 8]>\n"), "f<[u8: 8]>\\n");
+        assert_eq!(sanitize("a\x1b[2Jb\\"), "a\\x1b[2Jb\\\\");
+    }
+
+    #[test]
+    fn sanitize_keeps_a_trailing_number_out_of_the_count() {
+        assert_eq!(sanitize("f 12"), "f\\x2012");
+        assert_eq!(sanitize("f 1.5"), "f\\x201.5");
+        assert_eq!(
+            sanitize("operator new(unsigned long)"),
+            "operator new(unsigned long)"
+        );
+        assert_eq!(sanitize("[unknown] lib.so+0x10"), "[unknown] lib.so+0x10");
+    }
+
+    #[test]
+    fn a_forged_line_stays_one_stack() {
+        let p = Profile {
+            stacks: vec![StackReport {
+                pid: 1,
+                counts: crate::report::Counts {
+                    inuse_bytes: 7,
+                    ..Default::default()
+                },
+                frames: vec![crate::report::Frame {
+                    function: "leaf 5\nmain;evil 999999".into(),
+                    ..Default::default()
+                }],
+                truncated: false,
+            }],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        write_collapsed(&p, View::InuseSpace, &mut out).expect("render");
+        let out = String::from_utf8(out).expect("utf-8");
+        assert_eq!(out, "leaf 5\\nmain:evil\\x20999999 7\n");
     }
 }

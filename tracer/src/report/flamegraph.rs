@@ -14,7 +14,13 @@ use super::{Profile, View};
 /// SVG that says so, because inferno refuses empty input.
 pub fn write_flamegraph(p: &Profile, view: View, w: &mut impl Write) -> anyhow::Result<()> {
     let lines = folded_lines(p, view);
-    let title = format!("memtrace-bpf: {} — {}", view.describe(), p.target);
+    // inferno escapes XML; control characters (not allowed in XML 1.0) and
+    // the rest are escaped like every target-controlled name.
+    let title = format!(
+        "memtrace-bpf: {} — {}",
+        view.describe(),
+        crate::escape::text(&p.target)
+    );
     if lines.is_empty() {
         return write_empty_svg(&title, view, w).context("writing the flamegraph");
     }
@@ -35,7 +41,7 @@ pub fn write_flamegraph(p: &Profile, view: View, w: &mut impl Write) -> anyhow::
 fn subtitle(p: &Profile) -> String {
     let lost = match p.losses.lost() {
         0 => "no events lost".to_string(),
-        n => format!("{n} events lost"),
+        n => format!("{} lost", super::counted(n, "event", "events")),
     };
     format!(
         "{:.1} s, {}, {}, {lost}",

@@ -6,11 +6,13 @@ use serde::Serialize;
 mod collapsed;
 mod flamegraph;
 mod json;
+mod output;
 mod text;
 
 pub use collapsed::write_collapsed;
 pub use flamegraph::write_flamegraph;
 pub use json::write_json;
+pub use output::Output;
 pub use text::{write_losses, write_text};
 
 #[cfg(test)]
@@ -49,6 +51,10 @@ pub struct ProcessInfo {
     pub pid: u32,
     /// Command line, arguments joined by spaces ("" when unknown).
     pub command: String,
+    /// The program it runs: argv[0], or the path memtrace-bpf started or
+    /// was given ("" when unknown). Names the process in collapsed stacks
+    /// and flamegraphs; unlike `command` it keeps spaces in a path whole.
+    pub program: String,
     /// True when the process exited before the report was made.
     pub exited: bool,
     /// How a command started by memtrace-bpf (`-- CMD`) ended, e.g.
@@ -224,6 +230,24 @@ impl Frame {
     }
 }
 
+/// `1 stack`, `2 stacks`: a count with its noun in the right number.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+/// "was" for one, "were" for any other count.
+pub fn was(n: u64) -> &'static str {
+    if n == 1 {
+        "was"
+    } else {
+        "were"
+    }
+}
+
 /// Last path component: reports name objects by file name, as perf does.
 pub fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -231,14 +255,18 @@ pub fn basename(path: &str) -> &str {
 
 impl Profile {
     /// `redis-server (pid 4242)`: the program name of process `pid`, or
-    /// "pid" when its command line is unknown (also for pids missing from
-    /// `processes`, e.g. children that appeared during the trace).
+    /// "pid" when it is unknown (also for pids missing from `processes`,
+    /// e.g. children that appeared during the trace). Without `program`
+    /// the first word of the command line stands in.
     pub fn process_label(&self, pid: u32) -> String {
         let program = self
             .processes
             .iter()
             .find(|proc| proc.pid == pid)
-            .and_then(|proc| proc.command.split_whitespace().next())
+            .and_then(|proc| match proc.program.as_str() {
+                "" => proc.command.split_whitespace().next(),
+                program => Some(program),
+            })
             .map_or("pid", basename);
         format!("{program} (pid {pid})")
     }

@@ -160,6 +160,7 @@ fn one_process() -> Profile {
         processes: vec![ProcessInfo {
             pid: 4242,
             command: "/opt/demo/bin/server --port 8080".to_string(),
+            program: String::new(),
             exited: false,
             exit_status: None,
             allocators: vec![ProcessAllocator {
@@ -219,6 +220,7 @@ fn two_processes() -> Profile {
             ProcessInfo {
                 pid: 101,
                 command: "/opt/demo/bin/server --worker".to_string(),
+                program: String::new(),
                 exited: false,
                 exit_status: None,
                 allocators: vec![
@@ -239,6 +241,7 @@ fn two_processes() -> Profile {
             ProcessInfo {
                 pid: 102,
                 command: "/opt/demo/bin/server --worker".to_string(),
+                program: String::new(),
                 exited: true,
                 exit_status: None,
                 allocators: Vec::new(),
@@ -272,6 +275,7 @@ fn empty() -> Profile {
         processes: vec![ProcessInfo {
             pid: 7,
             command: String::new(),
+            program: String::new(),
             exited: true,
             exit_status: None,
             allocators: Vec::new(),
@@ -410,4 +414,117 @@ fn flamegraph_of_empty_profile_is_valid_svg() {
         ..empty()
     };
     assert!(flamegraph(&p, View::InuseSpace).contains("&lt;&amp;&gt;"));
+}
+
+/// A profile whose every target-controlled string holds terminal escapes,
+/// newlines, XML metacharacters and a forged folded line.
+fn hostile() -> Profile {
+    let evil = "ev\x1b]0;owned\x07il\n#1  999 bytes <&> \u{9b}2J";
+    let mut p = two_processes();
+    p.target = format!("pid 101 ({evil})");
+    p.processes[0].command = format!("/opt/{evil} --x");
+    p.processes[0].program = format!("/opt/my dir/{evil}");
+    p.processes[0].allocators[0].path = format!("/lib/{evil}.so");
+    p.hooks[0].module = format!("/lib/{evil}.so");
+    p.notes.push(format!(
+        "process 101: its allocator could not be hooked: {evil}"
+    ));
+    let f = &mut p.stacks[0].frames[0];
+    f.function = format!("leaf;{evil} 12");
+    f.file = Some(format!("{evil}.c"));
+    p
+}
+
+/// No control character but the newlines that end lines.
+fn assert_no_raw_controls(out: &str) {
+    let bad: Vec<char> = out
+        .chars()
+        .filter(|&c| c != '\n' && (c.is_control() || c == '\u{202e}'))
+        .collect();
+    assert!(bad.is_empty(), "raw control characters {bad:?} in:\n{out}");
+}
+
+#[test]
+fn text_escapes_every_target_controlled_string() {
+    let p = hostile();
+    let out = String::from_utf8(text(&p, 10)).expect("UTF-8");
+    assert_no_raw_controls(&out);
+    assert!(
+        out.contains("ev\\x1b]0;owned\\x07il\\n#1  999 bytes"),
+        "{out}"
+    );
+    assert!(out.contains("\\u{9b}2J"), "{out}");
+    // No line was forged: every stack summary line is one of ours.
+    let summaries = out.lines().filter(|l| l.starts_with('#')).count();
+    assert_eq!(summaries, p.stacks.len().min(10), "{out}");
+}
+
+#[test]
+fn collapsed_escapes_names_and_keeps_one_line_per_stack() {
+    let p = hostile();
+    let out = String::from_utf8(collapsed(&p, View::AllocObjects)).expect("UTF-8");
+    assert_no_raw_controls(&out);
+    let expected = p
+        .stacks
+        .iter()
+        .filter(|s| s.counts.alloc_objects > 0)
+        .count();
+    // Stacks may merge, never split.
+    assert!(out.lines().count() <= expected, "{out}");
+    for line in out.lines() {
+        let (_, value) = line.rsplit_once(' ').expect("stack VALUE");
+        value.parse::<u64>().expect("count after the last space");
+        let (_, before) = line[..line.len() - value.len() - 1]
+            .rsplit_once(' ')
+            .unwrap_or(("", "x"));
+        assert!(
+            before.parse::<f64>().is_err(),
+            "reads as differential: {line}"
+        );
+    }
+    // The process root frame keeps the program's path whole.
+    assert!(
+        out.contains("ev\\x1b]0:owned\\x07il\\n#1  999 bytes <&> \\u{9b}2J (pid 101);"),
+        "{out}"
+    );
+    assert!(out.contains(";leaf:ev\\x1b]0:owned"), "{out}");
+}
+
+#[test]
+fn json_keeps_the_exact_strings() {
+    let p = hostile();
+    let mut out = Vec::new();
+    write_json(&p, &mut out).expect("write_json");
+    let out = String::from_utf8(out).expect("UTF-8");
+    assert_no_raw_controls(&out.replace('\n', ""));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(doc["target"], p.target.as_str());
+    assert_eq!(
+        doc["processes"][0]["command"],
+        p.processes[0].command.as_str()
+    );
+    assert_eq!(
+        doc["stacks"][0]["frames"][0]["function"],
+        p.stacks[0].frames[0].function.as_str()
+    );
+}
+
+#[test]
+fn flamegraph_of_hostile_names_is_well_formed_xml() {
+    let svg = flamegraph(&hostile(), View::AllocSpace);
+    assert_no_raw_controls(&svg);
+    assert!(svg.contains("&lt;&amp;&gt;"), "XML metacharacters escaped");
+    assert!(!svg.contains("<&>"));
+}
+
+#[test]
+fn process_label_keeps_a_path_with_spaces_whole() {
+    let mut p = empty();
+    p.processes[0].command = "/opt/my app/server --port 1".into();
+    // Without `program`, the first word stands in.
+    assert_eq!(p.process_label(7), "my (pid 7)");
+    p.processes[0].program = "/opt/my app/server".into();
+    assert_eq!(p.process_label(7), "server (pid 7)");
+    p.processes[0].program = "/opt/my dir/my server".into();
+    assert_eq!(p.process_label(7), "my server (pid 7)");
 }

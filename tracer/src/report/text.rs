@@ -1,7 +1,13 @@
 //! Text report in the manner of `jeprof --text` and bcc's memleak: what was
 //! traced, totals, the top stacks with their frames, then every loss counter.
+//!
+//! Every string a traced process controls (command lines, paths, symbol and
+//! file names, notes quoting them) goes through `escape::text`: the report
+//! is read in terminals, and one line must stay one line.
 
 use std::io::{self, Write};
+
+use crate::escape::text as esc;
 
 use super::{basename, Counts, Frame, Hook, Losses, Profile, StackReport, NO_STACK, TRUNCATED};
 
@@ -23,12 +29,12 @@ pub fn write_text(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()>
 }
 
 fn write_header(p: &Profile, w: &mut impl Write) -> io::Result<()> {
-    writeln!(w, "memtrace-bpf report: {}", p.target)?;
+    writeln!(w, "memtrace-bpf report: {}", esc(&p.target))?;
     field(w, "processes:", &process_lines(p))?;
     field(w, "duration:", &[format!("{:.1} s", p.duration_secs)])?;
-    field(w, "ended:", &[p.end_reason.as_str()])?;
+    field(w, "ended:", &[esc(&p.end_reason)])?;
     field(w, "sampling:", &[p.sampling_description()])?;
-    field(w, "unwinding:", &[p.unwind.as_str()])?;
+    field(w, "unwinding:", &[esc(&p.unwind)])?;
     let (hooked, skipped) = hook_lines(&p.hooks);
     if hooked.is_empty() {
         field(w, "hooked:", &["none"])?;
@@ -64,17 +70,14 @@ fn process_lines(p: &Profile) -> Vec<String> {
         .iter()
         .map(|proc| {
             let command = match proc.command.as_str() {
-                "" => "(command unknown)",
-                command => command,
+                "" => "(command unknown)".into(),
+                command => esc(command),
             };
             let exited = if proc.exited { " (exited)" } else { "" };
             let allocators: Vec<String> = proc
                 .allocators
                 .iter()
-                .map(|a| {
-                    let file = a.path.rsplit('/').next().unwrap_or(&a.path);
-                    format!("{} in {file}", a.kind)
-                })
+                .map(|a| format!("{} in {}", esc(&a.kind), esc(basename(&a.path))))
                 .collect();
             let allocators = match allocators.is_empty() {
                 true => String::new(),
@@ -113,16 +116,22 @@ fn hook_lines(hooks: &[Hook]) -> (Vec<String>, Vec<String>) {
                 .trim_matches(['(', ')']);
             let sep = if detail.is_empty() { "" } else { ", " };
             format!(
-                "{} ({}{sep}{detail})",
-                functions.join(" "),
-                basename(module)
+                "{} ({}{sep}{})",
+                esc(&functions.join(" ")),
+                esc(basename(module)),
+                esc(detail)
             )
         })
         .collect();
     let skipped = skipped
         .into_iter()
         .map(|((module, status), functions)| {
-            format!("{} ({}): {status}", functions.join(" "), basename(module))
+            format!(
+                "{} ({}): {}",
+                esc(&functions.join(" ")),
+                esc(basename(module)),
+                esc(status)
+            )
         })
         .collect();
     (hooked, skipped)
@@ -248,15 +257,15 @@ fn write_stack(rank: usize, stack: &StackReport, w: &mut impl Write) -> io::Resu
 /// `function (file:line) [module] [inlined]`; an unknown frame already
 /// names its module and offset.
 fn frame_line(f: &Frame) -> String {
-    let mut line = f.display_name();
+    let mut line = esc(&f.display_name()).into_owned();
     if !f.is_unknown() {
         match (&f.file, f.line) {
-            (Some(file), Some(n)) => line.push_str(&format!(" ({file}:{n})")),
-            (Some(file), None) => line.push_str(&format!(" ({file})")),
+            (Some(file), Some(n)) => line.push_str(&format!(" ({}:{n})", esc(file))),
+            (Some(file), None) => line.push_str(&format!(" ({})", esc(file))),
             (None, _) => {}
         }
         if !f.module.is_empty() {
-            line.push_str(&format!(" [{}]", basename(&f.module)));
+            line.push_str(&format!(" [{}]", esc(basename(&f.module))));
         }
     }
     if f.inlined {
@@ -272,7 +281,7 @@ fn write_notes(notes: &[String], w: &mut impl Write) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "Notes:")?;
     for note in notes {
-        writeln!(w, "  - {note}")?;
+        writeln!(w, "  - {}", esc(note))?;
     }
     Ok(())
 }
@@ -304,7 +313,8 @@ pub fn write_losses(losses: &Losses, w: &mut impl Write) -> io::Result<()> {
         0 => writeln!(w, "no events lost"),
         n => writeln!(
             w,
-            "WARNING: {n} events lost: the numbers above are incomplete"
+            "WARNING: {} lost: the numbers above are incomplete",
+            plural(n, "event")
         ),
     }
 }

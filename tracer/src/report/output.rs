@@ -1,0 +1,283 @@
+//! Where the report goes (`-o PATH`): checked before anything is attached,
+//! written atomically at the end.
+//!
+//! A path that cannot be written is found before the trace starts, not
+//! after an hour of tracing. At the end the report goes to a temporary file
+//! in the same directory, which is renamed over PATH once complete: a crash
+//! never leaves half a report at PATH, and the temporary file is removed on
+//! every error path. If PATH cannot be written at the end (its directory
+//! vanished or became read-only meanwhile), the report is saved in the
+//! system's temporary directory instead, or failing that on stdout, and the
+//! error says where it went.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::Write,
+    os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use anyhow::{anyhow, bail, Context as _};
+
+/// A checked `-o` destination.
+#[derive(Debug)]
+pub struct Output {
+    /// Where the user wants the report (symlinks resolved).
+    path: PathBuf,
+    /// An existing device or FIFO (`-o /dev/stderr`): written in place,
+    /// since a rename would replace the device node.
+    in_place: bool,
+}
+
+impl Output {
+    /// Checks that a report can be written to `path`: its directory exists
+    /// and accepts new files, and `path` is not a directory. Creates and
+    /// removes a temporary file there to be sure (permissions, read-only
+    /// mounts and pseudo file systems such as /proc all show up).
+    pub fn prepare(path: &Path) -> anyhow::Result<Output> {
+        // Messages are escaped once, where main prints them.
+        let shown = path.display();
+        // Follow a symlink, so the rename replaces the file it points to.
+        let path = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        if let Ok(meta) = fs::metadata(&path) {
+            if meta.is_dir() {
+                bail!("-o {shown} is a directory: name a file in it, e.g. -o {shown}/memtrace-report.txt");
+            }
+            let kind = meta.file_type();
+            if kind.is_char_device() || kind.is_fifo() || kind.is_socket() {
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .with_context(|| {
+                        format!("-o {shown} cannot be opened for writing: choose another file")
+                    })?;
+                return Ok(Output {
+                    path,
+                    in_place: true,
+                });
+            }
+        }
+        let dir = directory(&path);
+        if !dir.is_dir() {
+            let dir = dir.display();
+            bail!(
+                "-o {shown}: the directory {dir} does not exist: create it (mkdir -p {dir}) or \
+                 write the report elsewhere"
+            );
+        }
+        let output = Output {
+            path,
+            in_place: false,
+        };
+        let (probe, _) = output.create_temporary().map_err(|e| {
+            anyhow!(
+                "-o {shown}: cannot create a file in {} ({e}): choose a path in a writable directory",
+                dir.display()
+            )
+        })?;
+        // Removing what was just created can only fail if someone else
+        // removed it first.
+        let _ = fs::remove_file(probe);
+        Ok(output)
+    }
+
+    /// Writes `report` to the destination, atomically for a regular file.
+    /// On failure the report is saved elsewhere and the error says where.
+    pub fn write(&self, report: &[u8]) -> anyhow::Result<()> {
+        let result = match self.in_place {
+            true => write_in_place(&self.path, report),
+            false => self.replace(report),
+        };
+        let Err(err) = result else {
+            return Ok(());
+        };
+        let shown = self.path.display();
+        match save_elsewhere(&self.path, report) {
+            Some(saved) => Err(err.context(format!(
+                "the report could not be written to {shown}; it was saved to {saved} instead"
+            ))),
+            None => Err(err.context(format!(
+                "the report could not be written to {shown}, nor to {}; it is on stdout instead",
+                std::env::temp_dir().display()
+            ))),
+        }
+    }
+
+    /// The path as given after resolving symlinks, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Temporary file, fsync, permissions, rename over the destination.
+    fn replace(&self, report: &[u8]) -> anyhow::Result<()> {
+        let (tmp, mut file) = self
+            .create_temporary()
+            .with_context(|| format!("creating a file in {}", directory(&self.path).display()))?;
+        let written = (|| -> anyhow::Result<()> {
+            file.write_all(report).context("writing the report")?;
+            // A replaced file keeps its mode; a new one gets 0666 minus
+            // the umask, as any file created by the shell.
+            if let Ok(meta) = fs::metadata(&self.path) {
+                let mode = meta.permissions().mode() & 0o7777;
+                file.set_permissions(fs::Permissions::from_mode(mode))
+                    .context("copying the permissions of the file it replaces")?;
+            }
+            file.sync_all().context("flushing the report to disk")?;
+            fs::rename(&tmp, &self.path).context("renaming the temporary file into place")
+        })();
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written
+    }
+
+    /// `.NAME.PID-N.tmp` beside the destination, created exclusively (no
+    /// symlink or existing file is followed, even in /tmp).
+    fn create_temporary(&self) -> std::io::Result<(PathBuf, File)> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let tmp = directory(&self.path).join(format!(".{name}.{}-{n}.tmp", std::process::id()));
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .open(&tmp)
+            {
+                Ok(file) => return Ok((tmp, file)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The directory a new file at `path` goes in ("." for a bare name).
+fn directory(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn write_in_place(path: &Path, report: &[u8]) -> anyhow::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .context("opening it for writing")?;
+    file.write_all(report).context("writing the report")
+}
+
+/// Saves `report` in the temporary directory, or writes it to stdout when
+/// that fails too; returns the file it went to.
+fn save_elsewhere(wanted: &Path, report: &[u8]) -> Option<String> {
+    let fallback = Output {
+        path: std::env::temp_dir().join(format!(
+            "memtrace-bpf-{}-{}",
+            std::process::id(),
+            wanted
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "report".into())
+        )),
+        in_place: false,
+    };
+    if fallback.replace(report).is_ok() {
+        return Some(fallback.path.display().to_string());
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(report).and_then(|()| out.flush());
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("memtrace-output-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create scratch dir");
+        dir
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_report_replaces_the_file_and_leaves_nothing_else() {
+        let dir = scratch("replace");
+        let path = dir.join("r.txt");
+        fs::write(&path, "old report that is longer").expect("write old");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).expect("chmod");
+        let out = Output::prepare(&path).expect("prepare");
+        assert_eq!(entries(&dir), ["r.txt"], "the check leaves no file behind");
+        out.write(b"new\n").expect("write");
+        assert_eq!(fs::read(&path).expect("read"), b"new\n");
+        assert_eq!(entries(&dir), ["r.txt"]);
+        let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640, "a replaced file keeps its mode");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_destinations_are_refused_up_front_with_the_remedy() {
+        let dir = scratch("bad");
+        let err = Output::prepare(&dir).expect_err("a directory").to_string();
+        assert!(
+            err.contains("is a directory") && err.contains("name a file in it"),
+            "{err}"
+        );
+        let missing = dir.join("no/such/dir/r.txt");
+        let err = Output::prepare(&missing)
+            .expect_err("no directory")
+            .to_string();
+        assert!(
+            err.contains("does not exist") && err.contains("mkdir -p"),
+            "{err}"
+        );
+        let err = Output::prepare(Path::new("/proc/version"))
+            .expect_err("/proc")
+            .to_string();
+        assert!(err.contains("cannot create a file in /proc"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_directory_that_vanished_sends_the_report_to_the_temporary_directory() {
+        let dir = scratch("vanish");
+        let out = Output::prepare(&dir.join("r.json")).expect("prepare");
+        fs::remove_dir_all(&dir).expect("remove dir");
+        let err = format!("{:#}", out.write(b"{}\n").expect_err("directory gone"));
+        let saved = err
+            .split("it was saved to ")
+            .nth(1)
+            .and_then(|rest| rest.split(" instead").next())
+            .unwrap_or_else(|| panic!("no fallback path in: {err}"));
+        assert_eq!(fs::read(saved).expect("read fallback"), b"{}\n");
+        let _ = fs::remove_file(saved);
+    }
+
+    #[test]
+    fn a_device_is_written_in_place() {
+        let out = Output::prepare(Path::new("/dev/null")).expect("prepare /dev/null");
+        out.write(b"x").expect("write");
+        assert!(fs::metadata("/dev/null")
+            .expect("stat")
+            .file_type()
+            .is_char_device());
+    }
+}
