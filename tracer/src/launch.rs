@@ -329,7 +329,8 @@ fn find_program(program: &OsStr) -> anyhow::Result<PathBuf> {
         .with_context(|| {
             format!(
                 "command not found or not executable: {}",
-                display_command(std::slice::from_ref(&program.to_os_string()))
+                // Escaped where main prints the error.
+                program.to_string_lossy()
             )
         })
 }

@@ -14,6 +14,7 @@ use crate::{
     allocators::Program,
     cli::Cli,
     error::TraceError,
+    escape,
     forks::{Forks, ProcessChange},
     hooks::Hooks,
     launch::{check_dynamic, Launched},
@@ -33,7 +34,10 @@ pub enum Scope {
     Command {
         launched: Launched,
         pidfd: PidFd,
+        /// Its command line as the report shows it (lossy UTF-8, escaped
+        /// by each renderer) and, for stderr, with its exact bytes escaped.
         command: String,
+        argv_shown: String,
         forks: Forks,
     },
     /// `--binary`: the processes running `path`, found by scanning /proc.
@@ -79,7 +83,13 @@ impl Scope {
             Scope::Command {
                 launched,
                 pidfd,
-                command: crate::launch::display_command(&cli.command),
+                command: cli
+                    .command
+                    .iter()
+                    .map(|a| a.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                argv_shown: crate::launch::display_command(&cli.command),
                 forks: Forks::new(cli.follow_forks),
             }
         } else if let Some(binary) = &cli.binary {
@@ -325,6 +335,7 @@ impl Scope {
         }
     }
 
+    /// What is traced, for stderr: escaped already.
     pub fn label(&self) -> String {
         let children = if self.follows_forks() {
             " and the processes it forks"
@@ -332,13 +343,15 @@ impl Scope {
             ""
         };
         let label = match self {
-            Scope::Pid { pid, command, .. } => format!("pid {pid} ({command})"),
+            Scope::Pid { pid, command, .. } => format!("pid {pid} ({})", escape::text(command)),
             Scope::Command {
-                launched, command, ..
+                launched,
+                argv_shown,
+                ..
             } => {
-                format!("pid {} ({command})", launched.pid)
+                format!("pid {} ({argv_shown})", launched.pid)
             }
-            Scope::Binary { path, .. } => format!("every process running {}", path.display()),
+            Scope::Binary { path, .. } => format!("every process running {}", escape::path(path)),
             Scope::SystemWide => "every process".to_string(),
         };
         label + children
@@ -517,6 +530,7 @@ impl Scope {
                 command,
                 pidfd,
                 forks,
+                ..
             } => {
                 let status = launched.exit_status();
                 let mut all = vec![ProcessInfo {

@@ -137,7 +137,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         .count();
     eprintln!(
         "memtrace-bpf: tracing {}: {} hooked in {hooked}; {}",
-        escape::text(&scope.label()),
+        scope.label(),
         report::counted(
             functions as u64,
             "allocator function",
