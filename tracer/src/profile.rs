@@ -1,7 +1,7 @@
 //! Turns the collector's state into a `report::Profile`: symbolizes every
 //! frame once, sums per-stack totals, and writes the notes a user needs.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use crate::{
     cli::UnwindMode,
@@ -53,7 +53,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
                 unnamed.truncated += u64::from(stack.truncated);
             }
             let frames = match &stack.frames {
-                Some(frames) => frames.iter().flat_map(|f| names.get(f)).collect(),
+                Some(frames) => frames.iter().flat_map(|f| names.get(f)).cloned().collect(),
                 None => vec![stack_lost_frame()],
             };
             Some(StackReport {
@@ -64,10 +64,11 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
             })
         })
         .collect();
-    stacks.sort_by(|a, b| {
+    stacks.sort_unstable_by(|a, b| {
         (b.counts.inuse_bytes, b.counts.alloc_bytes)
             .cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes))
-            .then_with(|| frame_key(a).cmp(&frame_key(b)))
+            .then_with(|| frame_key(a).cmp(frame_key(b)))
+            .then_with(|| a.pid.cmp(&b.pid))
     });
     let totals = stacks.iter().fold(Counts::default(), |t, s| Counts {
         inuse_bytes: t.inuse_bytes + s.counts.inuse_bytes,
@@ -104,19 +105,18 @@ struct Unnamed {
 /// More processes than this that exited get one note, not one each.
 const EXITED_NOTES_MAX: usize = 3;
 
-fn frame_key(s: &StackReport) -> Vec<(&str, u64)> {
-    s.frames
-        .iter()
-        .map(|f| (f.function.as_str(), f.offset))
-        .collect()
+/// Compared lazily: ties on the numbers are common (every stack of a
+/// many-stack report may hold the same bytes) and must not allocate.
+fn frame_key(s: &StackReport) -> impl Iterator<Item = (&str, u64)> {
+    s.frames.iter().map(|f| (f.function.as_str(), f.offset))
 }
 
-fn stack_lost_frame() -> Frame {
-    Frame {
+fn stack_lost_frame() -> Arc<Frame> {
+    Arc::new(Frame {
         function: "[stack lost]".into(),
         module: "[unknown]".into(),
         ..Frame::default()
-    }
+    })
 }
 
 fn notes(

@@ -6,6 +6,7 @@ use std::{
     fs::File,
     os::{fd::AsRawFd, unix::fs::MetadataExt as _},
     path::{Path, PathBuf},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -384,7 +385,7 @@ impl Modules {
 
 /// Symbolizes every distinct frame once and answers per frame.
 pub struct Names {
-    names: HashMap<NormFrame, Vec<Frame>>,
+    names: HashMap<NormFrame, Vec<Arc<Frame>>>,
 }
 
 impl Names {
@@ -415,15 +416,18 @@ impl Names {
                     .get(i)
                     .cloned()
                     .unwrap_or_else(|| vec![unknown(module_path, offset)]);
-                names.insert(NormFrame { module, offset }, frames);
+                names.insert(
+                    NormFrame { module, offset },
+                    frames.into_iter().map(Arc::new).collect(),
+                );
             }
         }
         Names { names }
     }
 
     /// The frames for one address, innermost (inlined) first.
-    pub fn get(&self, f: &NormFrame) -> Vec<Frame> {
-        self.names.get(f).cloned().unwrap_or_default()
+    pub fn get(&self, f: &NormFrame) -> &[Arc<Frame>] {
+        self.names.get(f).map_or(&[], Vec::as_slice)
     }
 }
 

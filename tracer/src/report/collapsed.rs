@@ -119,7 +119,8 @@ mod tests {
                 frames: vec![crate::report::Frame {
                     function: "leaf 5\nmain;evil 999999".into(),
                     ..Default::default()
-                }],
+                }
+                .into()],
                 truncated: false,
             }],
             ..Default::default()

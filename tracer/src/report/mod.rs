@@ -1,6 +1,8 @@
 //! The report: one `Profile` value, and renderers that take `&Profile` and
 //! `impl Write`. Renderers know nothing of BPF.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 mod collapsed;
@@ -113,7 +115,9 @@ pub struct StackReport {
     /// Leaf first: frames[0] is the function that called the allocator,
     /// the last frame is the root (e.g. `_start`). Inlined functions appear
     /// as frames of their own, with `inlined: true`.
-    pub frames: Vec<Frame>,
+    /// Shared: a frame named once serves every stack it appears in (a
+    /// report of 100 k stacks holds each distinct frame once).
+    pub frames: Vec<Arc<Frame>>,
     /// The stack ends before its root: the unwinder ran out of copied stack
     /// bytes or unwind information. Shown as a `[truncated]` root frame.
     pub truncated: bool,

@@ -1,8 +1,7 @@
 //! Golden-file tests for the renderers. Bless with
 //! `MEMTRACE_BLESS=1 cargo test -p memtrace-bpf report`, then read the diff.
 
-use std::fs;
-use std::path::PathBuf;
+use std::{fs, path::PathBuf, sync::Arc};
 
 use super::*;
 
@@ -102,7 +101,7 @@ fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
     StackReport {
         pid,
         counts,
-        frames,
+        frames: frames.into_iter().map(Arc::new).collect(),
         truncated: false,
     }
 }
@@ -199,7 +198,7 @@ fn two_processes() -> Profile {
         StackReport {
             pid: 103,
             counts: counts(600_000, 1, 600_000, 1),
-            frames: vec![frame("[unknown]", "[unknown]", 0x7f00_dead_beef, None)],
+            frames: vec![frame("[unknown]", "[unknown]", 0x7f00_dead_beef, None).into()],
             // An unwind that stopped at an address without unwind info.
             truncated: true,
         },
@@ -429,7 +428,7 @@ fn hostile() -> Profile {
     p.notes.push(format!(
         "process 101: its allocator could not be hooked: {evil}"
     ));
-    let f = &mut p.stacks[0].frames[0];
+    let f = Arc::make_mut(&mut p.stacks[0].frames[0]);
     f.function = format!("leaf;{evil} 12");
     f.file = Some(format!("{evil}.c"));
     p
