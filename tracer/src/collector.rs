@@ -203,6 +203,11 @@ impl Collector {
     /// What their interned stacks need (the objects) stays.
     pub fn reap_exited(&mut self) {
         self.state.last_reap = Instant::now();
+        // The reader's batches (a burst of DWARF samples can queue hundreds
+        // of MiB) are freed once handled, but glibc keeps freed heap pages
+        // mapped: give them back, so the RSS follows what is really held.
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe { libc::malloc_trim(0) };
         // Processes the scope read maps for that sent no event yet.
         let state = &mut self.state;
         for pid in state.modules.pids() {

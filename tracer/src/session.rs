@@ -421,20 +421,21 @@ fn write_report(
     output: Option<&Output>,
     profile: &report::Profile,
 ) -> anyhow::Result<()> {
-    let mut rendered = Vec::new();
-    match cli.format {
-        Format::Text => report::write_text(profile, cli.top, &mut rendered)?,
-        Format::Json => report::write_json(profile, &mut rendered)?,
-        Format::Collapsed => report::write_collapsed(profile, cli.view, &mut rendered)?,
-        Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut rendered)?,
-    }
+    // Streamed to its destination, never held whole in memory.
+    let mut render = |mut w: &mut dyn Write| -> anyhow::Result<()> {
+        match cli.format {
+            Format::Text => Ok(report::write_text(profile, cli.top, &mut w)?),
+            Format::Json => report::write_json(profile, &mut w),
+            Format::Collapsed => Ok(report::write_collapsed(profile, cli.view, &mut w)?),
+            Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w),
+        }
+    };
     match output {
-        Some(output) => output.write(&rendered)?,
+        Some(output) => output.write_with(&mut render)?,
         None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&rendered)
-                .and_then(|()| out.flush())
-                .context("writing the report to stdout")?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            render(&mut out).context("writing the report to stdout")?;
+            out.flush().context("writing the report to stdout")?;
         }
     }
     if matches!(cli.format, Format::Collapsed | Format::Flamegraph) {

@@ -85,15 +85,22 @@ impl Output {
     /// Writes `report` to the destination, atomically for a regular file.
     /// On failure the report is saved elsewhere and the error says where.
     pub fn write(&self, report: &[u8]) -> anyhow::Result<()> {
+        self.write_with(&mut |w| Ok(w.write_all(report)?))
+    }
+
+    /// `write` of what `render` writes, streamed: a report of a long trace
+    /// can be larger than the memory it would take to hold it. `render`
+    /// runs again for the fallback destination if the first one fails.
+    pub fn write_with(&self, render: &mut Render<'_>) -> anyhow::Result<()> {
         let result = match self.in_place {
-            true => write_in_place(&self.path, report),
-            false => self.replace(report),
+            true => write_in_place(&self.path, render),
+            false => self.replace(render),
         };
         let Err(err) = result else {
             return Ok(());
         };
         let shown = self.path.display();
-        match save_elsewhere(&self.path, report) {
+        match save_elsewhere(&self.path, render) {
             Some(saved) => Err(err.context(format!(
                 "the report could not be written to {shown}; it was saved to {saved} instead"
             ))),
@@ -110,12 +117,17 @@ impl Output {
     }
 
     /// Temporary file, fsync, permissions, rename over the destination.
-    fn replace(&self, report: &[u8]) -> anyhow::Result<()> {
-        let (tmp, mut file) = self
+    fn replace(&self, render: &mut Render<'_>) -> anyhow::Result<()> {
+        let (tmp, file) = self
             .create_temporary()
             .with_context(|| format!("creating a file in {}", directory(&self.path).display()))?;
         let written = (|| -> anyhow::Result<()> {
-            file.write_all(report).context("writing the report")?;
+            let mut out = std::io::BufWriter::new(file);
+            render(&mut out).context("writing the report")?;
+            let file = out
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .context("writing the report")?;
             // A replaced file keeps its mode; a new one gets 0666 minus
             // the umask, as any file created by the shell.
             if let Ok(meta) = fs::metadata(&self.path) {
@@ -158,6 +170,9 @@ impl Output {
     }
 }
 
+/// Writes a whole report to the writer it is given.
+pub type Render<'a> = dyn FnMut(&mut dyn Write) -> anyhow::Result<()> + 'a;
+
 /// The directory a new file at `path` goes in ("." for a bare name).
 fn directory(path: &Path) -> PathBuf {
     match path.parent() {
@@ -166,17 +181,19 @@ fn directory(path: &Path) -> PathBuf {
     }
 }
 
-fn write_in_place(path: &Path, report: &[u8]) -> anyhow::Result<()> {
-    let mut file = OpenOptions::new()
+fn write_in_place(path: &Path, render: &mut Render<'_>) -> anyhow::Result<()> {
+    let file = OpenOptions::new()
         .write(true)
         .open(path)
         .context("opening it for writing")?;
-    file.write_all(report).context("writing the report")
+    let mut out = std::io::BufWriter::new(file);
+    render(&mut out).context("writing the report")?;
+    out.flush().context("writing the report")
 }
 
 /// Saves `report` in the temporary directory, or writes it to stdout when
 /// that fails too; returns the file it went to.
-fn save_elsewhere(wanted: &Path, report: &[u8]) -> Option<String> {
+fn save_elsewhere(wanted: &Path, render: &mut Render<'_>) -> Option<String> {
     let fallback = Output {
         path: std::env::temp_dir().join(format!(
             "memtrace-bpf-{}-{}",
@@ -188,11 +205,11 @@ fn save_elsewhere(wanted: &Path, report: &[u8]) -> Option<String> {
         )),
         in_place: false,
     };
-    if fallback.replace(report).is_ok() {
+    if fallback.replace(render).is_ok() {
         return Some(fallback.path.display().to_string());
     }
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(report).and_then(|()| out.flush());
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let _ = render(&mut out).map(|()| out.flush());
     None
 }
 
