@@ -6,6 +6,7 @@
 
 mod bench;
 mod bench_redis;
+mod bench_report;
 mod cmd;
 mod demo;
 mod fuzz;
@@ -43,6 +44,9 @@ enum Task {
     /// redis-benchmark throughput against redis-server, untraced and traced
     /// by `--binary` (target/bench/redis.json).
     BenchRedis,
+    /// Time and peak memory of the report of 131072 distinct stacks, per
+    /// format.
+    BenchReport,
     /// Fuzz the parsers of what traced processes control (ELF files, maps,
     /// ld.so.conf, probe placement) for a bounded time each.
     Fuzz {
@@ -70,6 +74,7 @@ fn main() -> Result<()> {
         Task::Demo => demo::run(),
         Task::Bench => bench::run(),
         Task::BenchRedis => bench_redis::run(),
+        Task::BenchReport => bench_report::run(),
         Task::Fuzz { seconds, target } => {
             setup::run()?;
             fuzz::run(seconds, target.as_deref())
