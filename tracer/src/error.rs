@@ -13,6 +13,18 @@ pub enum TraceError {
     NoUprobes,
     #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
     NoSuchProcess(u32),
+    #[error("pid 0 is not a process (it names the kernel's idle task): pass the pid of a user process, see `ps -e`")]
+    PidZero,
+    #[error("pid {0} is memtrace-bpf itself, whose allocations would trace its own tracing: pass the pid of another process")]
+    SelfPid(u32),
+    #[error("pid {0} has exited (a zombie that its parent has not reaped): it has no memory left to trace")]
+    Zombie(u32),
+    #[error("cannot read /proc/{pid}/{what} ({reason}): inspecting another user's process needs CAP_SYS_PTRACE; run memtrace-bpf as root, or as the process's user with CAP_BPF and CAP_PERFMON")]
+    Unreadable {
+        pid: u32,
+        what: String,
+        reason: String,
+    },
     #[error(
         "pid {0} is a kernel thread, which has no user-space heap: pass the pid of a user process"
     )]

@@ -59,7 +59,7 @@ impl Modules {
         {
             return false;
         }
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else {
             return false;
         };
         let mut maps = crate::target::parse_maps(&text);
@@ -149,22 +149,29 @@ impl Modules {
             };
         };
         let offset = addr - m.start + m.offset;
-        let path = m.path.clone();
-        let module = self.module_index(pid, path);
+        let (path, range) = (m.path.clone(), (m.start, m.end));
+        let module = self.module_index(pid, path, range);
         NormFrame {
             module: Some(module),
             offset,
         }
     }
 
-    fn module_index(&mut self, pid: u32, path: String) -> u32 {
+    /// The module of the file `pid` maps at `range`, opened on first use.
+    fn module_index(&mut self, pid: u32, path: String, range: (u64, u64)) -> u32 {
         // Keyed by pid too: the same path may be a different file in another
         // mount namespace.
         let key = (pid, path);
         if let Some(&i) = self.by_key.get(&key) {
             return i;
         }
-        let file = File::open(host_path(pid, &key.1)).ok();
+        // The mapping itself: the file the process runs even when it was
+        // deleted or replaced on disk since, and whatever bytes its path
+        // holds. The path is the fallback (map_files needs CAP_SYS_ADMIN).
+        let (start, end) = range;
+        let file = File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+            .or_else(|_| File::open(host_path(pid, &key.1)))
+            .ok();
         let i = self.modules.len() as u32;
         self.modules.push(Module {
             path: key.1.clone(),
