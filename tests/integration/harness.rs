@@ -242,7 +242,14 @@ impl Tracer {
         t
     }
 
-    fn spawn_with(args: &[&str], exact: bool) -> Tracer {
+    /// `start` with arguments that need not be UTF-8 (paths).
+    pub fn start_os(args: &[&std::ffi::OsStr]) -> Tracer {
+        let mut t = Tracer::spawn_with(args, true);
+        t.stderr.wait_for("memtrace-bpf: tracing ", "tracer attach");
+        t
+    }
+
+    fn spawn_with<S: AsRef<std::ffi::OsStr>>(args: &[S], exact: bool) -> Tracer {
         let mut command = Command::new(TRACER);
         // The defaults below go before the test's own arguments, which may
         // end with `-- CMD ...`.
@@ -251,11 +258,12 @@ impl Tracer {
         // tracer's reader gets little CPU: a bigger ring buffer keeps the
         // bursts (20000 DWARF samples in a few ms) from overflowing it.
         // Overflow is counted, and the tests check those counters are 0.
-        if !args.contains(&"--ringbuf-mb") {
+        let given = |flag: &str| args.iter().any(|a| a.as_ref() == flag);
+        if !given("--ringbuf-mb") {
             command.args(["--ringbuf-mb", "256"]);
         }
         // The tests check exact numbers unless they choose a sampling rate.
-        if exact && !args.contains(&"--sample-rate") {
+        if exact && !given("--sample-rate") {
             command.args(["--sample-rate", "1"]);
         }
         command.args(args);
