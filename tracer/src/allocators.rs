@@ -26,7 +26,9 @@ use std::{
 };
 
 use anyhow::Context as _;
-use object::{read::elf::ElfFile64, Object as _, ObjectSegment as _, ObjectSymbol as _};
+use object::{
+    read::elf::ElfFile64, Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _,
+};
 use tracer_common::Role;
 
 use crate::error::TraceError;
@@ -230,6 +232,12 @@ pub struct ObjectInfo {
     soname: Option<OsString>,
     /// 64-bit x86: a library the loader could pick for this process.
     native: bool,
+    /// What it is built for when not `native` ("32-bit I386"...).
+    machine: String,
+    /// Has a program interpreter (dynamically linked executable).
+    interp: bool,
+    /// Has a symbol table (not stripped).
+    symbols: bool,
     /// Defines glibc's internal `__libc_malloc` (libc, or a static binary).
     glibc: bool,
 }
@@ -254,6 +262,13 @@ impl ObjectInfo {
         let wanted: HashSet<&str> = ENTRY_POINTS.iter().map(|e| e.name.as_str()).collect();
         let mut info = ObjectInfo {
             native: file.architecture() == object::Architecture::X86_64 && file.is_64(),
+            machine: format!(
+                "{}-bit {:?}",
+                if file.is_64() { 64 } else { 32 },
+                file.architecture()
+            ),
+            interp: file.section_by_name(".interp").is_some(),
+            symbols: file.symbols().next().is_some(),
             ..ObjectInfo::default()
         };
         let mut starts: HashMap<u64, String> = HashMap::new();
@@ -322,6 +337,26 @@ impl ObjectInfo {
         }
     }
 
+    /// 64-bit x86, the only kind of program traced.
+    pub fn is_native(&self) -> bool {
+        self.native
+    }
+
+    /// No program interpreter: a static executable (or a library).
+    pub fn is_static(&self) -> bool {
+        !self.interp
+    }
+
+    /// Has a symbol table (not stripped).
+    pub fn has_symbols(&self) -> bool {
+        self.symbols
+    }
+
+    /// "32-bit I386" and the like.
+    pub fn machine(&self) -> &str {
+        &self.machine
+    }
+
     pub fn defines_malloc_and_free(&self) -> bool {
         self.defined.contains_key("malloc") && self.defined.contains_key("free")
     }
@@ -355,7 +390,7 @@ fn jump_target(
     starts: &HashMap<u64, String>,
 ) -> Option<Thunk> {
     use iced_x86::{Code, Decoder, DecoderOptions};
-    use object::{ObjectSection as _, ObjectSymbolTable as _};
+    use object::ObjectSymbolTable as _;
     let decode_at = |vaddr: u64| {
         let start = vaddr_to_file_offset(file, vaddr)? as usize;
         let bytes = data.get(start..(start + 16).min(data.len()))?;
@@ -789,7 +824,7 @@ impl Program {
             }
         };
         let Some(chosen) = chosen else {
-            return Err(self.not_found(choice, &order));
+            return Err(self.not_found(choice, &order, cache));
         };
         let mut out = vec![hooked(chosen, true)];
         if *choice == Choice::Auto {
@@ -803,26 +838,42 @@ impl Program {
         Ok(out)
     }
 
-    fn not_found(&self, choice: &Choice, order: &[Candidate]) -> TraceError {
-        let exe = self.exe.display().to_string();
-        let allocator = match choice {
-            Choice::Auto => return TraceError::NoAllocator { exe },
-            Choice::Kind(k) => k.clone(),
-            Choice::Path(p) => p.display().to_string(),
-        };
+    fn not_found(
+        &self,
+        choice: &Choice,
+        order: &[Candidate],
+        cache: &mut ObjectCache,
+    ) -> TraceError {
         let objects: Vec<String> = order
             .iter()
             .filter(|c| !c.info.defined.is_empty())
             .map(|c| format!("{} ({})", c.path.display(), c.info.kind(&c.path)))
             .collect();
+        let allocator = match choice {
+            // Nothing to choose from: say why, as without --allocator.
+            _ if objects.is_empty() => return self.no_allocator(cache),
+            Choice::Auto => return self.no_allocator(cache),
+            Choice::Kind(k) => k.clone(),
+            Choice::Path(p) => p.display().to_string(),
+        };
         TraceError::AllocatorNotFound {
             allocator,
-            exe,
-            objects: if objects.is_empty() {
-                "none".to_string()
-            } else {
-                objects.join(", ")
+            exe: self.exe.display().to_string(),
+            objects: objects.join(", "),
+        }
+    }
+
+    /// Why no object of this program defines malloc and free, as far as
+    /// its executable tells.
+    fn no_allocator(&self, cache: &mut ObjectCache) -> TraceError {
+        let exe = self.exe.display().to_string();
+        match cache.get(&self.exe_host) {
+            Some((_, info)) if !info.native => TraceError::NotX86_64 {
+                exe,
+                machine: info.machine.clone(),
             },
+            Some((_, info)) if !info.interp && info.symbols => TraceError::OwnAllocator { exe },
+            _ => TraceError::NoAllocator { exe },
         }
     }
 }

@@ -31,6 +31,10 @@ pub enum TraceError {
     KernelThread(u32),
     #[error("{exe}: no object it loads defines malloc and free (it is probably statically linked and stripped): trace a dynamically linked program, or name the allocator's file with --allocator PATH")]
     NoAllocator { exe: String },
+    #[error("{exe} is a {machine} program: memtrace-bpf traces 64-bit x86-64 programs only")]
+    NotX86_64 { exe: String, machine: String },
+    #[error("{exe} is statically linked and defines no malloc or free: it manages its memory with its own allocator (as Go programs do), which memtrace-bpf cannot hook; it traces programs that allocate through malloc")]
+    OwnAllocator { exe: String },
     #[error("--allocator {allocator}: {exe} loads no such allocator (objects with allocator functions: {objects}); pass auto, glibc, jemalloc, tcmalloc, mimalloc or the path of a loaded object")]
     AllocatorNotFound {
         allocator: String,
