@@ -370,6 +370,8 @@ fn a_deleted_executable_is_traced_with_its_frames_named() {
     assert_maps_deleted(target.pid(), &bin);
     let report = trace_sites_to_json(&mut target, "deleted-exe", true, libc::SIGINT);
     crate::sites::assert_sites_exact(&report);
+    // DWARF unwinding reads the deleted file too: stacks reach main.
+    crate::sites::assert_site_stacks_complete(&report);
 }
 
 /// `--binary` at paths that are not UTF-8, or hold spaces and a newline:
@@ -413,6 +415,7 @@ fn binary_paths_that_are_not_utf8_are_traced_exactly() {
             report["processes"]
         );
         crate::sites::assert_sites_exact(&report);
+        crate::sites::assert_site_stacks_complete(&report);
     }
 }
 

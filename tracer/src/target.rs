@@ -160,14 +160,39 @@ pub fn is_zombie(stat: &str) -> bool {
 /// link). In another mount namespace (a container) the path is the
 /// process's own, under /proc/PID/root; in a chroot of this namespace the
 /// kernel already shows it from our root, so it is used as it is when the
-/// first does not exist.
+/// first does not exist. When neither is the file the process maps (it was
+/// deleted or replaced on disk since, or its path is not UTF-8 and `path`
+/// is its lossy form), the mapping itself, through /proc/PID/map_files.
 pub fn host_path(pid: u32, path: &str) -> PathBuf {
+    use std::os::unix::fs::MetadataExt as _;
     let under_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
-    if under_root.exists() || !std::path::Path::new(path).exists() {
+    let by_path = if under_root.exists() || !std::path::Path::new(path).exists() {
         under_root
     } else {
         PathBuf::from(path)
+    };
+    let Some((inode, range)) = mapped_inode(pid, path) else {
+        return by_path;
+    };
+    match fs::metadata(&by_path) {
+        Ok(meta) if meta.ino() == inode => by_path,
+        _ => PathBuf::from(format!("/proc/{pid}/map_files/{range}")),
     }
+}
+
+/// The inode and address range ("start-end") of a mapping of `path`
+/// (as `Mapping::path` shows it) in `pid`.
+fn mapped_inode(pid: u32, path: &str) -> Option<(u64, String)> {
+    let maps = fs::read(format!("/proc/{pid}/maps")).ok()?;
+    maps.split(|&b| b == b'\n').find_map(|line| {
+        let (m, _) = parse_maps_line(line)?;
+        if m.path != path {
+            return None;
+        }
+        let text = std::str::from_utf8(line.get(..line.iter().position(|&b| b == b'/')?)?).ok()?;
+        let inode = text.split_whitespace().nth(4)?.parse().ok()?;
+        Some((inode, text.split_whitespace().next()?.to_string()))
+    })
 }
 
 pub fn read_cmdline(pid: u32) -> String {
