@@ -316,67 +316,52 @@ fn pid_zero_and_the_tracers_own_pid_are_refused() {
     assert!(err.contains("is memtrace-bpf itself"), "{err}");
 }
 
-/// The number of BPF links `pid` holds (aya attaches each uprobe as one;
-/// the first is the exec tracepoint, attached when the object is loaded).
-fn bpf_links(pid: u32) -> Option<usize> {
+/// Whether `pid` holds a pidfd: the tracer opens one for `--pid` once it
+/// has inspected the process, before it loads and attaches its programs.
+fn holds_pidfd(pid: u32) -> Option<bool> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
     Some(
         fds.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-            .filter(|l| l.to_string_lossy().contains("bpf_link"))
-            .count(),
+            .any(|l| l.to_string_lossy().contains("[pidfd]")),
     )
 }
 
-/// The target is killed as soon as the tracer has attached its first
-/// uprobe: the next attach fails (perf_event_open: No such process) or the
-/// check after attaching sees the exit, and either way the tracer says the
-/// process exited before the probes were attached. Whether the kill lands
-/// before the last probe is a race (jemalloc preloaded gives the tracer
-/// some 40 probes to attach): an attempt that loses it traces the target
-/// to its exit and is run again.
+/// The target is killed once the tracer has inspected it and before its
+/// probes are attached (loading the BPF programs comes between): whether
+/// the attach then fails (perf_event_open: No such process, or /proc/PID
+/// gone) or the check after it sees the exit, the tracer says the process
+/// exited before the probes were attached.
 #[test]
 fn a_pid_that_exits_during_attach_is_reported_as_such() {
     if !root_or_skip("a_pid_that_exits_during_attach_is_reported_as_such") {
         return;
     }
-    let jemalloc = [("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")];
-    let mut outcomes = Vec::new();
-    for _attempt in 0..5 {
-        let mut target = Target::start_with_env(
-            std::path::Path::new("/bin/sh"),
-            &["-c", "echo ready; exec sleep 60"],
-            &jemalloc,
-        );
-        let pid = target.pid();
-        let tracer = Command::new(TRACER)
-            .args(["--pid", &pid.to_string(), "--uprobe-sessions", "off"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start memtrace-bpf");
-        // No time limit of our own: the tracer attaches or exits.
-        while bpf_links(tracer.id()).is_some_and(|n| n < 2) {
-            std::thread::yield_now();
-        }
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-        let _ = target.wait_exit();
-        let out = tracer.wait_with_output().expect("wait for memtrace-bpf");
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!err.contains("perf_event_open"), "{err}");
-        let exited_before = err.contains(&format!(
-            "process {pid} exited before the probes were attached"
-        ));
-        if exited_before {
-            assert_eq!(out.status.code(), Some(1), "{err}");
-            return;
-        }
-        // Lost the race: it traced the process until it was killed.
-        assert!(
-            out.status.success() && err.contains("target exited"),
-            "{err}"
-        );
-        outcomes.push(err);
+    let mut target = Target::start(
+        std::path::Path::new("/bin/sh"),
+        &["-c", "echo ready; exec sleep 60"],
+    );
+    let pid = target.pid();
+    let tracer = Command::new(TRACER)
+        .args(["--pid", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start memtrace-bpf");
+    // No time limit of our own: the tracer opens the pidfd or exits.
+    while holds_pidfd(tracer.id()) == Some(false) {
+        std::thread::yield_now();
     }
-    panic!("the kill never landed during the attach: {outcomes:#?}");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    let out = tracer.wait_with_output().expect("wait for memtrace-bpf");
+    let _ = target.wait_exit();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "process {pid} exited before the probes were attached"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("perf_event_open"), "{err}");
 }

@@ -116,7 +116,7 @@ impl Scope {
                 match result {
                     // perf_event_open fails with ESRCH, or /proc/PID is
                     // gone: say what happened.
-                    Err(_) if pidfd.has_exited() => {
+                    Err(e) if pidfd.has_exited() || is_gone(&e) => {
                         Err(TraceError::ExitedBeforeAttach(*pid).into())
                     }
                     r => r,
@@ -424,6 +424,21 @@ fn running(path: &Path) -> Vec<u32> {
 }
 
 /// Whether `path` starts with the ELF magic (only its first bytes are read).
+/// The error says the process is gone or exiting: perf_event_open's
+/// ESRCH comes as soon as it is killed, before its pidfd reports the exit.
+fn is_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        let esrch = cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ESRCH));
+        let vanished = matches!(
+            cause.downcast_ref::<TraceError>(),
+            Some(TraceError::NoSuchProcess(_) | TraceError::Zombie(_))
+        );
+        esrch || vanished
+    })
+}
+
 /// The `--binary` path, resolved, once it names a program file that a
 /// process can run; otherwise what is wrong with it.
 fn check_binary(binary: &Path) -> anyhow::Result<PathBuf> {
