@@ -3,10 +3,16 @@
 
 use serde_json::Value;
 
+use std::{
+    ffi::{OsStr, OsString},
+    os::unix::ffi::{OsStrExt as _, OsStringExt as _},
+    path::{Path, PathBuf},
+};
+
 use crate::{
-    harness::{compile_c, root_or_skip, Target},
+    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
     sites::{
-        assert_no_losses, per_calling_site, trace_sites_to_json, trace_sites_with,
+        assert_no_losses, per_calling_site, read_json, trace_sites_to_json, trace_sites_with,
         EXPECTED_PER_THREAD, O2_FLAGS,
     },
 };
@@ -275,6 +281,202 @@ fn the_allocator_flag_overrides_detection() {
                 .map(|(_, v)| v.map(|v| v * 2));
             assert_eq!(got.len(), 1, "{got:#?}");
             assert_eq!(got.get("site_reallocarray").copied(), want, "{got:#?}");
+        }
+    }
+}
+
+/// A fresh directory `scratch/tag` holding a copy of Debian's jemalloc.
+fn jemalloc_copy(tag: &str) -> PathBuf {
+    let dir = scratch(tag);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let lib = dir.join("libjemalloc.so.2");
+    std::fs::copy(JEMALLOC, &lib).expect("copy jemalloc (cargo xtask setup installs it)");
+    lib
+}
+
+/// What a package upgrade does: a new file renamed over the old one, which
+/// the running process keeps mapping as "(deleted)".
+fn replace_on_disk(path: &Path) {
+    let new = path.with_extension("new");
+    std::fs::copy(path, &new).expect("copy");
+    std::fs::rename(&new, path).expect("rename over");
+}
+
+fn assert_maps_deleted(pid: u32, path: &Path) {
+    let maps = std::fs::read(format!("/proc/{pid}/maps")).expect("maps");
+    let mut wanted = path.as_os_str().as_bytes().to_vec();
+    wanted.extend_from_slice(b" (deleted)");
+    assert!(
+        maps.windows(wanted.len()).any(|w| w == wanted),
+        "the target should map the replaced file as deleted:\n{}",
+        String::from_utf8_lossy(&maps)
+    );
+}
+
+/// sites.c using a jemalloc whose file was replaced on disk after it
+/// started: the mapped (deleted) object is still the one hooked, through
+/// /proc/PID/map_files, with exact numbers. `linked`: a DT_NEEDED found
+/// through LD_LIBRARY_PATH; otherwise LD_PRELOAD by path.
+fn assert_replaced_jemalloc_exact(tag: &str, linked: bool) {
+    let lib = jemalloc_copy(tag);
+    let dir = lib.parent().expect("dir").to_str().expect("utf-8 path");
+    let (bin, env) = if linked {
+        let mut flags = O2_FLAGS.to_vec();
+        flags.extend(["-Wl,--no-as-needed", JEMALLOC]);
+        (compile_c("sites", tag, &flags), ("LD_LIBRARY_PATH", dir))
+    } else {
+        let path = lib.to_str().expect("utf-8 path");
+        (compile_c("sites", tag, O2_FLAGS), ("LD_PRELOAD", path))
+    };
+    let mut target = Target::start_with_env(&bin, &[], &[env]);
+    replace_on_disk(&lib);
+    assert_maps_deleted(target.pid(), &lib);
+    let report = trace_sites_to_json(&mut target, tag, true, libc::SIGINT);
+    assert_hooked_instead_of_glibc(&report, lib.to_str().expect("utf-8 path"), "jemalloc");
+    assert_sites_exact(&report);
+}
+
+#[test]
+fn a_needed_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers() {
+    if !root_or_skip("a_needed_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers") {
+        return;
+    }
+    assert_replaced_jemalloc_exact("jemalloc-replaced-needed", true);
+}
+
+#[test]
+fn a_preloaded_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers() {
+    if !root_or_skip("a_preloaded_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers") {
+        return;
+    }
+    assert_replaced_jemalloc_exact("jemalloc-replaced-preload", false);
+}
+
+/// An executable deleted after it started: traced, and its frames (the
+/// site_* functions) are named from the mapped file.
+#[test]
+fn a_deleted_executable_is_traced_with_its_frames_named() {
+    if !root_or_skip("a_deleted_executable_is_traced_with_its_frames_named") {
+        return;
+    }
+    let built = compile_c("sites", "deleted-exe", O2_FLAGS);
+    let dir = scratch("deleted-exe");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let bin = dir.join("sites");
+    std::fs::copy(&built, &bin).expect("copy target");
+    let mut target = Target::start(&bin, &[]);
+    std::fs::remove_file(&bin).expect("delete the running executable");
+    assert_maps_deleted(target.pid(), &bin);
+    let report = trace_sites_to_json(&mut target, "deleted-exe", true, libc::SIGINT);
+    crate::sites::assert_sites_exact(&report);
+    // DWARF unwinding reads the deleted file too: stacks reach main.
+    crate::sites::assert_site_stacks_complete(&report);
+}
+
+/// `--binary` at paths that are not UTF-8, or hold spaces and a newline:
+/// the program is found, hooked and traced like any other.
+#[test]
+fn binary_paths_that_are_not_utf8_are_traced_exactly() {
+    if !root_or_skip("binary_paths_that_are_not_utf8_are_traced_exactly") {
+        return;
+    }
+    let built = compile_c("sites", "odd-path", O2_FLAGS);
+    let names: [&[u8]; 2] = [b"caf\xe9-\xff/prog\xfe", b"with space\nand newline/my prog"];
+    for (i, name) in names.iter().enumerate() {
+        let mut path = scratch(&format!("odd-path-{i}"))
+            .into_os_string()
+            .into_vec();
+        path.push(b'/');
+        path.extend_from_slice(name);
+        let bin = PathBuf::from(OsString::from_vec(path));
+        let _ = std::fs::remove_dir_all(bin.parent().expect("dir"));
+        std::fs::create_dir_all(bin.parent().expect("dir")).expect("mkdir");
+        std::fs::copy(&built, &bin).expect("copy target");
+        let json = scratch(&format!("odd-path-{i}.json"));
+        let tracer = Tracer::start_os(&[
+            OsStr::new("--binary"),
+            bin.as_os_str(),
+            OsStr::new("--format"),
+            OsStr::new("json"),
+            OsStr::new("-o"),
+            json.as_os_str(),
+        ]);
+        let mut target = Target::start(&bin, &[]);
+        target.run_sites();
+        tracer.signal(libc::SIGINT);
+        let out = tracer.finish();
+        assert!(out.status.success(), "tracer failed: {}", out.stderr);
+        let report = read_json(&json);
+        assert_eq!(
+            report["processes"][0]["pid"],
+            target.pid(),
+            "{}",
+            report["processes"]
+        );
+        // Leaf frames named (the sites' numbers); whole stacks are not
+        // checked: under --binary the first samples may come before the
+        // process's libraries are in the maps the tracer read at its exec.
+        crate::sites::assert_sites_exact(&report);
+    }
+}
+
+/// [in-use bytes, in-use objects, allocated bytes, allocated objects] per
+/// function of tests/targets/new_array.c.
+const NEW_ARRAY_EXPECTED: &[(&str, [u64; 4])] = &[
+    ("site_new_array", [20_000, 20, 20_000, 20]),
+    ("site_new_array_deleted", [0, 0, 300_000, 1000]),
+    ("site_new_array_nothrow", [1000, 5, 1000, 5]),
+    ("site_new_object", [6 * 48, 6, 10 * 48, 10]),
+];
+
+/// jemalloc's operator new[] is `jmp operator new`: it is not probed
+/// itself (operator new's probe counts the call), so no return probe
+/// fires without its entry, and every call counts once.
+#[test]
+fn jemallocs_operator_new_array_counts_once_without_returns_without_entry() {
+    if !root_or_skip("jemallocs_operator_new_array_counts_once_without_returns_without_entry") {
+        return;
+    }
+    let bin = compile_c(
+        "new_array",
+        "jemalloc",
+        &["-O2", "-g", "-Wl,--no-as-needed", JEMALLOC],
+    );
+    for sessions in ["auto", "off"] {
+        let json = scratch(&format!("new-array-{sessions}.json"));
+        let out = Tracer::spawn(&[
+            "--uprobe-sessions",
+            sessions,
+            "--format",
+            "json",
+            "-o",
+            json.to_str().expect("utf-8 path"),
+            "--",
+            bin.to_str().expect("utf-8 path"),
+        ])
+        .finish();
+        assert!(out.status.success(), "tracer failed: {}", out.stderr);
+        let report = read_json(&json);
+        let hooks = report["hooks"].as_array().expect("hooks");
+        for (thunk, target) in [
+            ("_Znam", "_Znwm"),
+            ("_ZnamRKSt9nothrow_t", "_ZnwmRKSt9nothrow_t"),
+        ] {
+            let hook = hooks.iter().find(|h| h["function"] == thunk).expect(thunk);
+            assert_eq!(
+                hook["status"],
+                format!("jumps to {target}, counted there"),
+                "{hook}"
+            );
+        }
+        let losses = &report["losses"];
+        assert_eq!(losses["return_without_entry"], 0, "{sessions}: {losses}");
+        assert_eq!(losses["unknown_frees"], 0, "{sessions}: {losses}");
+        assert_no_losses(&report);
+        let got = per_calling_site(&report);
+        for (site, want) in NEW_ARRAY_EXPECTED {
+            assert_eq!(got.get(*site), Some(want), "{sessions}: {site}: {got:#?}");
         }
     }
 }

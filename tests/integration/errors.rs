@@ -136,3 +136,234 @@ fn a_script_given_to_binary_is_refused_with_what_to_do() {
         "{err}"
     );
 }
+
+/// A process the tracer may not inspect (another user's, without
+/// CAP_SYS_PTRACE) is named as unreadable, with what to do, not as missing.
+#[test]
+fn a_pid_that_cannot_be_read_is_explained() {
+    if !root_or_skip("a_pid_that_cannot_be_read_is_explained") {
+        return;
+    }
+    let target = Target::start(
+        std::path::Path::new("/usr/bin/setpriv"),
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/bin/sh",
+            "-c",
+            "echo ready; exec sleep 60",
+        ],
+    );
+    let pid = target.pid().to_string();
+    // Root with only the capabilities BPF needs: no CAP_SYS_PTRACE.
+    let out = Command::new("setpriv")
+        .args([
+            "--bounding-set=-all,+bpf,+perfmon",
+            "--",
+            TRACER,
+            "--pid",
+            &pid,
+        ])
+        .output()
+        .expect("run setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot read /proc/{pid}/")) && err.contains("CAP_SYS_PTRACE"),
+        "{err}"
+    );
+    assert!(!err.contains("no process with pid"), "{err}");
+}
+
+/// A zombie (exited, not reaped) has no memory left: said so.
+#[test]
+fn a_zombie_pid_is_explained() {
+    if !root_or_skip("a_zombie_pid_is_explained") {
+        return;
+    }
+    // The shell's child waits for a line on stdin; the shell becomes
+    // `sleep`, which never reaps it; then the line lets the child exit.
+    let mut parent = Target::start(
+        std::path::Path::new("/bin/sh"),
+        &[
+            "-c",
+            "exec 3<&0; (read x <&3) & echo ready; echo child $!; exec sleep 60 3<&-",
+        ],
+    );
+    let line = parent.wait_for("child");
+    let zombie: u32 = line
+        .trim_start_matches("child ")
+        .trim()
+        .parse()
+        .expect("child pid");
+    let comm = format!("/proc/{}/comm", parent.pid());
+    // No time limits of our own: each state comes, or `sleep 60` ends and
+    // the reads below fail.
+    while std::fs::read_to_string(&comm).expect("parent comm").trim() != "sleep" {
+        std::thread::yield_now();
+    }
+    parent.send("exit");
+    while !std::fs::read_to_string(format!("/proc/{zombie}/stat"))
+        .expect("the zombie stays until its parent dies")
+        .contains(") Z ")
+    {
+        std::thread::yield_now();
+    }
+    let (code, err) = run(&["--pid", &zombie.to_string()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("pid {zombie} has exited (a zombie")),
+        "{err}"
+    );
+}
+
+/// tests/targets/no_malloc.c: static, no C library, no malloc.
+fn no_malloc(tag: &str, extra: &[&str]) -> std::path::PathBuf {
+    let mut flags = vec!["-O1", "-static", "-nostdlib", "-fno-stack-protector"];
+    flags.extend_from_slice(extra);
+    compile_c("no_malloc", tag, &flags)
+}
+
+/// `--pid`, `--pid --allocator` and `--binary` on `bin` all fail saying
+/// `why`, and never blame stripping.
+fn assert_refused_with(bin: &std::path::Path, why: &str) {
+    let target = Target::start(bin, &[]);
+    let pid = target.pid().to_string();
+    let path = bin.to_str().expect("utf-8 path");
+    for args in [
+        vec!["--pid", &pid],
+        vec!["--pid", &pid, "--allocator", "jemalloc"],
+        vec!["--pid", &pid, "--allocator", "glibc"],
+        vec!["--binary", path, "--duration", "1"],
+    ] {
+        let (code, err) = run(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert!(!err.contains("stripped"), "{args:?}: {err}");
+    }
+}
+
+/// A static program with its own allocator (as a Go program is) defines
+/// no malloc: it is not "stripped", and --allocator has nothing to list.
+#[test]
+fn a_program_with_its_own_allocator_is_explained() {
+    if !root_or_skip("a_program_with_its_own_allocator_is_explained") {
+        return;
+    }
+    let bin = no_malloc("own", &[]);
+    assert_refused_with(&bin, "is statically linked and defines no malloc or free");
+}
+
+#[test]
+fn a_32_bit_program_is_explained() {
+    if !root_or_skip("a_32_bit_program_is_explained") {
+        return;
+    }
+    let bin = no_malloc("m32", &["-m32", "-fno-pie", "-no-pie"]);
+    assert_refused_with(&bin, "is a 32-bit I386 program: memtrace-bpf traces 64-bit");
+}
+
+/// `--binary` with something that is not a program file: what it is, and
+/// what to pass instead.
+#[test]
+fn binary_paths_that_are_not_programs_are_explained() {
+    if !root_or_skip("binary_paths_that_are_not_programs_are_explained") {
+        return;
+    }
+    let dir = crate::harness::scratch("binary-not-a-program");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let data = dir.join("data.bin");
+    std::fs::copy(compile_c("sites", "binary-noexec", &["-O1"]), &data).expect("copy");
+    let mut perms = std::fs::metadata(&data).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+    std::fs::set_permissions(&data, perms).expect("chmod");
+    let missing = dir.join("missing");
+    let cases = [
+        (
+            dir.as_path(),
+            "is a directory: pass the path of the program file",
+        ),
+        (missing.as_path(), "no such file"),
+        (data.as_path(), "is not executable (mode 644)"),
+        (
+            std::path::Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
+            "is a shared library, not a program",
+        ),
+    ];
+    for (path, why) in cases {
+        let path = path.to_str().expect("utf-8 path");
+        let (code, err) = run(&["--binary", path, "--duration", "1"]);
+        assert_eq!(code, 1, "{path}: {err}");
+        assert!(err.contains(why), "{path}: {err}");
+        assert!(!err.contains("start the script with"), "{path}: {err}");
+    }
+}
+
+#[test]
+fn pid_zero_and_the_tracers_own_pid_are_refused() {
+    if !root_or_skip("pid_zero_and_the_tracers_own_pid_are_refused") {
+        return;
+    }
+    let (code, err) = run(&["--pid", "0"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("pid 0 is not a process"), "{err}");
+    // The shell's pid is the tracer's once it execs it.
+    let out = Command::new("/bin/sh")
+        .args(["-c", &format!("exec {TRACER} --pid $$ --duration 1")])
+        .output()
+        .expect("run sh");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is memtrace-bpf itself"), "{err}");
+}
+
+/// Whether `pid` holds a pidfd: the tracer opens one for `--pid` once it
+/// has inspected the process, before it loads and attaches its programs.
+fn holds_pidfd(pid: u32) -> Option<bool> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        fds.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .any(|l| l.to_string_lossy().contains("[pidfd]")),
+    )
+}
+
+/// The target is killed once the tracer has inspected it and before its
+/// probes are attached (loading the BPF programs comes between): whether
+/// the attach then fails (perf_event_open: No such process, or /proc/PID
+/// gone) or the check after it sees the exit, the tracer says the process
+/// exited before the probes were attached.
+#[test]
+fn a_pid_that_exits_during_attach_is_reported_as_such() {
+    if !root_or_skip("a_pid_that_exits_during_attach_is_reported_as_such") {
+        return;
+    }
+    let mut target = Target::start(
+        std::path::Path::new("/bin/sh"),
+        &["-c", "echo ready; exec sleep 60"],
+    );
+    let pid = target.pid();
+    let tracer = Command::new(TRACER)
+        .args(["--pid", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start memtrace-bpf");
+    // No time limit of our own: the tracer opens the pidfd or exits.
+    while holds_pidfd(tracer.id()) == Some(false) {
+        std::thread::yield_now();
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    let out = tracer.wait_with_output().expect("wait for memtrace-bpf");
+    let _ = target.wait_exit();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "process {pid} exited before the probes were attached"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("perf_event_open"), "{err}");
+}

@@ -250,6 +250,13 @@ impl Tracer {
         t
     }
 
+    /// `start` with arguments that need not be UTF-8 (paths).
+    pub fn start_os(args: &[&OsStr]) -> Tracer {
+        let mut t = Tracer::spawn_with(args, true);
+        t.stderr.wait_for("memtrace-bpf: tracing ", "tracer attach");
+        t
+    }
+
     fn spawn_with(args: &[&OsStr], exact: bool) -> Tracer {
         let mut command = Command::new(TRACER);
         // The defaults below go before the test's own arguments, which may

@@ -286,7 +286,7 @@ fn assert_reports(r: &Reports, unwind: &str) {
 
 /// Every site's stack is complete: through run_sites to main (main thread)
 /// or to the thread's start routine `worker`, and not marked truncated.
-fn assert_site_stacks_complete(report: &Value) {
+pub fn assert_site_stacks_complete(report: &Value) {
     for stack in report["stacks"].as_array().expect("stacks") {
         let names: Vec<&str> = stack["frames"]
             .as_array()

@@ -15,12 +15,28 @@ pub enum TraceError {
     NoUprobes,
     #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
     NoSuchProcess(u32),
+    #[error("pid 0 is not a process (it names the kernel's idle task): pass the pid of a user process, see `ps -e`")]
+    PidZero,
+    #[error("pid {0} is memtrace-bpf itself, whose allocations would trace its own tracing: pass the pid of another process")]
+    SelfPid(u32),
+    #[error("pid {0} has exited (a zombie that its parent has not reaped): it has no memory left to trace")]
+    Zombie(u32),
+    #[error("cannot read /proc/{pid}/{what} ({reason}): inspecting another user's process needs CAP_SYS_PTRACE; run memtrace-bpf as root, or as the process's user with CAP_BPF and CAP_PERFMON")]
+    Unreadable {
+        pid: u32,
+        what: String,
+        reason: String,
+    },
     #[error(
         "pid {0} is a kernel thread, which has no user-space heap: pass the pid of a user process"
     )]
     KernelThread(u32),
     #[error("{exe}: no object it loads defines malloc and free (it is probably statically linked and stripped): trace a dynamically linked program, or name the allocator's file with --allocator PATH")]
     NoAllocator { exe: String },
+    #[error("{exe} is a {machine} program: memtrace-bpf traces 64-bit x86-64 programs only")]
+    NotX86_64 { exe: String, machine: String },
+    #[error("{exe} is statically linked and defines no malloc or free: it manages its memory with its own allocator (as Go programs do), which memtrace-bpf cannot hook; it traces programs that allocate through malloc")]
+    OwnAllocator { exe: String },
     #[error("--allocator {allocator}: {exe} loads no such allocator (objects with allocator functions: {objects}); pass auto, glibc, jemalloc, tcmalloc, mimalloc or the path of a loaded object")]
     AllocatorNotFound {
         allocator: String,

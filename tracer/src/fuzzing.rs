@@ -16,12 +16,12 @@ pub fn elf(data: &[u8]) {
 
 /// A /proc/PID/maps text (paths are whatever the process mapped).
 pub fn maps(data: &[u8]) {
-    let _ = target::parse_maps(&String::from_utf8_lossy(data));
+    let _ = target::parse_maps(data);
 }
 
 /// An ld.so.conf text from a process's root directory.
 pub fn ld_so_conf(data: &[u8]) {
-    let _ = allocators::ld_so_conf_lines(&String::from_utf8_lossy(data));
+    let _ = allocators::ld_so_conf_lines(data);
 }
 
 /// The probe-placement decoder on any function body: the first byte picks

@@ -140,7 +140,7 @@ fn describe(objects: &[Hooked]) -> Vec<ProcessAllocator> {
         .iter()
         .map(|o| ProcessAllocator {
             kind: o.kind.to_string(),
-            path: o.path.clone(),
+            path: o.path.to_string_lossy().into_owned(),
             resolves_malloc: o.resolves_malloc,
             functions: o.entry_points.iter().map(|e| e.name.clone()).collect(),
         })

@@ -12,7 +12,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use crate::{
-    allocators::{EntryPoint, Hooked, CORE},
+    allocators::{EntryPoint, Hooked, Thunk, CORE},
     cli::{ProbePlacement, UnwindMode},
     error::TraceError,
     placement,
@@ -318,7 +318,8 @@ pub fn attach(
     opts: &AttachOptions,
 ) -> anyhow::Result<Vec<Hook>> {
     let host_path = object.host_path.as_path();
-    let display_path = object.path.as_str();
+    let display_path = object.path.to_string_lossy();
+    let display_path = display_path.as_ref();
     let info = &object.info;
     let offsets = &info.defined;
     let pid = pid.and_then(NonZeroU32::new);
@@ -361,21 +362,15 @@ pub fn attach(
             None => hook.status = "not defined in this object".into(),
             Some(&offset) => {
                 hook.offset = offset;
-                let thunk_to = info.plt_thunks.get(&spec.name).filter(|target| {
-                    // Through the PLT it reaches the standard function of
-                    // that name, which is hooked here when this object is
-                    // the one malloc resolves to.
-                    object.resolves_malloc
-                        && object
-                            .entry_points
-                            .iter()
-                            .any(|e| e.standard && e.name == **target && e.role == spec.role)
-                });
+                let thunk_to = info
+                    .thunks
+                    .get(&spec.name)
+                    .and_then(|t| counted_at(object, spec, t));
                 // Two probes on one address would both fire for every call.
                 if let Some(first) = hooked_at.get(&offset) {
                     hook.status = format!("alias of {first}, counted there");
-                } else if let Some(target) = thunk_to {
-                    hook.status = format!("jumps to {target} through the PLT, counted there");
+                } else if let Some(how) = thunk_to {
+                    hook.status = how;
                 } else {
                     hooked_at.insert(offset, &spec.name);
                     let plan = plan(info, host_path, spec, offset, opts)?;
@@ -417,6 +412,30 @@ pub fn attach(
         attach_one(loaded, entry(plan.spec.role), plan.plain.0, host_path, pid)?;
     }
     Ok(hooks)
+}
+
+/// When entry point `spec` of `object` only jumps to another function
+/// whose probe counts the call (a second probe would count it twice, and
+/// both return probes would fire for one entry): why it is not probed.
+fn counted_at(object: &Hooked, spec: &EntryPoint, thunk: &Thunk) -> Option<String> {
+    let hooked_here = |name: &str, standard_only: bool| {
+        object
+            .entry_points
+            .iter()
+            .any(|e| e.name == name && e.role == spec.role && (e.standard || !standard_only))
+    };
+    match thunk {
+        // Through the PLT it reaches the standard function of that name,
+        // which is hooked here when this object is the one malloc
+        // resolves to.
+        Thunk::Plt(target) if object.resolves_malloc && hooked_here(target, true) => {
+            Some(format!("jumps to {target} through the PLT, counted there"))
+        }
+        Thunk::Direct(target) if hooked_here(target, false) => {
+            Some(format!("jumps to {target}, counted there"))
+        }
+        _ => None,
+    }
 }
 
 /// Where one entry point's probes go: as plain uprobes (`plain`: file

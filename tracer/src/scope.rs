@@ -93,8 +93,7 @@ impl Scope {
                 forks: Forks::new(cli.follow_forks),
             }
         } else if let Some(binary) = &cli.binary {
-            let path = std::fs::canonicalize(binary)
-                .with_context(|| format!("--binary {}: no such file", binary.display()))?;
+            let path = check_binary(binary)?;
             if !is_elf(&path) {
                 anyhow::bail!(
                     "--binary {}: not an ELF executable (a script runs as its interpreter): pass \
@@ -125,10 +124,21 @@ impl Scope {
     /// loader will load it).
     pub fn hook_initial(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> anyhow::Result<()> {
         match self {
-            Scope::Pid { pid, forks, .. } => {
-                loaded.add_filtered_pid(*pid)?;
+            Scope::Pid {
+                pid, pidfd, forks, ..
+            } => {
                 let attach_pid = (!forks.follow).then_some(*pid);
-                hooks.hook(loaded, &Program::running(*pid)?, Some(*pid), attach_pid)?;
+                let result = loaded.add_filtered_pid(*pid).and_then(|()| {
+                    hooks.hook(loaded, &Program::running(*pid)?, Some(*pid), attach_pid)
+                });
+                match result {
+                    // perf_event_open fails with ESRCH, or /proc/PID is
+                    // gone: say what happened.
+                    Err(e) if pidfd.has_exited() || is_gone(&e) => {
+                        return Err(TraceError::ExitedBeforeAttach(*pid).into())
+                    }
+                    r => r?,
+                }
                 if forks.follow {
                     follow_descendants(*pid, forks, loaded, hooks);
                 }
@@ -622,6 +632,87 @@ fn running(path: &Path) -> Vec<u32> {
 }
 
 /// Whether `path` starts with the ELF magic (only its first bytes are read).
+/// The error says the process is gone or exiting: perf_event_open's
+/// ESRCH comes as soon as it is killed, before its pidfd reports the exit.
+fn is_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        let esrch = cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ESRCH));
+        let vanished = matches!(
+            cause.downcast_ref::<TraceError>(),
+            Some(TraceError::NoSuchProcess(_) | TraceError::Zombie(_))
+        );
+        esrch || vanished
+    })
+}
+
+/// The `--binary` path, resolved, once it names a program file that a
+/// process can run; otherwise what is wrong with it.
+fn check_binary(binary: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let shown = binary.display();
+    let path = std::fs::canonicalize(binary).with_context(|| {
+        format!("--binary {shown}: no such file: pass the path of the program to trace")
+    })?;
+    let meta = std::fs::metadata(&path).with_context(|| format!("--binary {shown}"))?;
+    if meta.is_dir() {
+        anyhow::bail!("--binary {shown} is a directory: pass the path of the program file in it");
+    }
+    if is_shared_library(&path) {
+        anyhow::bail!(
+            "--binary {shown} is a shared library, not a program: pass the program that loads \
+             it (--binary PROGRAM or --pid PID)"
+        );
+    }
+    if let Ok(info) = crate::allocators::ObjectInfo::parse(&path) {
+        let exe = path.display().to_string();
+        if !info.is_native() {
+            let machine = info.machine().to_string();
+            return Err(TraceError::NotX86_64 { exe, machine }.into());
+        }
+        if info.is_static() && !info.defines_malloc_and_free() && info.has_symbols() {
+            return Err(TraceError::OwnAllocator { exe }.into());
+        }
+    }
+    // A script has its own message (is_elf in Scope::start).
+    if meta.permissions().mode() & 0o111 == 0 && is_elf(&path) {
+        anyhow::bail!(
+            "--binary {shown} is not executable (mode {:o}), so no process runs it: pass the \
+             program file, or make it executable with chmod +x",
+            meta.permissions().mode() & 0o7777
+        );
+    }
+    Ok(path)
+}
+
+/// An ELF shared object that is not an executable: no interpreter and no
+/// DF_1_PIE flag (a position-independent executable has one or both).
+fn is_shared_library(path: &Path) -> bool {
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else {
+        return false;
+    };
+    let endian = elf.endian();
+    if elf.elf_header().e_type(endian) != object::elf::ET_DYN {
+        return false;
+    }
+    let has_interp = elf
+        .elf_program_headers()
+        .iter()
+        .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP);
+    let pie = elf
+        .elf_section_table()
+        .dynamic_table(endian, &*data)
+        .unwrap_or_default()
+        .iter()
+        .any(|d| d.tag == object::elf::DT_FLAGS_1 && d.val & u64::from(object::elf::DF_1_PIE) != 0);
+    !has_interp && !pie
+}
+
 fn is_elf(path: &Path) -> bool {
     use std::io::Read as _;
     let mut magic = [0u8; 4];

@@ -105,7 +105,7 @@ impl Modules {
                 p.quick_reads += 1;
             }
         }
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else {
             self.note_unread(pid);
             return false;
         };
@@ -577,7 +577,7 @@ mod tests {
 
     /// This test process's own executable mapping, moved to `shift`.
     fn exe_mapping(shift: u64) -> Mapping {
-        let text = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        let text = std::fs::read("/proc/self/maps").expect("own maps");
         let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
         let mut m = crate::target::parse_maps(&text)
             .into_iter()

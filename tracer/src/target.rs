@@ -2,7 +2,7 @@
 //! allocator lives. Paths are resolved through /proc/PID/root so that
 //! processes in other mount namespaces (containers) work.
 
-use std::{fs, path::PathBuf};
+use std::{ffi::OsStr, fs, os::unix::ffi::OsStrExt as _, path::PathBuf};
 
 use crate::error::TraceError;
 
@@ -21,30 +21,69 @@ pub struct Mapping {
     pub path: String,
 }
 
-/// Parses /proc/PID/maps text, keeping file-backed mappings only.
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines().filter_map(parse_maps_line).collect()
+/// Parses /proc/PID/maps, keeping file-backed mappings only. The text is
+/// bytes: a path may hold any byte but a newline (which the kernel shows
+/// as `\012`).
+pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
+    parse_maps_files(text).into_iter().map(|(m, _)| m).collect()
 }
 
-fn parse_maps_line(line: &str) -> Option<Mapping> {
-    let mut fields = line.splitn(6, ' ');
-    let range = fields.next()?;
-    let perms = fields.next()?;
-    let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
-    let _dev = fields.next()?;
-    let inode: u64 = fields.next()?.parse().ok()?;
-    let path = fields.next()?.trim_start();
-    if inode == 0 || !path.starts_with('/') {
+/// `parse_maps`, with each mapping's file path as the bytes the process
+/// sees (without the " (deleted)" mark): `Mapping::path` is its display
+/// form.
+pub fn parse_maps_files(text: &[u8]) -> Vec<(Mapping, PathBuf)> {
+    text.split(|&b| b == b'\n')
+        .filter_map(parse_maps_line)
+        .collect()
+}
+
+fn parse_maps_line(line: &[u8]) -> Option<(Mapping, PathBuf)> {
+    let mut fields = line.splitn(6, |&b| b == b' ');
+    let mut next = || std::str::from_utf8(fields.next()?).ok();
+    let range = next()?;
+    let perms = next()?;
+    let offset = u64::from_str_radix(next()?, 16).ok()?;
+    let _dev = next()?;
+    let inode: u64 = next()?.parse().ok()?;
+    let path = fields.next()?.trim_ascii_start();
+    if inode == 0 || !path.starts_with(b"/") {
         return None; // anonymous, [heap], [stack], [vdso]...
     }
     let (start, end) = range.split_once('-')?;
-    Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset,
-        executable: perms.as_bytes().get(2) == Some(&b'x'),
-        path: path.trim_end_matches(" (deleted)").to_string(),
-    })
+    let file = strip_deleted(&unescape_newlines(path));
+    Some((
+        Mapping {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            offset,
+            executable: perms.as_bytes().get(2) == Some(&b'x'),
+            path: file.to_string_lossy().into_owned(),
+        },
+        file,
+    ))
+}
+
+/// The kernel shows a newline in a mapped path as `\012`.
+fn unescape_newlines(path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len());
+    let mut rest = path;
+    while let Some((&b, tail)) = rest.split_first() {
+        if let Some(after) = rest.strip_prefix(b"\\012") {
+            out.push(b'\n');
+            rest = after;
+        } else {
+            out.push(b);
+            rest = tail;
+        }
+    }
+    out
+}
+
+/// A path from /proc/PID/maps or an exe link, without the kernel's
+/// " (deleted)" mark for a file unlinked since it was opened.
+pub fn strip_deleted(path: &[u8]) -> PathBuf {
+    let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
+    PathBuf::from(OsStr::from_bytes(path))
 }
 
 /// A process we are about to trace.
@@ -58,33 +97,102 @@ pub struct Process {
 impl Process {
     /// Checks that `pid` is a live user process and reads its maps.
     pub fn inspect(pid: u32) -> Result<Process, TraceError> {
+        if pid == 0 {
+            return Err(TraceError::PidZero);
+        }
+        if pid == std::process::id() {
+            return Err(TraceError::SelfPid(pid));
+        }
         let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        let stat = fs::read_to_string(proc_dir.join("stat"))
-            .map_err(|_| TraceError::NoSuchProcess(pid))?;
+        let stat =
+            fs::read_to_string(proc_dir.join("stat")).map_err(|e| unreadable(pid, "stat", &e))?;
         if is_kernel_thread(&stat) {
             return Err(TraceError::KernelThread(pid));
         }
-        let maps = fs::read_to_string(proc_dir.join("maps"))
-            .map_err(|_| TraceError::NoSuchProcess(pid))?;
+        if is_zombie(&stat) {
+            return Err(TraceError::Zombie(pid));
+        }
+        let maps = fs::read(proc_dir.join("maps")).map_err(|e| unreadable(pid, "maps", &e))?;
+        let mappings = parse_maps(&maps);
+        if mappings.is_empty() && maps.is_empty() {
+            // Readable but empty: it exited meanwhile, or is exiting.
+            return Err(unreadable(
+                pid,
+                "maps",
+                &std::io::ErrorKind::NotFound.into(),
+            ));
+        }
         Ok(Process {
             command: read_cmdline(pid),
-            mappings: parse_maps(&maps),
+            mappings,
         })
     }
+}
+
+/// Why /proc/PID/`what` could not be read, as the user can act on it.
+pub fn unreadable(pid: u32, what: &str, err: &std::io::Error) -> TraceError {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"));
+    match err.kind() {
+        std::io::ErrorKind::PermissionDenied => TraceError::Unreadable {
+            pid,
+            what: what.to_string(),
+            reason: err.to_string(),
+        },
+        _ if stat.as_deref().is_ok_and(is_zombie) => TraceError::Zombie(pid),
+        _ if stat.is_ok() && err.kind() != std::io::ErrorKind::NotFound => TraceError::Unreadable {
+            pid,
+            what: what.to_string(),
+            reason: err.to_string(),
+        },
+        _ if stat.is_ok() => TraceError::Zombie(pid),
+        _ => TraceError::NoSuchProcess(pid),
+    }
+}
+
+/// State Z (exited, not yet reaped) or X (dead): no memory left to trace.
+pub fn is_zombie(stat: &str) -> bool {
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state == "Z" || state == "X")
 }
 
 /// Where to open a path that process `pid` showed (in its maps or exe
 /// link). In another mount namespace (a container) the path is the
 /// process's own, under /proc/PID/root; in a chroot of this namespace the
 /// kernel already shows it from our root, so it is used as it is when the
-/// first does not exist.
+/// first does not exist. When neither is the file the process maps (it was
+/// deleted or replaced on disk since, or its path is not UTF-8 and `path`
+/// is its lossy form), the mapping itself, through /proc/PID/map_files.
 pub fn host_path(pid: u32, path: &str) -> PathBuf {
+    use std::os::unix::fs::MetadataExt as _;
     let under_root = PathBuf::from(format!("/proc/{pid}/root{path}"));
-    if under_root.exists() || !std::path::Path::new(path).exists() {
+    let by_path = if under_root.exists() || !std::path::Path::new(path).exists() {
         under_root
     } else {
         PathBuf::from(path)
+    };
+    let Some((inode, range)) = mapped_inode(pid, path) else {
+        return by_path;
+    };
+    match fs::metadata(&by_path) {
+        Ok(meta) if meta.ino() == inode => by_path,
+        _ => PathBuf::from(format!("/proc/{pid}/map_files/{range}")),
     }
+}
+
+/// The inode and address range ("start-end") of a mapping of `path`
+/// (as `Mapping::path` shows it) in `pid`.
+fn mapped_inode(pid: u32, path: &str) -> Option<(u64, String)> {
+    let maps = fs::read(format!("/proc/{pid}/maps")).ok()?;
+    maps.split(|&b| b == b'\n').find_map(|line| {
+        let (m, _) = parse_maps_line(line)?;
+        if m.path != path {
+            return None;
+        }
+        let text = std::str::from_utf8(line.get(..line.iter().position(|&b| b == b'/')?)?).ok()?;
+        let inode = text.split_whitespace().nth(4)?.parse().ok()?;
+        Some((inode, text.split_whitespace().next()?.to_string()))
+    })
 }
 
 pub fn read_cmdline(pid: u32) -> String {
@@ -123,7 +231,7 @@ mod tests {
 
     #[test]
     fn parses_file_backed_mappings_only() {
-        let maps = parse_maps(MAPS);
+        let maps = parse_maps(MAPS.as_bytes());
         assert_eq!(maps.len(), 4);
         assert_eq!(
             maps[1],
@@ -137,6 +245,22 @@ mod tests {
         );
         assert!(!maps[0].executable);
         assert_eq!(maps[3].path, "/tmp/gone lib.so");
+    }
+
+    #[test]
+    fn maps_paths_are_bytes() {
+        let maps = b"7f00-7f10 r-xp 00000000 fe:01 77 /tmp/caf\xe9 x\\012y (deleted)\n";
+        let parsed = parse_maps_files(maps);
+        assert_eq!(parsed.len(), 1);
+        let (m, file) = &parsed[0];
+        assert_eq!(file.as_os_str().as_bytes(), b"/tmp/caf\xe9 x\ny");
+        assert_eq!(m.path, "/tmp/caf\u{fffd} x\ny");
+    }
+
+    #[test]
+    fn zombie_state() {
+        assert!(is_zombie("1234 (a) b) Z 1 1234"));
+        assert!(!is_zombie("1234 (Z) S 1 1234"));
     }
 
     #[test]
