@@ -40,15 +40,24 @@ fn target_source(file: &str) -> PathBuf {
 pub fn compile_c(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
     let src = target_source(&format!("{name}.c"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{tag}"));
+    // Tests running in parallel compile the same program: each writes its
+    // own file and renames it into place, so none ever runs (or finds not
+    // executable) a file another is still writing.
+    let tmp = out.with_extension(format!(
+        "tmp-{}-{:?}",
+        std::process::id(),
+        thread::current().id()
+    ));
     let status = Command::new("cc")
         .args(flags)
         .arg("-o")
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .arg("-pthread")
         .status()
         .expect("run cc (install gcc: cargo xtask setup)");
     assert!(status.success(), "compiling {} failed", src.display());
+    std::fs::rename(&tmp, &out).expect("rename the compiled program into place");
     out
 }
 

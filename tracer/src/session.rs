@@ -178,6 +178,11 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     collector.drain_all();
     scope.service_child(|pid| collector.drain_exiting(pid));
     scope.on_process_changes(std::mem::take(&mut collector.state.process_changes));
+    // An exec in the last moments of the trace: its process is named for
+    // its new image, as one earlier would be.
+    for pid in std::mem::take(&mut collector.state.execs) {
+        scope.on_exec(pid, &mut loaded, &mut hooks, &mut collector.state.modules);
+    }
     scope.let_go();
     let losses = read_losses(&loaded.counters);
     if cli.verbose {
