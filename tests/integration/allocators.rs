@@ -374,6 +374,46 @@ fn a_deleted_executable_is_traced_with_its_frames_named() {
     crate::sites::assert_site_stacks_complete(&report);
 }
 
+/// `--binary` of a program replaced on disk (a package upgrade) while a
+/// process still runs the old file: that process is found and traced.
+#[test]
+fn binary_finds_a_process_whose_program_was_replaced_on_disk() {
+    if !root_or_skip("binary_finds_a_process_whose_program_was_replaced_on_disk") {
+        return;
+    }
+    let built = compile_c("sites", "replaced-exe", O2_FLAGS);
+    let dir = scratch("replaced-exe");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let bin = dir.join("sites");
+    std::fs::copy(&built, &bin).expect("copy target");
+    let mut target = Target::start(&bin, &[]);
+    let fresh = dir.join("sites.new");
+    std::fs::copy(&built, &fresh).expect("copy target");
+    std::fs::rename(&fresh, &bin).expect("replace the running executable");
+    assert_maps_deleted(target.pid(), &bin);
+    let json = scratch("replaced-exe.json");
+    let tracer = Tracer::start(&[
+        "--binary",
+        bin.to_str().expect("utf-8 path"),
+        "--format",
+        "json",
+        "-o",
+        json.to_str().expect("utf-8 path"),
+    ]);
+    target.run_sites();
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let report = read_json(&json);
+    assert_eq!(
+        report["processes"][0]["pid"],
+        target.pid(),
+        "{}",
+        report["processes"]
+    );
+    crate::sites::assert_sites_exact(&report);
+}
+
 /// `--binary` at paths that are not UTF-8, or hold spaces and a newline:
 /// the program is found, hooked and traced like any other.
 #[test]

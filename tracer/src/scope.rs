@@ -236,7 +236,7 @@ impl Scope {
                 let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
                     return;
                 };
-                let runs_it = exe == *path;
+                let runs_it = runs_program(&exe, path);
                 if runs_it {
                     // New, or back after running something else, or a new
                     // process with the pid of one that exited.
@@ -625,10 +625,22 @@ fn running(path: &Path) -> Vec<u32> {
     };
     let mut pids: Vec<u32> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == path))
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| runs_program(&exe, path))
+        })
         .collect();
     pids.sort_unstable();
     pids
+}
+
+/// Whether a process whose /proc/PID/exe reads `exe` runs the program at
+/// `path`: also when the file it runs was deleted or replaced since (a
+/// package upgrade under a running service), which the kernel shows as
+/// "PATH (deleted)"; its objects are then read through map_files.
+fn runs_program(exe: &Path, path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let exe = exe.as_os_str().as_bytes();
+    exe.strip_suffix(b" (deleted)").unwrap_or(exe) == path.as_os_str().as_bytes()
 }
 
 /// Whether `path` starts with the ELF magic (only its first bytes are read).
@@ -796,7 +808,21 @@ impl PidFd {
 
 #[cfg(test)]
 mod tests {
-    use super::runs;
+    use std::path::Path;
+
+    use super::{runs, runs_program};
+
+    #[test]
+    fn a_replaced_or_deleted_program_still_runs_the_binary() {
+        let path = Path::new("/usr/sbin/my service");
+        assert!(runs_program(Path::new("/usr/sbin/my service"), path));
+        assert!(runs_program(
+            Path::new("/usr/sbin/my service (deleted)"),
+            path
+        ));
+        assert!(!runs_program(Path::new("/usr/sbin/my service2"), path));
+        assert!(!runs_program(Path::new("/usr/sbin/my (deleted)"), path));
+    }
 
     #[test]
     fn a_command_runs_the_program_the_kernel_names_by_its_cut_file_name() {
