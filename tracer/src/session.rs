@@ -179,9 +179,12 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     scope.service_child(|pid| collector.drain_exiting(pid));
     scope.on_process_changes(std::mem::take(&mut collector.state.process_changes));
     // An exec in the last moments of the trace: its process is named for
-    // its new image, as one earlier would be.
+    // its new image, as one earlier would be (one gone since has nothing
+    // left to read, and is no failure to hook).
     for pid in std::mem::take(&mut collector.state.execs) {
-        scope.on_exec(pid, &mut loaded, &mut hooks, &mut collector.state.modules);
+        if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok() {
+            scope.on_exec(pid, &mut loaded, &mut hooks, &mut collector.state.modules);
+        }
     }
     scope.let_go();
     let losses = read_losses(&loaded.counters);
