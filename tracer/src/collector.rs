@@ -24,6 +24,8 @@ use crate::{
     unwind::{Sample, Unwinders},
 };
 
+/// Most execs waiting for the session (see `State::execs`).
+const MAX_PENDING_EXECS: usize = 1 << 16;
 /// LIVE entries deleted per drain (about 1 µs each).
 const PURGE_PER_DRAIN: usize = 4096;
 
@@ -104,8 +106,10 @@ pub struct State {
     pub processes: std::collections::BTreeMap<u32, String>,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
-    /// Processes that called exec since the session last looked.
+    /// Processes that called exec, not handled by the session yet.
     pub execs: Vec<u32>,
+    /// Execs dropped from a full backlog (their new objects not inspected).
+    pub execs_skipped: u64,
     /// --follow-forks: processes that joined or left the traced set since
     /// the session last looked, in order.
     pub process_changes: Vec<ProcessChange>,
@@ -147,6 +151,7 @@ impl Collector {
                 processes: std::collections::BTreeMap::new(),
                 malformed_events: 0,
                 execs: Vec::new(),
+                execs_skipped: 0,
                 process_changes: Vec::new(),
                 unwinder_maps: HashMap::new(),
                 tracked: HashMap::new(),
@@ -327,6 +332,13 @@ impl State {
                     if command.is_empty() {
                         command.clone_from(&comm);
                     }
+                }
+                // Bounded: a backlog beyond this (a host starting programs
+                // faster than their objects can be read) loses its oldest,
+                // counted and reported.
+                if self.execs.len() >= MAX_PENDING_EXECS {
+                    self.execs.remove(0);
+                    self.execs_skipped += 1;
                 }
                 self.execs.push(ev.pid);
                 self.process_changes

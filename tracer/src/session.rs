@@ -30,6 +30,10 @@ use crate::{
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 /// How often --binary looks for new processes running the program.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long one turn of the trace's loop may spend on execs, and the end
+/// of the trace on those left (see `handle_execs`).
+const EXEC_BUDGET: Duration = Duration::from_millis(20);
+const FINAL_EXEC_BUDGET: Duration = Duration::from_millis(200);
 /// How long calls already inside the allocator get to return after the stop.
 const STOP_GRACE: Duration = Duration::from_millis(20);
 /// How long a started command gets to exit after the trace ended first and
@@ -179,13 +183,14 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     scope.service_child(|pid| collector.drain_exiting(pid));
     scope.on_process_changes(std::mem::take(&mut collector.state.process_changes));
     // An exec in the last moments of the trace: its process is named for
-    // its new image, as one earlier would be (one gone since has nothing
-    // left to read, and is no failure to hook).
-    for pid in std::mem::take(&mut collector.state.execs) {
-        if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok() {
-            scope.on_exec(pid, &mut loaded, &mut hooks, &mut collector.state.modules);
-        }
-    }
+    // its new image, as one earlier would be.
+    handle_execs(
+        &mut collector,
+        &mut scope,
+        &mut loaded,
+        &mut hooks,
+        FINAL_EXEC_BUDGET,
+    );
     scope.let_go();
     let losses = read_losses(&loaded.counters);
     if cli.verbose {
@@ -202,6 +207,14 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     for (pid, why) in &hooks.failures {
         scope_notes.push(format!(
             "process {pid}: its allocator could not be hooked: {why}"
+        ));
+    }
+    let skipped = collector.state.execs_skipped + collector.state.execs.len() as u64;
+    if skipped > 0 {
+        scope_notes.push(format!(
+            "{} not inspected: the trace saw programs start faster than their objects could \
+             be read (allocators they brought may not have been hooked; glibc is hooked for all)",
+            report::counted(skipped, "exec was", "execs were"),
         ));
     }
     if collector.state.heap.dropped_by_exec > 0 {
@@ -392,10 +405,32 @@ async fn collect(
             }
         }
         scope.on_process_changes(std::mem::take(&mut collector.state.process_changes));
-        for pid in std::mem::take(&mut collector.state.execs) {
+        handle_execs(collector, scope, loaded, hooks, EXEC_BUDGET);
+    }
+}
+
+/// Handles the execs seen so far, oldest first, for at most `budget`.
+/// Reading a new image's objects takes milliseconds; on a host that starts
+/// hundreds of programs a second it must not keep the loop from draining
+/// events, or from ending the trace: the rest wait for the next turn.
+fn handle_execs(
+    collector: &mut Collector,
+    scope: &mut Scope,
+    loaded: &mut loader::Loaded,
+    hooks: &mut Hooks,
+    budget: Duration,
+) {
+    let start = Instant::now();
+    let mut done = 0;
+    while done < collector.state.execs.len() && start.elapsed() < budget {
+        let pid = collector.state.execs[done];
+        done += 1;
+        // Gone already: nothing left to read, and no failure to hook.
+        if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok() {
             scope.on_exec(pid, loaded, hooks, &mut collector.state.modules);
         }
     }
+    collector.state.execs.drain(..done);
 }
 
 /// SIGKILL to a started command still running; no more deadline.
