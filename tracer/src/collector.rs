@@ -246,28 +246,22 @@ pub fn process_exited(pid: u32) -> bool {
 
 /// Gone, a zombie, or its pid now belongs to a process started later.
 fn has_exited(pid: u32, start: Option<u64>) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-    match stat.as_deref().and_then(parse_stat) {
-        Some((state, now)) => matches!(state, 'Z' | 'X') || start.is_some_and(|t| t != now),
+    match crate::target::read_stat(pid) {
+        Some(stat) => {
+            crate::target::is_zombie(&stat) || start.is_some_and(|t| start_of(&stat) != Some(t))
+        }
         None => true,
     }
 }
 
-/// /proc/PID/stat: the state letter and the start time (field 22, clock
-/// ticks since boot). The command name (field 2) may hold anything, spaces
-/// and ')' included: fields are counted after its last ')'.
-fn parse_stat(stat: &str) -> Option<(char, u64)> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // `state` is field 3: the start time is 19 fields further on.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((state, start))
+/// The start time (field 22, clock ticks since boot): with the pid, what
+/// tells a process from a later one that reuses its pid.
+fn start_of(stat: &str) -> Option<u64> {
+    crate::target::stat_field(stat, 22)?.parse().ok()
 }
 
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&stat).map(|(_, start)| start)
+    start_of(&crate::target::read_stat(pid)?)
 }
 
 impl State {
@@ -533,8 +527,9 @@ mod tests {
     fn stat_start_time_is_field_22_even_with_spaces_and_parens_in_the_name() {
         let stat = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 \
                     987654 1000 100";
-        assert_eq!(parse_stat(stat), Some(('S', 987_654)));
-        assert_eq!(parse_stat("1 (x) Z 0"), None);
+        assert_eq!(start_of(stat), Some(987_654));
+        assert_eq!(crate::target::stat_field(stat, 3), Some("S"));
+        assert_eq!(start_of("1 (x) Z 0"), None);
     }
 
     #[test]

@@ -199,13 +199,11 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
 /// The parent pid field of /proc/PID/stat (the 4th; the command name
 /// before it is in parentheses and may itself contain spaces and ')').
 fn parent_pid(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_parent(&stat)
+    parse_parent(&crate::target::read_stat(pid)?)
 }
 
 fn parse_parent(stat: &str) -> Option<u32> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
+    crate::target::stat_field(stat, 4)?.parse().ok()
 }
 
 #[cfg(test)]

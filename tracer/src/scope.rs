@@ -762,18 +762,12 @@ fn all_pids() -> Vec<u32> {
 }
 
 fn is_kernel_thread(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| crate::target::is_kernel_thread(&stat))
+    crate::target::read_stat(pid).is_some_and(|stat| crate::target::is_kernel_thread(&stat))
 }
 
 /// Gone, or a zombie.
 fn has_exited(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => true,
-    }
+    crate::target::read_stat(pid).is_none_or(|stat| crate::target::is_zombie(&stat))
 }
 
 /// A pidfd: readable once the process has exited.

@@ -131,29 +131,41 @@ impl Process {
 
 /// Why /proc/PID/`what` could not be read, as the user can act on it.
 pub fn unreadable(pid: u32, what: &str, err: &std::io::Error) -> TraceError {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"));
+    let stat = read_stat(pid);
     match err.kind() {
         std::io::ErrorKind::PermissionDenied => TraceError::Unreadable {
             pid,
             what: what.to_string(),
             reason: err.to_string(),
         },
-        _ if stat.as_deref().is_ok_and(is_zombie) => TraceError::Zombie(pid),
-        _ if stat.is_ok() && err.kind() != std::io::ErrorKind::NotFound => TraceError::Unreadable {
+        _ if stat.as_deref().is_some_and(is_zombie) => TraceError::Zombie(pid),
+        _ if stat.is_some() && err.kind() != std::io::ErrorKind::NotFound => TraceError::Unreadable {
             pid,
             what: what.to_string(),
             reason: err.to_string(),
         },
-        _ if stat.is_ok() => TraceError::Zombie(pid),
+        _ if stat.is_some() => TraceError::Zombie(pid),
         _ => TraceError::NoSuchProcess(pid),
     }
 }
 
+/// /proc/PID/stat's text, if the process still exists.
+pub fn read_stat(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/stat")).ok()
+}
+
+/// Field `n` of a /proc/PID/stat text, numbered as in proc(5) (3 is the
+/// state, 4 the parent pid, 9 the flags, 22 the start time). The command
+/// name (field 2) may hold anything, spaces and ')' included: fields are
+/// counted after its last ')'.
+pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(n.checked_sub(3)?)
+}
+
 /// State Z (exited, not yet reaped) or X (dead): no memory left to trace.
 pub fn is_zombie(stat: &str) -> bool {
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_some_and(|state| state == "Z" || state == "X")
+    stat_field(stat, 3).is_some_and(|state| state == "Z" || state == "X")
 }
 
 /// Where to open a path that process `pid` showed (in its maps or exe
@@ -208,10 +220,7 @@ pub fn read_cmdline(pid: u32) -> String {
 }
 
 pub fn is_kernel_thread(stat: &str) -> bool {
-    // Fields after the parenthesised comm: state ppid pgrp session tty_nr
-    // tpgid flags ... (proc(5)); comm itself may contain spaces and ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(6))
+    stat_field(stat, 9)
         .and_then(|f| f.parse::<u64>().ok())
         .is_some_and(|flags| flags & PF_KTHREAD != 0)
 }
