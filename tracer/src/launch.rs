@@ -289,29 +289,14 @@ fn is_group_stop(sig: libc::c_int) -> bool {
     )
 }
 
-/// A command line for display: arguments joined with spaces; bytes that
-/// are not UTF-8, and control characters (a terminal would obey them),
-/// are escaped as `\xNN`. The command's bytes themselves are never changed.
+/// A command line for display: arguments joined with spaces, each escaped
+/// as every target-controlled string is (`escape::bytes`: invalid UTF-8 and
+/// controls as `\xNN`). The command's bytes themselves are never changed.
 pub fn display_command(args: &[OsString]) -> String {
-    let mut out = String::new();
-    for (i, arg) in args.iter().enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        for chunk in arg.as_bytes().utf8_chunks() {
-            for c in chunk.valid().chars() {
-                if c.is_control() {
-                    out.extend(c.escape_default());
-                } else {
-                    out.push(c);
-                }
-            }
-            for b in chunk.invalid() {
-                out.push_str(&format!("\\x{b:02x}"));
-            }
-        }
-    }
-    out
+    args.iter()
+        .map(|a| crate::escape::bytes(a.as_bytes()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `program` as execvp would find it.
@@ -370,7 +355,7 @@ mod tests {
         ];
         assert_eq!(
             display_command(&args),
-            r"/bin/echo \xff\xfe-x \u{1b}[31mred\n café"
+            r"/bin/echo \xff\xfe-x \x1b[31mred\n café"
         );
     }
 

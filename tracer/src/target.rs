@@ -139,11 +139,13 @@ pub fn unreadable(pid: u32, what: &str, err: &std::io::Error) -> TraceError {
             reason: err.to_string(),
         },
         _ if stat.as_deref().is_some_and(is_zombie) => TraceError::Zombie(pid),
-        _ if stat.is_some() && err.kind() != std::io::ErrorKind::NotFound => TraceError::Unreadable {
-            pid,
-            what: what.to_string(),
-            reason: err.to_string(),
-        },
+        _ if stat.is_some() && err.kind() != std::io::ErrorKind::NotFound => {
+            TraceError::Unreadable {
+                pid,
+                what: what.to_string(),
+                reason: err.to_string(),
+            }
+        }
         _ if stat.is_some() => TraceError::Zombie(pid),
         _ => TraceError::NoSuchProcess(pid),
     }
