@@ -240,7 +240,7 @@ const REAP_INTERVAL: Duration = Duration::from_secs(1);
 /// Whether process `pid` is gone, a zombie, or exiting (its memory
 /// released already: its maps read empty).
 pub fn process_exited(pid: u32) -> bool {
-    has_exited(pid, None)
+    crate::target::has_exited(pid)
         || std::fs::read(format!("/proc/{pid}/maps")).map_or(true, |m| m.is_empty())
 }
 

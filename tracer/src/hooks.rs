@@ -26,8 +26,6 @@ pub struct Hooks {
     pub per_process: BTreeMap<u32, Vec<ProcessAllocator>>,
     /// Processes whose objects could not be attached: (pid, why).
     pub failures: Vec<(u32, String)>,
-    /// Processes that exited before they could be inspected (not failures).
-    pub vanished: Vec<u32>,
     /// Say on stderr when an object is hooked (once the trace runs).
     pub announce: bool,
     /// --verbose: also say what each process met during the trace uses.
@@ -45,7 +43,6 @@ impl Hooks {
             objects: Vec::new(),
             per_process: BTreeMap::new(),
             failures: Vec::new(),
-            vanished: Vec::new(),
             announce: false,
             verbose: false,
         }
@@ -109,9 +106,7 @@ impl Hooks {
         if let Err(e) = result {
             // A process gone while its maps were read looks like one that
             // loads no allocator: that is no failure to report.
-            if crate::collector::process_exited(pid) {
-                self.vanished.push(pid);
-            } else {
+            if !crate::collector::process_exited(pid) {
                 self.failures.push((pid, format!("{e:#}")));
             }
         }

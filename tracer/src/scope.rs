@@ -21,7 +21,7 @@ use crate::{
     loader::Loaded,
     report::ProcessInfo,
     symbolize::Modules,
-    target::{read_cmdline, Process},
+    target::{has_exited, read_cmdline, Process},
 };
 
 pub enum Scope {
@@ -763,11 +763,6 @@ fn all_pids() -> Vec<u32> {
 
 fn is_kernel_thread(pid: u32) -> bool {
     crate::target::read_stat(pid).is_some_and(|stat| crate::target::is_kernel_thread(&stat))
-}
-
-/// Gone, or a zombie.
-fn has_exited(pid: u32) -> bool {
-    crate::target::read_stat(pid).is_none_or(|stat| crate::target::is_zombie(&stat))
 }
 
 /// A pidfd: readable once the process has exited.

@@ -165,6 +165,11 @@ pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
     rest.split_whitespace().nth(n.checked_sub(3)?)
 }
 
+/// Gone, or a zombie.
+pub fn has_exited(pid: u32) -> bool {
+    read_stat(pid).is_none_or(|stat| is_zombie(&stat))
+}
+
 /// State Z (exited, not yet reaped) or X (dead): no memory left to trace.
 pub fn is_zombie(stat: &str) -> bool {
     stat_field(stat, 3).is_some_and(|state| state == "Z" || state == "X")
