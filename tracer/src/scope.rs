@@ -2,7 +2,7 @@
 //! process running a program file, or every process on the machine.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::{Path, PathBuf},
 };
@@ -45,11 +45,11 @@ pub enum Scope {
         path: PathBuf,
         known: BTreeMap<u32, String>,
         /// Processes that could not be added to the filter map (full).
-        untraced: Vec<u32>,
+        untraced: BTreeSet<u32>,
         /// Processes that exec'ed another program: no longer traced.
-        left: Vec<u32>,
+        left: BTreeSet<u32>,
         /// Processes that exited: out of the filter map.
-        gone: Vec<u32>,
+        gone: BTreeSet<u32>,
     },
     SystemWide,
 }
@@ -106,9 +106,9 @@ impl Scope {
             Scope::Binary {
                 path,
                 known: BTreeMap::new(),
-                untraced: Vec::new(),
-                left: Vec::new(),
-                gone: Vec::new(),
+                untraced: BTreeSet::new(),
+                left: BTreeSet::new(),
+                gone: BTreeSet::new(),
             }
         } else {
             Scope::SystemWide
@@ -242,11 +242,11 @@ impl Scope {
                     // process with the pid of one that exited.
                     if !known.contains_key(&pid) || left.contains(&pid) || gone.contains(&pid) {
                         if loaded.add_filtered_pid(pid).is_err() {
-                            untraced.push(pid);
+                            untraced.insert(pid);
                             return;
                         }
-                        left.retain(|&p| p != pid);
-                        gone.retain(|&p| p != pid);
+                        left.remove(&pid);
+                        gone.remove(&pid);
                         known.insert(pid, read_cmdline(pid));
                     }
                     hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
@@ -254,7 +254,7 @@ impl Scope {
                 } else if known.contains_key(&pid) && !left.contains(&pid) {
                     // It no longer runs the binary: stop recording it.
                     let _ = loaded.remove_filtered_pid(pid);
-                    left.push(pid);
+                    left.insert(pid);
                 }
             }
             Scope::SystemWide => {
@@ -423,9 +423,9 @@ impl Scope {
         // Exited processes leave the filter, so that a new process that
         // reuses the pid is not traced for running something else.
         for &pid in known.keys() {
-            if !now.contains(&pid) && !gone.contains(&pid) && has_exited(pid) {
+            if now.binary_search(&pid).is_err() && !gone.contains(&pid) && has_exited(pid) {
                 let _ = loaded.remove_filtered_pid(pid);
-                gone.push(pid);
+                gone.insert(pid);
             }
         }
         for pid in now {
@@ -435,10 +435,10 @@ impl Scope {
             }
             // A full filter map must not end the trace: count and go on.
             if loaded.add_filtered_pid(pid).is_err() {
-                untraced.push(pid);
+                untraced.insert(pid);
                 continue;
             }
-            gone.retain(|&p| p != pid);
+            gone.remove(&pid);
             if reused || !hooks.per_process.contains_key(&pid) {
                 hooks.hook_running(loaded, pid, Program::running(pid), None);
             }
@@ -586,8 +586,8 @@ fn set_command(command: &mut String, pid: u32) {
 fn binary_forks(
     changes: Vec<ProcessChange>,
     known: &mut BTreeMap<u32, String>,
-    left: &mut Vec<u32>,
-    gone: &mut Vec<u32>,
+    left: &mut BTreeSet<u32>,
+    gone: &mut BTreeSet<u32>,
 ) {
     for change in changes {
         if let ProcessChange::Forked { child, parent } = change {
@@ -596,8 +596,8 @@ fn binary_forks(
                 command = known.get(&parent).cloned().unwrap_or_default();
             }
             known.insert(child, command);
-            left.retain(|&p| p != child);
-            gone.retain(|&p| p != child);
+            left.remove(&child);
+            gone.remove(&child);
         }
     }
 }
@@ -618,7 +618,7 @@ fn follow_descendants(root: u32, forks: &mut Forks, loaded: &mut Loaded, hooks: 
     }
 }
 
-/// Pids whose /proc/PID/exe is `path`.
+/// Pids whose /proc/PID/exe is `path`, sorted.
 fn running(path: &Path) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
