@@ -172,32 +172,29 @@ fn read_loop(mut events: RingBuf<MapData>, shared: &Shared) {
 fn drain(events: &mut RingBuf<MapData>, shared: &Shared) {
     let mut batch: Vec<u8> = Vec::new();
     let mut queued = false;
+    let mut push = |batch: Vec<u8>| {
+        let mut q = lock(&shared.queue);
+        q.bytes += batch.len();
+        q.batches.push_back(batch);
+        queued = true;
+        q.bytes
+    };
     while let Some(item) = events.next() {
         batch.extend_from_slice(&(item.len() as u32).to_ne_bytes());
         batch.extend_from_slice(&item);
         drop(item);
-        if batch.len() >= BATCH_BYTES {
-            queued |= push(shared, std::mem::take(&mut batch));
-            if lock(&shared.queue).bytes >= MAX_QUEUED_BYTES {
-                break;
-            }
+        if batch.len() >= BATCH_BYTES && push(std::mem::take(&mut batch)) >= MAX_QUEUED_BYTES {
+            break;
         }
     }
     if !batch.is_empty() {
-        queued |= push(shared, batch);
+        push(batch);
     }
     if queued {
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a local to our eventfd.
         let _ = unsafe { libc::write(shared.ready.as_raw_fd(), one.as_ptr().cast(), 8) };
     }
-}
-
-fn push(shared: &Shared, batch: Vec<u8>) -> bool {
-    let mut q = lock(&shared.queue);
-    q.bytes += batch.len();
-    q.batches.push_back(batch);
-    true
 }
 
 /// The events of a batch, in order.
