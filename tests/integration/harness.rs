@@ -354,12 +354,26 @@ fn wait_timeout(child: &mut Child) -> ExitStatus {
 /// Held by each system-wide test for its whole run: concurrent system-wide
 /// tracers hook every process, each other included, and each attach and
 /// detach waits on the others (three at once took two minutes instead of
-/// ten seconds).
-pub fn system_wide_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    // A test that panicked while holding it leaves nothing to clean up.
-    LOCK.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// ten seconds). A lock file, not a mutex: test runs of other checkouts on
+/// the same machine take it too.
+pub fn system_wide_lock() -> SystemWideLock {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/memtrace-bpf-system-wide-tests.lock")
+        .expect("open the system-wide tests' lock file");
+    // SAFETY: flock on a descriptor this function owns; the lock goes when
+    // the file is closed (the guard is dropped, or the test process dies).
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+    SystemWideLock { _file: file }
+}
+
+/// Released when dropped (the lock file is closed).
+pub struct SystemWideLock {
+    _file: std::fs::File,
 }
 
 /// A scratch file path unique to `tag`.
