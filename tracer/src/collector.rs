@@ -18,6 +18,7 @@ use crate::{
     forks::ProcessChange,
     heap::{Heap, StackHandle},
     loader::EventMaps,
+    processes::{ProcessIndex, ProcessTable},
     reader::Reader,
     report::Losses,
     symbolize::{Modules, NormFrame},
@@ -32,6 +33,8 @@ const PURGE_PER_DRAIN: usize = 4096;
 /// An interned stack: the process it belongs to and its frames, leaf first.
 pub struct Stack {
     pub pid: u32,
+    /// The process (pid and start time) in `State::processes`.
+    pub process: ProcessIndex,
     /// None when the stack could not be captured. Shared by every stack
     /// with these frames: the same code path in many processes of one
     /// program is kept once.
@@ -103,7 +106,11 @@ pub struct State {
     sample_rate: u64,
     /// Every process an allocation came from, with its command line as
     /// read when its first event arrived.
-    pub processes: std::collections::BTreeMap<u32, String>,
+    pub processes: ProcessTable,
+    /// The process whose exit ends the trace (--pid, -- CMD): what it had
+    /// not freed stays in-use (the heap at the end is its heap at exit).
+    /// Other processes' unfreed blocks go to "not freed at exit".
+    trace_root: Option<u32>,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
     /// Processes that called exec, not handled by the session yet.
@@ -130,7 +137,12 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn new(maps: EventMaps, modules: Modules, sample_rate: u64) -> anyhow::Result<Self> {
+    pub fn new(
+        maps: EventMaps,
+        modules: Modules,
+        sample_rate: u64,
+        trace_root: Option<u32>,
+    ) -> anyhow::Result<Self> {
         let EventMaps {
             events,
             stacks: stack_map,
@@ -148,7 +160,8 @@ impl Collector {
                 modules,
                 unwinders: Unwinders::default(),
                 sample_rate,
-                processes: std::collections::BTreeMap::new(),
+                processes: ProcessTable::default(),
+                trace_root,
                 malformed_events: 0,
                 execs: Vec::new(),
                 execs_skipped: 0,
@@ -228,7 +241,9 @@ impl Collector {
             self.drain_all();
         }
         for pid in gone {
-            self.state.drop_process(pid);
+            // Normally its EXIT event did this already; not when the event
+            // was lost (ring buffer full).
+            self.state.process_gone(pid);
         }
         self.state.unwinders.evict_unused();
     }
@@ -245,7 +260,7 @@ pub fn process_exited(pid: u32) -> bool {
 }
 
 /// Gone, a zombie, or its pid now belongs to a process started later.
-fn has_exited(pid: u32, start: Option<u64>) -> bool {
+pub fn has_exited(pid: u32, start: Option<u64>) -> bool {
     match crate::target::read_stat(pid) {
         Some(stat) => {
             crate::target::is_zombie(&stat) || start.is_some_and(|t| start_of(&stat) != Some(t))
@@ -260,7 +275,7 @@ fn start_of(stat: &str) -> Option<u64> {
     crate::target::stat_field(stat, 22)?.parse().ok()
 }
 
-fn start_time(pid: u32) -> Option<u64> {
+pub fn start_time(pid: u32) -> Option<u64> {
     start_of(&crate::target::read_stat(pid)?)
 }
 
@@ -281,12 +296,14 @@ impl State {
             self.malformed_events += 1;
             return;
         };
-        self.tracked
+        let started = *self
+            .tracked
             .entry(ev.pid)
             .or_insert_with(|| start_time(ev.pid));
         match ev.kind {
             EVENT_ALLOC => {
-                let stack = self.intern_stack_id(ev.pid, ev.stack_id);
+                let process = self.processes.instance(ev.pid, started);
+                let stack = self.intern_stack_id(ev.pid, process, ev.stack_id);
                 self.record(&ev, stack);
             }
             EVENT_ALLOC_SAMPLE => {
@@ -304,7 +321,8 @@ impl State {
                     bp: h.bp,
                     stack,
                 };
-                let handle = self.intern_sample(ev.pid, &sample);
+                let process = self.processes.instance(ev.pid, started);
+                let handle = self.intern_sample(ev.pid, process, &sample);
                 self.record(&ev, handle);
             }
             EVENT_FREE => self.heap.free(ev.pid, ev.addr),
@@ -321,12 +339,7 @@ impl State {
                 let comm = tracer_common::exec_comm(&ev);
                 let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
                 let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
-                if let Some(command) = self.processes.get_mut(&ev.pid) {
-                    *command = crate::target::read_cmdline(ev.pid);
-                    if command.is_empty() {
-                        command.clone_from(&comm);
-                    }
-                }
+                self.processes.executed(ev.pid, &comm);
                 // Bounded: a backlog beyond this (a host starting programs
                 // faster than their objects can be read) loses its oldest,
                 // counted and reported.
@@ -346,13 +359,10 @@ impl State {
                 });
             }
             EVENT_EXIT => {
-                let pid = ev.pid;
-                let addrs = self.heap.exited(pid);
-                self.stale_live
-                    .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
-                self.process_changes.push(ProcessChange::Exited { pid });
                 // Its events all came before this one.
-                self.drop_process(pid);
+                self.process_gone(ev.pid);
+                self.process_changes
+                    .push(ProcessChange::Exited { pid: ev.pid });
             }
             _ => self.malformed_events += 1,
         }
@@ -389,7 +399,17 @@ impl State {
         }
     }
 
-    /// Process `pid` exited and its events are handled.
+    /// Process `pid` exited and its events are handled: its blocks leave
+    /// the heap model and the kernel's LIVE map, and what is kept to
+    /// resolve its stacks is dropped.
+    fn process_gone(&mut self, pid: u32) {
+        let addrs = self.heap.exited(pid, self.trace_root == Some(pid));
+        self.stale_live
+            .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
+        self.processes.exited(pid);
+        self.drop_process(pid);
+    }
+
     fn drop_process(&mut self, pid: u32) {
         self.tracked.remove(&pid);
         self.stacks.forget_process(pid);
@@ -399,14 +419,11 @@ impl State {
     }
 
     fn record(&mut self, ev: &Event, stack: StackHandle) {
-        self.processes
-            .entry(ev.pid)
-            .or_insert_with(|| crate::target::read_cmdline(ev.pid));
         let weight = crate::sampling::weight(ev.size, self.sample_rate);
         self.heap.alloc(ev.pid, ev.addr, ev.size, weight, stack);
     }
 
-    fn intern_stack_id(&mut self, pid: u32, stack_id: i32) -> StackHandle {
+    fn intern_stack_id(&mut self, pid: u32, process: ProcessIndex, stack_id: i32) -> StackHandle {
         let key = (pid, if stack_id < 0 { -1 } else { stack_id });
         if let Some(&h) = self.stacks.by_id.get(&key) {
             return h;
@@ -423,6 +440,7 @@ impl State {
         };
         let h = self.stacks.push(Stack {
             pid,
+            process,
             frames,
             truncated: false,
         });
@@ -440,9 +458,14 @@ impl State {
         self.unwinders.unwind(pid, self.modules.maps(pid), sample)
     }
 
-    fn intern_sample(&mut self, pid: u32, sample: &Sample<'_>) -> StackHandle {
+    fn intern_sample(
+        &mut self,
+        pid: u32,
+        process: ProcessIndex,
+        sample: &Sample<'_>,
+    ) -> StackHandle {
         if sample.stack.is_empty() {
-            return self.intern_stack_id(pid, -1);
+            return self.intern_stack_id(pid, process, -1);
         }
         // A library loaded since the maps were read (dlopen): read them
         // again. Maps read since the unwinder was built (the first read of
@@ -473,6 +496,7 @@ impl State {
         let frames = self.stacks.intern_frames(frames);
         let h = self.stacks.push(Stack {
             pid,
+            process,
             frames: Some(frames),
             truncated: key.2,
         });

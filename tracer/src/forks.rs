@@ -135,29 +135,23 @@ impl Forks {
         found
     }
 
-    /// The followed children for the report's process list, with the
-    /// processes events came from that the list lacks (a fork event lost
-    /// to a full ring buffer: the kernel traced the child all the same).
-    pub fn processes(&self, root: u32, seen: &BTreeMap<u32, String>) -> Vec<ProcessInfo> {
-        let mut out: Vec<ProcessInfo> = self
-            .children
-            .iter()
-            .map(|(&pid, c)| {
-                let command = match (c.command.is_empty(), seen.get(&pid)) {
-                    (true, Some(seen)) => seen.clone(),
-                    _ => c.command.clone(),
-                };
-                process(pid, command, c.exited)
-            })
-            .collect();
-        if self.follow {
-            for (&pid, command) in seen {
-                if pid != root && !self.children.contains_key(&pid) {
-                    out.push(process(pid, command.clone(), false));
+    /// Adds what the fork events told about the followed children to the
+    /// report's process list (`all`: the processes events came from):
+    /// command lines the events lacked, exits, and children that made no
+    /// allocation.
+    pub fn merge_processes(&self, all: &mut Vec<ProcessInfo>) {
+        for (&pid, c) in &self.children {
+            // The latest process with the pid: a reused pid is a newer child.
+            match all.iter_mut().rev().find(|p| p.pid == pid) {
+                Some(p) => {
+                    if p.command.is_empty() {
+                        p.command.clone_from(&c.command);
+                    }
+                    p.exited |= c.exited;
                 }
+                None => all.push(process(pid, c.command.clone(), c.exited)),
             }
         }
-        out
     }
 
     /// What the report says about children: how many were not traced
@@ -188,6 +182,9 @@ impl Forks {
 fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
     ProcessInfo {
         pid,
+        start_time: (!exited)
+            .then(|| crate::collector::start_time(pid))
+            .flatten(),
         program: crate::scope::program_of(pid).unwrap_or_default(),
         command,
         exited,
@@ -224,26 +221,26 @@ mod tests {
         // Pids far above pid_max: /proc has none, command lines are empty.
         forks.forked(u32::MAX - 1, "");
         forks.exited(u32::MAX - 1);
-        let seen = BTreeMap::from([
-            (10, "root".to_string()),
-            (u32::MAX - 1, "child".to_string()),
-            (u32::MAX - 2, "lost fork event".to_string()),
-        ]);
-        let listed = forks.processes(10, &seen);
+        let seen = |command: &str, pid: u32| ProcessInfo {
+            pid,
+            command: command.to_string(),
+            ..ProcessInfo::default()
+        };
+        let mut listed = vec![seen("root", 10), seen("", u32::MAX - 1)];
+        forks.merge_processes(&mut listed);
         let summary: Vec<(u32, &str, bool)> = listed
             .iter()
             .map(|p| (p.pid, p.command.as_str(), p.exited))
             .collect();
-        assert_eq!(
-            summary,
-            [
-                (u32::MAX - 1, "child", true),
-                (u32::MAX - 2, "lost fork event", false)
-            ]
-        );
+        assert_eq!(summary, [(10, "root", false), (u32::MAX - 1, "", true)]);
         forks.forked(u32::MAX - 1, "parent args");
         assert_eq!(forks.command(u32::MAX - 1), Some("parent args"));
-        assert!(!forks.processes(10, &seen)[0].exited);
+        let mut listed = vec![seen("child", u32::MAX - 1)];
+        forks.merge_processes(&mut listed);
+        assert!(!listed[0].exited);
+        let mut listed = Vec::new();
+        forks.merge_processes(&mut listed);
+        assert_eq!(listed[0].command, "parent args", "a child with no event");
         assert!(forks.executed(u32::MAX - 1));
         assert_eq!(forks.command(u32::MAX - 1), Some("parent args"));
         forks.renamed(u32::MAX - 1, "ls");

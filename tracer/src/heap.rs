@@ -24,6 +24,18 @@ struct Estimate {
     inuse_objects: f64,
     alloc_bytes: f64,
     alloc_objects: f64,
+    /// Left unfreed by processes that exited during the trace (see
+    /// `Heap::exited`): no longer in use by anyone.
+    exit_bytes: f64,
+    exit_objects: f64,
+}
+
+/// What processes that exited had not freed, for one stack: rounded like
+/// `Counts`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unfreed {
+    pub bytes: u64,
+    pub objects: u64,
 }
 
 impl Estimate {
@@ -36,6 +48,14 @@ impl Estimate {
             inuse_objects: r(self.inuse_objects),
             alloc_bytes: r(self.alloc_bytes),
             alloc_objects: r(self.alloc_objects),
+        }
+    }
+
+    fn unfreed(&self) -> Unfreed {
+        let r = |v: f64| v.max(0.0).round() as u64;
+        Unfreed {
+            bytes: r(self.exit_bytes),
+            objects: r(self.exit_objects),
         }
     }
 }
@@ -58,9 +78,10 @@ pub struct Heap {
     exec_dropped: HashMap<u32, HashSet<u64>>,
     /// Live blocks that exec made disappear.
     pub dropped_by_exec: u64,
-    /// Blocks still live when their process exited: they stay in in-use
-    /// (what the process had not freed) but are no longer tracked.
+    /// Blocks still live when their process exited; no longer tracked.
     pub live_at_exit: u64,
+    /// Processes that exited with blocks moved out of in-use (see `exited`).
+    pub exited_with_unfreed: u64,
 }
 
 impl Heap {
@@ -118,11 +139,14 @@ impl Heap {
         }
     }
 
-    /// Process `pid` exited. What it had not freed stays in in-use, but its
-    /// blocks are no longer tracked (a new process may reuse the pid and
-    /// the addresses). Returns every address BPF may still hold in LIVE for
-    /// it, for user space to delete.
-    pub fn exited(&mut self, pid: u32) -> Vec<u64> {
+    /// Process `pid` exited. Its blocks are no longer tracked (a new
+    /// process may reuse the pid and the addresses). What it had not freed
+    /// stays in in-use when `keep_inuse` (the process whose exit ends the
+    /// trace: in-use at the end is what it left), and otherwise moves to
+    /// its stacks' "not freed at exit" (no live process holds it). Returns
+    /// every address BPF may still hold in LIVE for it, for user space to
+    /// delete.
+    pub fn exited(&mut self, pid: u32, keep_inuse: bool) -> Vec<u64> {
         let mut addrs: Vec<u64> = self
             .exec_dropped
             .remove(&pid)
@@ -131,7 +155,21 @@ impl Heap {
             .collect();
         if let Some(blocks) = self.live.remove(&pid) {
             self.live_at_exit += blocks.len() as u64;
-            addrs.extend(blocks.into_keys());
+            if !keep_inuse && !blocks.is_empty() {
+                self.exited_with_unfreed += 1;
+            }
+            addrs.reserve(blocks.len());
+            for (addr, block) in blocks {
+                addrs.push(addr);
+                if keep_inuse {
+                    continue;
+                }
+                self.release(block);
+                if let Some(c) = self.per_stack.get_mut(&block.stack) {
+                    c.exit_bytes += block.size as f64 * block.weight;
+                    c.exit_objects += block.weight;
+                }
+            }
         }
         addrs
     }
@@ -146,6 +184,14 @@ impl Heap {
     /// Per-stack totals, rounded, in no particular order.
     pub fn stacks(&self) -> impl Iterator<Item = (StackHandle, Counts)> + '_ {
         self.per_stack.iter().map(|(&h, c)| (h, c.rounded()))
+    }
+
+    /// Per-stack "not freed at exit", for the stacks that have some.
+    pub fn unfreed_at_exit(&self) -> impl Iterator<Item = (StackHandle, Unfreed)> + '_ {
+        self.per_stack
+            .iter()
+            .filter(|(_, c)| c.exit_objects > 0.0)
+            .map(|(&h, c)| (h, c.unfreed()))
     }
 
     /// Blocks tracked as live now, in every process.
@@ -179,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn given_an_exit_then_inuse_stays_and_the_pid_and_addresses_are_free_for_reuse() {
+    fn given_the_exit_that_ends_the_trace_then_inuse_stays_and_the_pid_and_addresses_are_free() {
         let mut h = Heap::default();
         h.alloc(1, 0x10, 100, 1.0, 7);
         h.alloc(1, 0x20, 50, 1.0, 7);
@@ -187,10 +233,10 @@ mod tests {
         h.alloc(2, 0x10, 10, 1.0, 8);
         h.drop_process(2); // exec: its block's LIVE entry is stale
         h.alloc(2, 0x30, 5, 1.0, 9);
-        let mut gone = h.exited(1);
+        let mut gone = h.exited(1, true);
         gone.sort_unstable();
         assert_eq!(gone, [0x10]);
-        let mut gone = h.exited(2);
+        let mut gone = h.exited(2, true);
         gone.sort_unstable();
         assert_eq!(gone, [0x10, 0x30]);
         assert_eq!((h.live_at_exit, h.live_blocks()), (2, 0));
@@ -201,6 +247,39 @@ mod tests {
         h.alloc(1, 0x10, 1, 1.0, 10);
         assert_eq!(h.replaced_allocs, 0);
         assert_eq!(counts(&h, 7), c(100, 1, 150, 2));
+    }
+
+    #[test]
+    fn given_an_exit_during_the_trace_then_what_was_not_freed_leaves_inuse_for_at_exit() {
+        let mut h = Heap::default();
+        h.alloc(1, 0x10, 100, 1.0, 7);
+        h.alloc(1, 0x20, 50, 2.0, 7);
+        h.alloc(1, 0x30, 8, 1.0, 9);
+        h.free(1, 0x30);
+        h.alloc(2, 0x10, 10, 1.0, 7);
+        let mut gone = h.exited(1, false);
+        gone.sort_unstable();
+        assert_eq!(gone, [0x10, 0x20]);
+        assert_eq!(h.exited_with_unfreed, 1);
+        // Process 2 still holds its block; process 1's moved out of in-use.
+        assert_eq!(counts(&h, 7), c(10, 1, 210, 4));
+        let at_exit: Vec<_> = h.unfreed_at_exit().collect();
+        assert_eq!(
+            at_exit,
+            [(
+                7,
+                Unfreed {
+                    bytes: 200,
+                    objects: 3
+                }
+            )]
+        );
+        // A late free for a block of the exited process matches nothing.
+        h.free(1, 0x10);
+        assert_eq!(counts(&h, 7), c(10, 1, 210, 4));
+        // An exit with nothing live adds no process.
+        h.exited(3, false);
+        assert_eq!(h.exited_with_unfreed, 1);
     }
 
     fn counts(h: &Heap, stack: StackHandle) -> Counts {

@@ -15,6 +15,7 @@ pub mod launch;
 pub mod loader;
 pub mod placement;
 pub mod preflight;
+pub mod processes;
 pub mod profile;
 pub mod reader;
 pub mod report;

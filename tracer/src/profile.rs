@@ -1,13 +1,22 @@
 //! Turns the collector's state into a `report::Profile`: symbolizes every
 //! frame once, sums per-stack totals, and writes the notes a user needs.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use crate::{
     cli::UnwindMode,
     collector::Collector,
-    report::{counted, was, Counts, Frame, Hook, Losses, ProcessInfo, Profile, StackReport},
-    symbolize::Names,
+    heap::{StackHandle, Unfreed},
+    processes::ProcessIndex,
+    report::{
+        counted, was, Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
+        StackReport, MAX_EXIT_STACKS,
+    },
+    symbolize::{Names, NormFrame},
 };
 
 /// What the session knows about the trace besides the collected data.
@@ -27,6 +36,9 @@ pub struct Meta {
     pub allocators: Vec<String>,
     /// Remarks about what was traced (see `Scope::notes`).
     pub scope_notes: Vec<String>,
+    /// `processes[0]` is the process whose exit ends the trace (--pid,
+    /// -- CMD): its unfreed blocks stay in in-use.
+    pub root_exit_kept: bool,
 }
 
 pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
@@ -58,6 +70,10 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
             };
             Some(StackReport {
                 pid: stack.pid,
+                start_time: state
+                    .processes
+                    .get(stack.process)
+                    .and_then(|p| p.start_time),
                 counts,
                 frames,
                 truncated: stack.truncated,
@@ -76,7 +92,15 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
         alloc_bytes: t.alloc_bytes + s.counts.alloc_bytes,
         alloc_objects: t.alloc_objects + s.counts.alloc_objects,
     });
-    let notes = notes(&meta, collector, &losses, &stacks, &unnamed);
+    let not_freed_at_exit = not_freed_at_exit(collector, &names);
+    let notes = notes(
+        &meta,
+        collector,
+        &losses,
+        &stacks,
+        &unnamed,
+        &not_freed_at_exit,
+    );
     Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),
@@ -87,9 +111,70 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
         hooks: meta.hooks,
         totals,
         stacks,
+        not_freed_at_exit,
         losses,
         notes,
     }
+}
+
+/// What exited processes had not freed, summed per program and call stack
+/// (processes of one program share their frame lists): bounded by the
+/// distinct stacks, not by the number of processes.
+fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
+    type Key<'a> = (&'a str, Option<*const NormFrame>, bool);
+    let state = &collector.state;
+    let mut groups: HashMap<Key<'_>, (Unfreed, BTreeSet<ProcessIndex>, StackHandle)> =
+        HashMap::new();
+    for (h, unfreed) in state.heap.unfreed_at_exit() {
+        let Some(stack) = state.stacks.get(h) else {
+            continue;
+        };
+        let program = state
+            .processes
+            .get(stack.process)
+            .map_or("", |p| match p.program.as_str() {
+                "" => p.command.split_whitespace().next().unwrap_or(""),
+                program => program,
+            });
+        let frames = stack.frames.as_ref().map(|f| f.as_ptr());
+        let group = groups
+            .entry((program, frames, stack.truncated))
+            .or_insert_with(|| (Unfreed::default(), BTreeSet::new(), h));
+        group.0.bytes += unfreed.bytes;
+        group.0.objects += unfreed.objects;
+        group.1.insert(stack.process);
+    }
+    let mut out = NotFreedAtExit {
+        processes: state.heap.exited_with_unfreed,
+        ..NotFreedAtExit::default()
+    };
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_unstable_by(|a, b| {
+        (b.1 .0.bytes, b.1 .0.objects)
+            .cmp(&(a.1 .0.bytes, a.1 .0.objects))
+            .then_with(|| a.0 .0.cmp(b.0 .0))
+    });
+    for ((program, _, truncated), (unfreed, processes, h)) in groups {
+        out.bytes += unfreed.bytes;
+        out.objects += unfreed.objects;
+        if out.stacks.len() >= MAX_EXIT_STACKS {
+            out.stacks_left_out += 1;
+            continue;
+        }
+        let frames = match state.stacks.get(h).and_then(|s| s.frames.as_ref()) {
+            Some(frames) => frames.iter().flat_map(|f| names.get(f)).cloned().collect(),
+            None => vec![stack_lost_frame()],
+        };
+        out.stacks.push(ExitStack {
+            program: program.to_string(),
+            processes: processes.len() as u64,
+            bytes: unfreed.bytes,
+            objects: unfreed.objects,
+            frames,
+            truncated,
+        });
+    }
+    out
 }
 
 /// Stacks of processes that exited before their maps could be read (in
@@ -101,9 +186,6 @@ struct Unnamed {
     truncated: u64,
     pids: std::collections::BTreeSet<u32>,
 }
-
-/// More processes than this that exited get one note, not one each.
-const EXITED_NOTES_MAX: usize = 3;
 
 /// Compared lazily: ties on the numbers are common (every stack of a
 /// many-stack report may hold the same bytes) and must not allocate.
@@ -125,6 +207,7 @@ fn notes(
     losses: &Losses,
     stacks: &[StackReport],
     unnamed: &Unnamed,
+    at_exit: &NotFreedAtExit,
 ) -> Vec<String> {
     let mut notes: Vec<String> = meta
         .allocators
@@ -132,21 +215,35 @@ fn notes(
         .map(|a| format!("allocator hooked: {a}"))
         .collect();
     notes.extend(meta.scope_notes.iter().cloned());
-    let exited: Vec<_> = meta.processes.iter().filter(|p| p.exited).collect();
-    if exited.len() > EXITED_NOTES_MAX {
+    // The process whose exit ended the trace keeps its blocks in in-use.
+    let root = meta
+        .processes
+        .first()
+        .filter(|p| p.exited && meta.root_exit_kept);
+    if let Some(p) = root {
         notes.push(format!(
-            "{} processes exited during the trace: in-use numbers are what each had not freed \
-             when it exited",
-            exited.len()
+            "process {} {} during the trace: in-use numbers are what it had not freed when it \
+             exited",
+            p.pid,
+            p.exit_status.as_deref().unwrap_or("exited")
         ));
-    } else {
-        for p in exited {
-            notes.push(format!(
-                "process {} {} during the trace: in-use numbers are what it had not freed when it exited",
-                p.pid,
-                p.exit_status.as_deref().unwrap_or("exited")
-            ));
-        }
+    }
+    let exited = meta.processes.iter().filter(|p| p.exited).count() - usize::from(root.is_some());
+    if exited > 0 {
+        let unfreed = match at_exit.processes {
+            0 => "none left blocks unfreed".to_string(),
+            n => format!(
+                "{} of them left {} in {} unfreed, shown under \"not freed at exit\" \
+                 (not in-use: no live process holds it)",
+                n,
+                counted(at_exit.bytes, "byte", "bytes"),
+                counted(at_exit.objects, "object", "objects"),
+            ),
+        };
+        notes.push(format!(
+            "{} exited during the trace; {unfreed}",
+            counted(exited as u64, "process", "processes"),
+        ));
     }
     if unnamed.stacks > 0 {
         notes.push(format!(

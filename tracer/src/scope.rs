@@ -19,6 +19,7 @@ use crate::{
     hooks::Hooks,
     launch::{check_dynamic, Launched},
     loader::Loaded,
+    processes::ProcessTable,
     report::ProcessInfo,
     symbolize::Modules,
     target::{has_exited, read_cmdline, Process},
@@ -337,6 +338,15 @@ impl Scope {
         }
     }
 
+    /// The process whose exit ends the trace (--pid, -- CMD).
+    pub fn root(&self) -> Option<u32> {
+        match self {
+            Scope::Pid { pid, .. } => Some(*pid),
+            Scope::Command { launched, .. } => Some(launched.pid),
+            Scope::Binary { .. } | Scope::SystemWide => None,
+        }
+    }
+
     /// Readable when the single traced process exits.
     pub fn exit_fd(&self) -> Option<&PidFd> {
         match self {
@@ -510,17 +520,23 @@ impl Scope {
         notes
     }
 
-    /// Every process traced, for the report: those known to the scope and
-    /// those the events came from (`seen`).
-    pub fn processes(&mut self, seen: &BTreeMap<u32, String>) -> Vec<ProcessInfo> {
-        let info = |pid: u32, command: &str, exit_status: Option<String>| ProcessInfo {
-            pid,
-            command: command.to_string(),
-            program: program_of(pid).unwrap_or_default(),
-            exited: exit_status.is_some() || has_exited(pid),
-            exit_status,
-            allocators: Vec::new(),
-        };
+    /// Every process traced, for the report: those the events came from
+    /// (`seen`, each a pid and start time) and those known to the scope;
+    /// the one whose exit ends the trace first.
+    pub fn processes(&mut self, seen: &ProcessTable) -> Vec<ProcessInfo> {
+        let mut all: Vec<ProcessInfo> = seen
+            .iter()
+            .map(|r| ProcessInfo {
+                pid: r.pid,
+                start_time: r.start_time,
+                command: r.command.clone(),
+                program: r.program.clone(),
+                exited: r.exited || crate::collector::has_exited(r.pid, r.start_time),
+                exit_status: None,
+                allocators: Vec::new(),
+            })
+            .collect();
+        all.sort_by_key(|p| (p.pid, p.start_time));
         match self {
             Scope::Pid {
                 pid,
@@ -528,12 +544,12 @@ impl Scope {
                 pidfd,
                 forks,
             } => {
-                let mut all = vec![ProcessInfo {
-                    exited: pidfd.has_exited(),
-                    ..info(*pid, command, None)
-                }];
-                all.extend(forks.processes(*pid, seen));
-                all
+                let root = root_first(&mut all, *pid);
+                if !command.is_empty() {
+                    root.command.clone_from(command);
+                }
+                root.exited = pidfd.has_exited();
+                forks.merge_processes(&mut all);
             }
             Scope::Command {
                 launched,
@@ -543,25 +559,51 @@ impl Scope {
                 ..
             } => {
                 let status = launched.exit_status();
-                let mut all = vec![ProcessInfo {
-                    exited: pidfd.has_exited() || status.is_some(),
-                    // The file started, whole even with spaces in its path.
-                    program: launched.path.to_string_lossy().into_owned(),
-                    ..info(launched.pid, command, status)
-                }];
-                all.extend(forks.processes(launched.pid, seen));
-                all
+                let root = root_first(&mut all, launched.pid);
+                root.command.clone_from(command);
+                // The file started, whole even with spaces in its path.
+                root.program = launched.path.to_string_lossy().into_owned();
+                root.exited = pidfd.has_exited() || status.is_some();
+                root.exit_status = status;
+                forks.merge_processes(&mut all);
             }
             Scope::Binary { known, .. } => {
-                let mut all = known.clone();
-                for (pid, command) in seen {
-                    all.entry(*pid).or_insert_with(|| command.clone());
+                for (&pid, command) in known.iter() {
+                    if !all.iter().any(|p| p.pid == pid) {
+                        all.push(ProcessInfo {
+                            pid,
+                            start_time: crate::collector::start_time(pid),
+                            command: command.clone(),
+                            program: program_of(pid).unwrap_or_default(),
+                            exited: has_exited(pid),
+                            exit_status: None,
+                            allocators: Vec::new(),
+                        });
+                    }
                 }
-                all.iter().map(|(&pid, c)| info(pid, c, None)).collect()
+                all.sort_by_key(|p| (p.pid, p.start_time));
             }
-            Scope::SystemWide => seen.iter().map(|(&pid, c)| info(pid, c, None)).collect(),
+            Scope::SystemWide => {}
         }
+        all
     }
+}
+
+/// Moves the first process with pid `root` (traced from the start, it is
+/// the oldest) to the front of `all`, adding it when no event came from
+/// it, and returns it.
+fn root_first(all: &mut Vec<ProcessInfo>, root: u32) -> &mut ProcessInfo {
+    let entry = match all.iter().position(|p| p.pid == root) {
+        Some(i) => all.remove(i),
+        None => ProcessInfo {
+            pid: root,
+            start_time: crate::collector::start_time(root),
+            program: program_of(root).unwrap_or_default(),
+            ..ProcessInfo::default()
+        },
+    };
+    all.insert(0, entry);
+    &mut all[0]
 }
 
 /// Whether `command`'s program is the one the kernel named `comm` (the
@@ -738,7 +780,7 @@ fn is_elf(path: &Path) -> bool {
 /// title (`redis-server *:6379`) gives the title's first word, unless the
 /// whole names an existing file (a path with spaces).
 pub fn program_of(pid: u32) -> Option<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let raw = crate::target::read_cmdline_raw(pid)?;
     let argv0 = raw.split(|&b| b == 0).next().filter(|a| !a.is_empty())?;
     let argv0 = String::from_utf8_lossy(argv0).into_owned();
     let file = match argv0.starts_with('/') {

@@ -153,7 +153,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         }
     );
 
-    let mut collector = Collector::new(maps, modules, cli.sample_rate)?;
+    let mut collector = Collector::new(maps, modules, cli.sample_rate, scope.root())?;
     let end_reason = runtime.block_on(collect(
         &mut collector,
         &mut scope,
@@ -240,6 +240,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         session_error: loaded.session_error.clone(),
         allocators: hooks.objects.clone(),
         scope_notes,
+        root_exit_kept: scope.root().is_some(),
     };
     let profile = profile::build(meta, &collector, losses);
     write_report(cli, output.as_ref(), &profile)?;

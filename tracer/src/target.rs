@@ -215,15 +215,32 @@ fn mapped_inode(pid: u32, path: &str) -> Option<(u64, String)> {
 }
 
 pub fn read_cmdline(pid: u32) -> String {
-    fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|raw| {
-            raw.split(|&b| b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
+    let Some(raw) = read_cmdline_raw(pid) else {
+        return String::new();
+    };
+    let mut command = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(String::from_utf8_lossy)
+        .collect::<Vec<_>>()
+        .join(" ");
+    if raw.len() >= MAX_CMDLINE {
+        command.push_str(" [...]");
+    }
+    command
+}
+
+/// Longest command line kept (bytes): a process controls its own, up to
+/// several MiB, and the report keeps one per process.
+pub const MAX_CMDLINE: usize = 4096;
+
+/// /proc/PID/cmdline, its first `MAX_CMDLINE` bytes.
+pub fn read_cmdline_raw(pid: u32) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let file = fs::File::open(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut raw = Vec::new();
+    file.take(MAX_CMDLINE as u64).read_to_end(&mut raw).ok()?;
+    Some(raw)
 }
 
 pub fn is_kernel_thread(stat: &str) -> bool {
@@ -235,6 +252,37 @@ pub fn is_kernel_thread(stat: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_command_line_is_cut() {
+        let huge = "x".repeat(100_000);
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 5", "name", &huge])
+            .spawn()
+            .expect("start sh");
+        let pid = child.id();
+        // Until exec, the child has this test's command line.
+        let mut command = String::new();
+        for _ in 0..500 {
+            command = read_cmdline(pid);
+            if command.starts_with("/bin/sh") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            command.starts_with("/bin/sh -c sleep 5 name xxx"),
+            "{command:.80}"
+        );
+        assert!(
+            command.ends_with("x [...]"),
+            "{}",
+            &command[command.len() - 20..]
+        );
+        assert!(command.len() <= MAX_CMDLINE + 6, "{} bytes", command.len());
+    }
 
     const MAPS: &str = "\
 55d0c8a00000-55d0c8a01000 r--p 00000000 fe:01 1234 /usr/bin/target

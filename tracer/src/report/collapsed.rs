@@ -1,7 +1,7 @@
 //! Collapsed ("folded") stacks: `root;...;leaf VALUE`, one line per unique
 //! stack, the input format of inferno, flamegraph.pl and speedscope.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
 use super::{Profile, StackReport, View, NO_STACK, TRUNCATED};
@@ -23,12 +23,23 @@ pub(super) fn folded_lines(p: &Profile, view: View) -> Vec<String> {
     // Stacks that differ only in offsets render identically: inferno would
     // draw them as one frame anyway, so merge them into one line here.
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    // Each process's label once (a system-wide profile has thousands).
+    let mut labels: HashMap<(u32, Option<u64>), String> = HashMap::new();
     for stack in &p.stacks {
         let value = view.value(&stack.counts);
         if value == 0 {
             continue;
         }
-        let sum = merged.entry(stack_string(p, stack, multi)).or_default();
+        let label = match multi {
+            true => Some(
+                labels
+                    .entry((stack.pid, stack.start_time))
+                    .or_insert_with(|| sanitize(&p.process_label(stack.pid, stack.start_time)))
+                    .as_str(),
+            ),
+            false => None,
+        };
+        let sum = merged.entry(stack_string(label, stack)).or_default();
         *sum = sum.saturating_add(value);
     }
     merged
@@ -39,10 +50,10 @@ pub(super) fn folded_lines(p: &Profile, view: View) -> Vec<String> {
 
 /// `root;...;leaf`, with a process root frame when several processes share
 /// the profile.
-fn stack_string(p: &Profile, stack: &StackReport, multi: bool) -> String {
+fn stack_string(process: Option<&str>, stack: &StackReport) -> String {
     let mut names: Vec<String> = Vec::with_capacity(stack.frames.len() + 1);
-    if multi {
-        names.push(sanitize(&p.process_label(stack.pid)));
+    if let Some(process) = process {
+        names.push(process.to_string());
     }
     if stack.truncated {
         names.push(TRUNCATED.to_string());
@@ -112,6 +123,7 @@ mod tests {
         let p = Profile {
             stacks: vec![StackReport {
                 pid: 1,
+                start_time: None,
                 counts: crate::report::Counts {
                     inuse_bytes: 7,
                     ..Default::default()

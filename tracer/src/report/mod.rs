@@ -43,6 +43,11 @@ pub struct Profile {
     /// One entry per unique (process, call stack), sorted by inuse_bytes
     /// descending, then alloc_bytes descending.
     pub stacks: Vec<StackReport>,
+    /// What processes that exited during the trace had not freed: no live
+    /// process holds it, so it is not in-use (the process whose exit ends a
+    /// --pid or -- CMD trace is the exception: its in-use is its heap at
+    /// exit).
+    pub not_freed_at_exit: NotFreedAtExit,
     pub losses: Losses,
     /// Remarks for the user (skipped optional hooks, limits hit...).
     pub notes: Vec<String>,
@@ -51,6 +56,10 @@ pub struct Profile {
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct ProcessInfo {
     pub pid: u32,
+    /// When it started, in clock ticks after boot (/proc/PID/stat field
+    /// 22; null when unknown): with the pid, what tells it from a later
+    /// process that reused its pid.
+    pub start_time: Option<u64>,
     /// Command line, arguments joined by spaces ("" when unknown).
     pub command: String,
     /// The program it runs: argv[0], or the path memtrace-bpf started or
@@ -110,6 +119,8 @@ pub struct Counts {
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct StackReport {
     pub pid: u32,
+    /// The process's start time (see `ProcessInfo::start_time`).
+    pub start_time: Option<u64>,
     #[serde(flatten)]
     pub counts: Counts,
     /// Leaf first: frames[0] is the function that called the allocator,
@@ -120,6 +131,35 @@ pub struct StackReport {
     pub frames: Vec<Arc<Frame>>,
     /// The stack ends before its root: the unwinder ran out of copied stack
     /// bytes or unwind information. Shown as a `[truncated]` root frame.
+    pub truncated: bool,
+}
+
+/// "Not freed at exit", aggregated per program and call stack.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct NotFreedAtExit {
+    /// Processes that exited during the trace with blocks not freed.
+    pub processes: u64,
+    pub bytes: u64,
+    pub objects: u64,
+    /// Largest first; at most `MAX_EXIT_STACKS` (the rest are counted in
+    /// `bytes`, `objects` and `stacks_left_out`).
+    pub stacks: Vec<ExitStack>,
+    pub stacks_left_out: u64,
+}
+
+/// Most entries in `NotFreedAtExit::stacks`.
+pub const MAX_EXIT_STACKS: usize = 10_000;
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ExitStack {
+    /// The program of the processes (see `ProcessInfo::program`).
+    pub program: String,
+    /// How many of its processes left blocks from this stack.
+    pub processes: u64,
+    pub bytes: u64,
+    pub objects: u64,
+    /// Leaf first, as in `StackReport`.
+    pub frames: Vec<Arc<Frame>>,
     pub truncated: bool,
 }
 
@@ -262,11 +302,12 @@ impl Profile {
     /// "pid" when it is unknown (also for pids missing from `processes`,
     /// e.g. children that appeared during the trace). Without `program`
     /// the first word of the command line stands in.
-    pub fn process_label(&self, pid: u32) -> String {
+    pub fn process_label(&self, pid: u32, start_time: Option<u64>) -> String {
         let program = self
             .processes
             .iter()
-            .find(|proc| proc.pid == pid)
+            .find(|proc| proc.pid == pid && proc.start_time == start_time)
+            .or_else(|| self.processes.iter().find(|proc| proc.pid == pid))
             .and_then(|proc| match proc.program.as_str() {
                 "" => proc.command.split_whitespace().next(),
                 program => Some(program),
@@ -278,8 +319,12 @@ impl Profile {
     /// True when stacks of several processes are mixed in this profile, so
     /// renderers must say which process each stack belongs to.
     pub fn is_multi_process(&self) -> bool {
-        let first = self.stacks.first().map(|s| s.pid);
-        self.processes.len() > 1 || self.stacks.iter().any(|s| Some(s.pid) != first)
+        let first = self.stacks.first().map(|s| (s.pid, s.start_time));
+        self.processes.len() > 1
+            || self
+                .stacks
+                .iter()
+                .any(|s| Some((s.pid, s.start_time)) != first)
     }
 
     /// How allocations were chosen, in words.

@@ -100,6 +100,7 @@ fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
     frames.extend(server_root());
     StackReport {
         pid,
+        start_time: None,
         counts,
         frames: frames.into_iter().map(Arc::new).collect(),
         truncated: false,
@@ -158,6 +159,7 @@ fn one_process() -> Profile {
         unwind: "fp".to_string(),
         processes: vec![ProcessInfo {
             pid: 4242,
+            start_time: None,
             command: "/opt/demo/bin/server --port 8080".to_string(),
             program: String::new(),
             exited: false,
@@ -172,6 +174,7 @@ fn one_process() -> Profile {
         hooks: libc_hooks(),
         totals: counts(44864, 17, 1_097_536, 274),
         stacks,
+        not_freed_at_exit: Default::default(),
         losses: Losses {
             unknown_frees: 12,
             return_without_entry: 1,
@@ -197,6 +200,7 @@ fn two_processes() -> Profile {
         ),
         StackReport {
             pid: 103,
+            start_time: None,
             counts: counts(600_000, 1, 600_000, 1),
             frames: vec![frame("[unknown]", "[unknown]", 0x7f00_dead_beef, None).into()],
             // An unwind that stopped at an address without unwind info.
@@ -204,6 +208,7 @@ fn two_processes() -> Profile {
         },
         StackReport {
             pid: 102,
+            start_time: None,
             counts: counts(524_288, 1, 524_288, 1),
             frames: Vec::new(),
             truncated: false,
@@ -218,6 +223,7 @@ fn two_processes() -> Profile {
         processes: vec![
             ProcessInfo {
                 pid: 101,
+                start_time: None,
                 command: "/opt/demo/bin/server --worker".to_string(),
                 program: String::new(),
                 exited: false,
@@ -239,6 +245,7 @@ fn two_processes() -> Profile {
             },
             ProcessInfo {
                 pid: 102,
+                start_time: None,
                 command: "/opt/demo/bin/server --worker".to_string(),
                 program: String::new(),
                 exited: true,
@@ -249,6 +256,39 @@ fn two_processes() -> Profile {
         hooks: libc_hooks()[..5].to_vec(),
         totals: counts(3_745_728, 7, 4_270_016, 8),
         stacks,
+        not_freed_at_exit: NotFreedAtExit {
+            processes: 2,
+            bytes: 12_288,
+            objects: 3,
+            stacks: vec![
+                ExitStack {
+                    program: "/opt/demo/bin/server".into(),
+                    processes: 2,
+                    bytes: 8192,
+                    objects: 2,
+                    frames: [frame(
+                        "read_config",
+                        APP,
+                        0x1c00,
+                        Some(("src/config.c", 30)),
+                    )]
+                    .into_iter()
+                    .chain(server_root())
+                    .map(Arc::new)
+                    .collect(),
+                    truncated: false,
+                },
+                ExitStack {
+                    program: String::new(),
+                    processes: 1,
+                    bytes: 4096,
+                    objects: 1,
+                    frames: Vec::new(),
+                    truncated: true,
+                },
+            ],
+            stacks_left_out: 0,
+        },
         losses: Losses {
             ringbuf_full: 3,
             live_map_full: 0,
@@ -273,6 +313,7 @@ fn empty() -> Profile {
         unwind: "fp".to_string(),
         processes: vec![ProcessInfo {
             pid: 7,
+            start_time: None,
             command: String::new(),
             program: String::new(),
             exited: true,
@@ -431,6 +472,7 @@ fn hostile() -> Profile {
     let f = Arc::make_mut(&mut p.stacks[0].frames[0]);
     f.function = format!("leaf;{evil} 12");
     f.file = Some(format!("{evil}.c"));
+    p.not_freed_at_exit.stacks[0].program = format!("/opt/{evil}");
     p
 }
 
@@ -455,7 +497,9 @@ fn text_escapes_every_target_controlled_string() {
     assert!(out.contains("\\u{9b}2J"), "{out}");
     // No line was forged: every stack summary line is one of ours.
     let summaries = out.lines().filter(|l| l.starts_with('#')).count();
-    assert_eq!(summaries, p.stacks.len().min(10), "{out}");
+    let at_exit = p.not_freed_at_exit.stacks.len();
+    assert_eq!(summaries, p.stacks.len().min(10) + at_exit, "{out}");
+    assert!(out.contains("by 2 processes of ev\\x1b]0;owned"), "{out}");
 }
 
 #[test]
@@ -521,9 +565,9 @@ fn process_label_keeps_a_path_with_spaces_whole() {
     let mut p = empty();
     p.processes[0].command = "/opt/my app/server --port 1".into();
     // Without `program`, the first word stands in.
-    assert_eq!(p.process_label(7), "my (pid 7)");
+    assert_eq!(p.process_label(7, None), "my (pid 7)");
     p.processes[0].program = "/opt/my app/server".into();
-    assert_eq!(p.process_label(7), "server (pid 7)");
+    assert_eq!(p.process_label(7, None), "server (pid 7)");
     p.processes[0].program = "/opt/my dir/my server".into();
-    assert_eq!(p.process_label(7), "my server (pid 7)");
+    assert_eq!(p.process_label(7, None), "my server (pid 7)");
 }

@@ -5,11 +5,14 @@
 //! file names, notes quoting them) goes through `escape::text`: the report
 //! is read in terminals, and one line must stay one line.
 
-use std::io::{self, Write};
+use std::{
+    io::{self, Write},
+    sync::Arc,
+};
 
 use crate::escape::text as esc;
 
-use super::{basename, Counts, Frame, Hook, Losses, Profile, StackReport, NO_STACK, TRUNCATED};
+use super::{basename, counted, Frame, Hook, Losses, Profile, StackReport, NO_STACK, TRUNCATED};
 
 /// Width of the labels in the header, so values line up.
 const LABEL_WIDTH: usize = 12;
@@ -20,9 +23,10 @@ const FRAME_INDENT: &str = "      ";
 pub fn write_text(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
     write_header(p, w)?;
     writeln!(w)?;
-    write_totals(&p.totals, w)?;
+    write_totals(p, w)?;
     writeln!(w)?;
     write_stacks(p, top, w)?;
+    write_exit_stacks(p, top, w)?;
     write_notes(&p.notes, w)?;
     writeln!(w)?;
     write_losses(&p.losses, w)
@@ -137,12 +141,64 @@ fn hook_lines(hooks: &[Hook]) -> (Vec<String>, Vec<String>) {
     (hooked, skipped)
 }
 
-fn write_totals(totals: &Counts, w: &mut impl Write) -> io::Result<()> {
+fn write_totals(p: &Profile, w: &mut impl Write) -> io::Result<()> {
+    let totals = &p.totals;
     writeln!(w, "Totals (allocations made during the trace):")?;
     let inuse = amount(totals.inuse_bytes, totals.inuse_objects);
     let alloc = amount(totals.alloc_bytes, totals.alloc_objects);
     field(w, "in use:", &[inuse])?;
-    field(w, "allocated:", &[alloc])
+    field(w, "allocated:", &[alloc])?;
+    let at_exit = &p.not_freed_at_exit;
+    if at_exit.objects > 0 {
+        let by = counted(at_exit.processes, "exited process", "exited processes");
+        field(
+            w,
+            "at exit:",
+            &[format!(
+                "{} not freed by {by}",
+                amount(at_exit.bytes, at_exit.objects)
+            )],
+        )?;
+    }
+    Ok(())
+}
+
+/// Where the blocks that exited processes never freed came from.
+fn write_exit_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
+    let at_exit = &p.not_freed_at_exit;
+    if at_exit.stacks.is_empty() {
+        return Ok(());
+    }
+    writeln!(w)?;
+    writeln!(
+        w,
+        "Not freed at exit, by {} that exited during the trace (not in use: no live process \
+         holds it):",
+        counted(at_exit.processes, "process", "processes")
+    )?;
+    for (i, stack) in at_exit.stacks.iter().take(top).enumerate() {
+        writeln!(w)?;
+        let program = match stack.program.as_str() {
+            "" => "an unknown program".to_string(),
+            program => esc(basename(program)).into_owned(),
+        };
+        writeln!(
+            w,
+            "#{}  {} in {} by {} of {program}",
+            i + 1,
+            plural(stack.bytes, "byte"),
+            plural(stack.objects, "object"),
+            counted(stack.processes, "process", "processes"),
+        )?;
+        write_frames(&stack.frames, stack.truncated, w)?;
+    }
+    let hidden =
+        (at_exit.stacks.len() - at_exit.stacks.len().min(top)) as u64 + at_exit.stacks_left_out;
+    if hidden > 0 {
+        writeln!(w)?;
+        writeln!(w, "{} not shown (--top)", plural(hidden, "more stack"))?;
+    }
+    Ok(())
 }
 
 /// `1.5 MiB (1572864 bytes) in 12 objects`.
@@ -242,13 +298,17 @@ fn write_stack(rank: usize, stack: &StackReport, w: &mut impl Write) -> io::Resu
         plural(c.alloc_objects, "object"),
         stack.pid
     )?;
-    if stack.frames.is_empty() {
+    write_frames(&stack.frames, stack.truncated, w)
+}
+
+fn write_frames(frames: &[Arc<Frame>], truncated: bool, w: &mut impl Write) -> io::Result<()> {
+    if frames.is_empty() {
         writeln!(w, "{FRAME_INDENT}{NO_STACK}")?;
     }
-    for frame in &stack.frames {
+    for frame in frames {
         writeln!(w, "{FRAME_INDENT}{}", frame_line(frame))?;
     }
-    if stack.truncated {
+    if truncated {
         writeln!(w, "{FRAME_INDENT}{TRUNCATED} (stack ends early: see notes)")?;
     }
     Ok(())
