@@ -53,6 +53,23 @@ fn site_by_pid(report: &Value, site: &str) -> BTreeMap<u64, [u64; 4]> {
         .collect()
 }
 
+/// Child k of forker.c allocated k blocks of k * 1000 bytes and exited
+/// without freeing them: not in use any more (no live process holds them)
+/// but in "not freed at exit", the three children under one entry.
+fn assert_children_exited_unfreed(report: &Value, children: &BTreeMap<u64, [u64; 4]>) {
+    let mut sizes: Vec<[u64; 4]> = children.values().copied().collect();
+    sizes.sort_unstable();
+    let want: Vec<[u64; 4]> = (1..=3u64).map(|k| [0, 0, k * k * 1000, k]).collect();
+    assert_eq!(sizes, want, "{children:?}");
+    let at_exit = crate::sites::at_exit_by_leaf(report);
+    assert_eq!(
+        at_exit.get("child_site"),
+        Some(&[1000 + 2 * 2000 + 3 * 3000, 1 + 2 + 3, 3]),
+        "{}",
+        report["not_freed_at_exit"]
+    );
+}
+
 /// Sites.c's exact numbers (both threads) for process `pid`.
 fn assert_sites_exact_for(report: &Value, pid: u64) {
     let got = per_calling_site(&only_pid(report, pid));
@@ -366,12 +383,7 @@ fn children_that_exit_at_once_are_reported_exited_with_named_stacks() {
         assert_eq!(child["command"], processes[0]["command"], "{child}");
     }
     let children = site_by_pid(&report, "child_site");
-    let mut sizes: Vec<[u64; 4]> = children.values().copied().collect();
-    sizes.sort_unstable();
-    let want: Vec<[u64; 4]> = (1..=3u64)
-        .map(|k| [k * k * 1000, k, k * k * 1000, k])
-        .collect();
-    assert_eq!(sizes, want, "{children:?}");
+    assert_children_exited_unfreed(&report, &children);
     for pid in children.keys() {
         let stacks = only_pid(&report, *pid);
         let frames = &stacks["stacks"][0]["frames"];
@@ -429,12 +441,7 @@ fn binary_traces_forked_children_from_the_fork() {
         report["notes"]
     );
     let children = site_by_pid(&report, "child_site");
-    let mut sizes: Vec<[u64; 4]> = children.values().copied().collect();
-    sizes.sort_unstable();
-    let want: Vec<[u64; 4]> = (1..=3u64)
-        .map(|k| [k * k * 1000, k, k * k * 1000, k])
-        .collect();
-    assert_eq!(sizes, want, "{children:?}");
+    assert_children_exited_unfreed(&report, &children);
     let root = u64::from(target.pid());
     assert!(!children.contains_key(&root));
     let listed = pids(&report);

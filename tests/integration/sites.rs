@@ -166,6 +166,25 @@ pub fn per_calling_site(report: &Value) -> BTreeMap<String, [u64; 4]> {
     })
 }
 
+/// The report's "not freed at exit" section summed by leaf function:
+/// [bytes, objects, processes].
+pub fn at_exit_by_leaf(report: &Value) -> BTreeMap<String, [u64; 3]> {
+    let mut out: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    let stacks = report["not_freed_at_exit"]["stacks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no not_freed_at_exit.stacks: {report}"));
+    for s in stacks {
+        let leaf = s["frames"][0]["function"].as_str().unwrap_or("[no stack]");
+        let sum = out.entry(leaf.to_string()).or_default();
+        for (i, field) in ["bytes", "objects", "processes"].iter().enumerate() {
+            sum[i] += s[*field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{field} in {s}"));
+        }
+    }
+    out
+}
+
 pub fn read_json(path: &std::path::Path) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("read report {}: {e}", path.display()));

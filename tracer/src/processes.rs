@@ -31,6 +31,9 @@ pub struct ProcessTable {
     records: Vec<ProcessRecord>,
     /// The running process of each pid.
     current: HashMap<u32, ProcessIndex>,
+    /// --binary: the program every traced process runs, for those gone
+    /// before their command line could be read.
+    pub program_hint: Option<String>,
 }
 
 impl ProcessTable {
@@ -42,7 +45,9 @@ impl ProcessTable {
             return i;
         }
         let command = crate::target::read_cmdline(pid);
-        let program = crate::scope::program_of(pid).unwrap_or_default();
+        let program = crate::scope::program_of(pid)
+            .or_else(|| self.program_hint.clone())
+            .unwrap_or_default();
         self.insert(ProcessRecord {
             pid,
             start_time,

@@ -338,6 +338,14 @@ impl Scope {
         }
     }
 
+    /// --binary: the program file every traced process runs.
+    pub fn binary(&self) -> Option<String> {
+        match self {
+            Scope::Binary { path, .. } => Some(path.to_string_lossy().into_owned()),
+            _ => None,
+        }
+    }
+
     /// The process whose exit ends the trace (--pid, -- CMD).
     pub fn root(&self) -> Option<u32> {
         match self {

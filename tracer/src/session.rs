@@ -154,6 +154,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     );
 
     let mut collector = Collector::new(maps, modules, cli.sample_rate, scope.root())?;
+    collector.state.processes.program_hint = scope.binary();
     let end_reason = runtime.block_on(collect(
         &mut collector,
         &mut scope,
