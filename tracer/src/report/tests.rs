@@ -571,3 +571,30 @@ fn process_label_keeps_a_path_with_spaces_whole() {
     p.processes[0].program = "/opt/my dir/my server".into();
     assert_eq!(p.process_label(7, None), "my server (pid 7)");
 }
+
+#[test]
+fn text_lists_the_first_processes_and_counts_the_rest() {
+    let mut p = two_processes();
+    p.processes = (0..30u32)
+        .map(|i| ProcessInfo {
+            pid: 1000 + i,
+            command: if i == 1 {
+                String::new()
+            } else {
+                "/bin/prog -x".into()
+            },
+            program: "/bin/prog".into(),
+            exited: i % 3 == 0,
+            ..ProcessInfo::default()
+        })
+        .collect();
+    let out = String::from_utf8(text(&p, 10)).expect("UTF-8");
+    let listed = out.lines().filter(|l| l.contains(" /bin/prog")).count();
+    assert_eq!(listed, 12, "{out}");
+    assert!(out.contains("1001  /bin/prog (arguments unknown)"), "{out}");
+    // 18 not listed: 1012..1029, of which 1014, 1017, ..., 1029 exited.
+    assert!(
+        out.contains("... 18 more processes (6 exited; --format json lists them all)"),
+        "{out}"
+    );
+}

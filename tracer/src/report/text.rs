@@ -70,12 +70,15 @@ fn process_lines(p: &Profile) -> Vec<String> {
         .map(|proc| proc.pid.to_string().len())
         .max()
         .unwrap_or(0);
-    p.processes
+    let mut lines: Vec<String> = p
+        .processes
         .iter()
+        .take(PROCESS_LINES)
         .map(|proc| {
-            let command = match proc.command.as_str() {
-                "" => "(command unknown)".into(),
-                command => esc(command),
+            let command = match (proc.command.as_str(), proc.program.as_str()) {
+                ("", "") => "(command unknown)".into(),
+                ("", program) => format!("{} (arguments unknown)", esc(program)).into(),
+                (command, _) => esc(command),
             };
             let exited = if proc.exited { " (exited)" } else { "" };
             let allocators: Vec<String> = proc
@@ -89,8 +92,25 @@ fn process_lines(p: &Profile) -> Vec<String> {
             };
             format!("{:>width$}  {command}{exited}{allocators}", proc.pid)
         })
-        .collect()
+        .collect();
+    let more = &p.processes[lines.len()..];
+    if !more.is_empty() {
+        let exited = more.iter().filter(|proc| proc.exited).count() as u64;
+        lines.push(format!(
+            "... {} more {} ({exited} exited; --format json lists them all)",
+            more.len(),
+            if more.len() == 1 {
+                "process"
+            } else {
+                "processes"
+            },
+        ));
+    }
+    lines
 }
+
+/// Processes listed in the header; a system-wide trace may see thousands.
+const PROCESS_LINES: usize = 12;
 
 /// Hooks grouped per object, `malloc calloc free (libc.so.6)`; skipped ones
 /// grouped per object and reason. Groups keep the order of first appearance.
