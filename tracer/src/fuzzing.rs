@@ -5,7 +5,7 @@
 
 use iced_x86::Register;
 
-use crate::{allocators, placement, target};
+use crate::{probes::placement, target::allocators, target::process};
 
 /// ELF symbol, PLT-thunk and dynamic-section discovery on any file.
 pub fn elf(data: &[u8]) {
@@ -16,7 +16,7 @@ pub fn elf(data: &[u8]) {
 
 /// A /proc/PID/maps text (paths are whatever the process mapped).
 pub fn maps(data: &[u8]) {
-    let _ = target::parse_maps(data);
+    let _ = process::parse_maps(data);
 }
 
 /// An ld.so.conf text from a process's root directory.

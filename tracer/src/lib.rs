@@ -1,28 +1,18 @@
 //! memtrace-bpf as a library: the binary (`main.rs`) is a thin front end,
 //! and the parsers are reachable from fuzz targets (`fuzz/`).
+//!
+//! The folders follow the data: `session` drives a trace over a `target`,
+//! `probes` attach the BPF programs, `collect` turns their events into the
+//! `model` with `stacks` unwound and named, and `report` renders it.
 
-pub mod allocators;
 pub mod cli;
-pub mod collector;
+pub mod collect;
 pub mod error;
 pub mod escape;
-pub mod forks;
 pub mod fuzzing;
-pub mod heap;
-pub mod hooks;
-pub mod kernel_btf;
-pub mod launch;
-pub mod loader;
-pub mod placement;
-pub mod preflight;
-pub mod processes;
-pub mod profile;
-pub mod reader;
+pub mod model;
+pub mod probes;
 pub mod report;
-pub mod sampling;
-pub mod scope;
 pub mod session;
-pub mod symbolize;
+pub mod stacks;
 pub mod target;
-pub mod unwind;
-pub mod uprobe_session;

@@ -12,12 +12,12 @@ use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use crate::{
-    allocators::{EntryPoint, Hooked, Thunk, CORE},
     cli::{ProbePlacement, UnwindMode},
     error::TraceError,
-    placement,
+    probes::placement,
+    probes::uprobe_session,
     report::Hook,
-    uprobe_session,
+    target::allocators::{EntryPoint, Hooked, Thunk, CORE},
 };
 use iced_x86::Register;
 
@@ -154,7 +154,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         // The kernel stack map is not used: keep it minimal.
         UnwindMode::Dwarf => (tracer_common::UNWIND_DWARF, 1),
     };
-    let table = crate::sampling::exp_table();
+    let table = crate::model::sampling::exp_table();
     let forks = fork_tunables(limits)?;
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("LIVE", limits.max_live)
@@ -236,7 +236,7 @@ fn fork_tunables(limits: &Limits) -> anyhow::Result<ForkTunables> {
     } else {
         tracer_common::FORKS_COUNT
     };
-    let facts = match crate::kernel_btf::task_facts() {
+    let facts = match crate::probes::kernel_btf::task_facts() {
         Ok(facts) => facts,
         Err(e) if limits.follow_forks => {
             return Err(e.context(
@@ -278,7 +278,10 @@ fn seed_countdowns(ebpf: &mut Ebpf, rate: u64, table: &[u32]) -> anyhow::Result<
     )?;
     let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
     let values: Vec<i64> = (0..cpus)
-        .map(|_| crate::sampling::draw_interval(table, rate, crate::sampling::random_u32()) as i64)
+        .map(|_| {
+            crate::model::sampling::draw_interval(table, rate, crate::model::sampling::random_u32())
+                as i64
+        })
         .collect();
     countdown
         .set(0, PerCpuValues::try_from(values)?, 0)
@@ -451,7 +454,7 @@ struct Plan<'a> {
 }
 
 fn plan<'a>(
-    info: &crate::allocators::ObjectInfo,
+    info: &crate::target::allocators::ObjectInfo,
     host_path: &Path,
     spec: &'a EntryPoint,
     offset: u64,
@@ -604,7 +607,7 @@ pub fn attach_binary_entry(loaded: &mut Loaded, path: &Path) -> anyhow::Result<(
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = object::File::parse(&*data)
         .with_context(|| format!("{} is not an ELF file", path.display()))?;
-    let offset = crate::allocators::vaddr_to_file_offset(&file, file.entry())
+    let offset = crate::target::allocators::vaddr_to_file_offset(&file, file.entry())
         .with_context(|| format!("{}: its entry point is in no segment", path.display()))?;
     attach_one(loaded, "binary_entry", offset, path, None)
 }

@@ -9,14 +9,14 @@ use std::{
 
 use crate::{
     cli::UnwindMode,
-    collector::Collector,
-    heap::{StackHandle, Unfreed},
-    processes::ProcessIndex,
+    collect::collector::Collector,
+    collect::processes::ProcessIndex,
+    model::heap::{StackHandle, Unfreed},
     report::{
         counted, was, Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
         StackReport, MAX_EXIT_STACKS,
     },
-    symbolize::{Names, NormFrame},
+    stacks::symbolize::{Names, NormFrame},
 };
 
 /// What the session knows about the trace besides the collected data.

@@ -20,7 +20,7 @@ use framehop::{
 };
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
-use crate::target::Mapping;
+use crate::target::process::Mapping;
 
 /// Frames beyond this many are dropped and the stack marked truncated (the
 /// kernel's frame-pointer walks stop at 127 here, perf_event_max_stack).
@@ -194,7 +194,7 @@ pub struct Unwinders {
 
 impl Default for Unwinders {
     fn default() -> Self {
-        Unwinders::with_resolver(crate::target::host_path)
+        Unwinders::with_resolver(crate::target::process::host_path)
     }
 }
 

@@ -14,7 +14,7 @@ use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbol
 
 use crate::{
     report::Frame,
-    target::{host_path, Mapping},
+    target::process::{host_path, Mapping},
 };
 
 /// Which file an object is: the same (device, inode) in every process that
@@ -109,7 +109,7 @@ impl Modules {
             self.note_unread(pid);
             return false;
         };
-        let maps = crate::target::parse_maps(&text);
+        let maps = crate::target::process::parse_maps(&text);
         if maps.is_empty() {
             self.note_unread(pid);
             return false; // a zombie: keep what we had
@@ -540,7 +540,8 @@ mod tests {
             .map(|n| {
                 use object::{Object as _, ObjectSymbol as _};
                 let sym = file.symbols().find(|s| s.name() == Ok(n)).expect("symbol");
-                crate::allocators::vaddr_to_file_offset(&file, sym.address()).expect("offset")
+                crate::target::allocators::vaddr_to_file_offset(&file, sym.address())
+                    .expect("offset")
             })
             .collect();
         let symbolizer = Symbolizer::builder()
@@ -579,7 +580,7 @@ mod tests {
     fn exe_mapping(shift: u64) -> Mapping {
         let text = std::fs::read("/proc/self/maps").expect("own maps");
         let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
-        let mut m = crate::target::parse_maps(&text)
+        let mut m = crate::target::process::parse_maps(&text)
             .into_iter()
             .find(|m| m.executable && std::path::Path::new(&m.path) == exe)
             .expect("an executable mapping of the test binary");

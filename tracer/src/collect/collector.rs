@@ -15,14 +15,14 @@ use tracer_common::{
 };
 
 use crate::{
-    forks::ProcessChange,
-    heap::{Heap, StackHandle},
-    loader::EventMaps,
-    processes::{ProcessIndex, ProcessTable},
-    reader::Reader,
+    collect::processes::{ProcessIndex, ProcessTable},
+    collect::reader::Reader,
+    model::heap::{Heap, StackHandle},
+    probes::loader::EventMaps,
     report::Losses,
-    symbolize::{Modules, NormFrame},
-    unwind::{Sample, Unwinders},
+    session::forks::ProcessChange,
+    stacks::symbolize::{Modules, NormFrame},
+    stacks::unwind::{Sample, Unwinders},
 };
 
 /// Most execs waiting for the session (see `State::execs`).
@@ -255,15 +255,16 @@ const REAP_INTERVAL: Duration = Duration::from_secs(1);
 /// Whether process `pid` is gone, a zombie, or exiting (its memory
 /// released already: its maps read empty).
 pub fn process_exited(pid: u32) -> bool {
-    crate::target::has_exited(pid)
+    crate::target::process::has_exited(pid)
         || std::fs::read(format!("/proc/{pid}/maps")).map_or(true, |m| m.is_empty())
 }
 
 /// Gone, a zombie, or its pid now belongs to a process started later.
 pub fn has_exited(pid: u32, start: Option<u64>) -> bool {
-    match crate::target::read_stat(pid) {
+    match crate::target::process::read_stat(pid) {
         Some(stat) => {
-            crate::target::is_zombie(&stat) || start.is_some_and(|t| start_of(&stat) != Some(t))
+            crate::target::process::is_zombie(&stat)
+                || start.is_some_and(|t| start_of(&stat) != Some(t))
         }
         None => true,
     }
@@ -272,18 +273,18 @@ pub fn has_exited(pid: u32, start: Option<u64>) -> bool {
 /// The start time (field 22, clock ticks since boot): with the pid, what
 /// tells a process from a later one that reuses its pid.
 fn start_of(stat: &str) -> Option<u64> {
-    crate::target::stat_field(stat, 22)?.parse().ok()
+    crate::target::process::stat_field(stat, 22)?.parse().ok()
 }
 
 pub fn start_time(pid: u32) -> Option<u64> {
-    start_of(&crate::target::read_stat(pid)?)
+    start_of(&crate::target::process::read_stat(pid)?)
 }
 
 impl State {
     fn handle_batches(&mut self, batches: Vec<Vec<u8>>) -> usize {
         let mut n = 0;
         for batch in batches {
-            for item in crate::reader::events(&batch) {
+            for item in crate::collect::reader::events(&batch) {
                 self.handle(item);
                 n += 1;
             }
@@ -419,7 +420,7 @@ impl State {
     }
 
     fn record(&mut self, ev: &Event, stack: StackHandle) {
-        let weight = crate::sampling::weight(ev.size, self.sample_rate);
+        let weight = crate::model::sampling::weight(ev.size, self.sample_rate);
         self.heap.alloc(ev.pid, ev.addr, ev.size, weight, stack);
     }
 
@@ -450,7 +451,7 @@ impl State {
 
     /// Unwinds with the process's unwinder, rebuilt first if its maps were
     /// read since it was built.
-    fn unwind(&mut self, pid: u32, sample: &Sample<'_>) -> crate::unwind::Unwound {
+    fn unwind(&mut self, pid: u32, sample: &Sample<'_>) -> crate::stacks::unwind::Unwound {
         let now = self.modules.generation(pid);
         if self.unwinder_maps.insert(pid, now) != Some(now) {
             self.unwinders.invalidate(pid);
@@ -486,7 +487,7 @@ impl State {
         }
         let maps = self.modules.maps(pid);
         if let Some(out) = &mut self.sample_log {
-            crate::unwind::record_sample(out, maps, sample, &unwound);
+            crate::stacks::unwind::record_sample(out, maps, sample, &unwound);
         }
         let key = (pid, unwound.addrs, unwound.truncated);
         if let Some(&h) = self.stacks.by_addrs.get(&key) {
@@ -552,7 +553,7 @@ mod tests {
         let stat = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 \
                     987654 1000 100";
         assert_eq!(start_of(stat), Some(987_654));
-        assert_eq!(crate::target::stat_field(stat, 3), Some("S"));
+        assert_eq!(crate::target::process::stat_field(stat, 3), Some("S"));
         assert_eq!(start_of("1 (x) Z 0"), None);
     }
 

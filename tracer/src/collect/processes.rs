@@ -44,8 +44,8 @@ impl ProcessTable {
         if let Some(&i) = self.current.get(&pid) {
             return i;
         }
-        let command = crate::target::read_cmdline(pid);
-        let program = crate::scope::program_of(pid)
+        let command = crate::target::process::read_cmdline(pid);
+        let program = crate::session::scope::program_of(pid)
             .or_else(|| self.program_hint.clone())
             .unwrap_or_default();
         self.insert(ProcessRecord {
@@ -71,11 +71,11 @@ impl ProcessTable {
             return;
         };
         let record = &mut self.records[i as usize];
-        record.command = crate::target::read_cmdline(pid);
+        record.command = crate::target::process::read_cmdline(pid);
         if record.command.is_empty() {
             record.command = comm.to_string();
         }
-        record.program = crate::scope::program_of(pid).unwrap_or_else(|| comm.to_string());
+        record.program = crate::session::scope::program_of(pid).unwrap_or_else(|| comm.to_string());
     }
 
     /// Process `pid` exited: a later process with its pid is a new entry.

@@ -11,18 +11,18 @@ use anyhow::Context as _;
 use tracer_common::{FILTER_ALL, FILTER_NONE, FILTER_PIDS};
 
 use crate::{
-    allocators::Program,
     cli::Cli,
+    collect::processes::ProcessTable,
     error::TraceError,
     escape,
-    forks::{Forks, ProcessChange},
-    hooks::Hooks,
-    launch::{check_dynamic, Launched},
-    loader::Loaded,
-    processes::ProcessTable,
+    probes::hooks::Hooks,
+    probes::loader::Loaded,
     report::ProcessInfo,
-    symbolize::Modules,
-    target::{has_exited, read_cmdline, Process},
+    session::forks::{Forks, ProcessChange},
+    stacks::symbolize::Modules,
+    target::allocators::Program,
+    target::launch::{check_dynamic, Launched},
+    target::process::{has_exited, read_cmdline, Process},
 };
 
 pub enum Scope {
@@ -58,7 +58,7 @@ pub enum Scope {
 /// The scope and the maps of the processes known at the start.
 pub struct Start {
     pub scope: Scope,
-    pub maps: Vec<(u32, Vec<crate::target::Mapping>)>,
+    pub maps: Vec<(u32, Vec<crate::target::process::Mapping>)>,
 }
 
 impl Scope {
@@ -90,7 +90,7 @@ impl Scope {
                     .map(|a| a.to_string_lossy())
                     .collect::<Vec<_>>()
                     .join(" "),
-                argv_shown: crate::launch::display_command(&cli.command),
+                argv_shown: crate::target::launch::display_command(&cli.command),
                 forks: Forks::new(cli.follow_forks),
             }
         } else if let Some(binary) = &cli.binary {
@@ -154,7 +154,7 @@ impl Scope {
                 hooks.hook(loaded, &program, Some(launched.pid), attach_pid)
             }
             Scope::Binary { path, .. } => {
-                crate::loader::attach_binary_entry(loaded, path)?;
+                crate::probes::loader::attach_binary_entry(loaded, path)?;
                 let running = running(path);
                 for &pid in &running {
                     hooks.hook_running(loaded, pid, Program::running(pid), None);
@@ -516,7 +516,7 @@ impl Scope {
                     crate::report::counted(n, "process", "processes"),
                     crate::report::was(n),
                     path.display(),
-                    crate::loader::MAX_FILTERED_PIDS
+                    crate::probes::loader::MAX_FILTERED_PIDS
                 ));
             }
             for pid in left {
@@ -539,7 +539,7 @@ impl Scope {
                 start_time: r.start_time,
                 command: r.command.clone(),
                 program: r.program.clone(),
-                exited: r.exited || crate::collector::has_exited(r.pid, r.start_time),
+                exited: r.exited || crate::collect::collector::has_exited(r.pid, r.start_time),
                 exit_status: None,
                 allocators: Vec::new(),
             })
@@ -580,7 +580,7 @@ impl Scope {
                     if !all.iter().any(|p| p.pid == pid) {
                         all.push(ProcessInfo {
                             pid,
-                            start_time: crate::collector::start_time(pid),
+                            start_time: crate::collect::collector::start_time(pid),
                             command: command.clone(),
                             program: program_of(pid).unwrap_or_default(),
                             exited: has_exited(pid),
@@ -605,7 +605,7 @@ fn root_first(all: &mut Vec<ProcessInfo>, root: u32) -> &mut ProcessInfo {
         Some(i) => all.remove(i),
         None => ProcessInfo {
             pid: root,
-            start_time: crate::collector::start_time(root),
+            start_time: crate::collect::collector::start_time(root),
             program: program_of(root).unwrap_or_default(),
             ..ProcessInfo::default()
         },
@@ -727,7 +727,7 @@ fn check_binary(binary: &Path) -> anyhow::Result<PathBuf> {
              it (--binary PROGRAM or --pid PID)"
         );
     }
-    if let Ok(info) = crate::allocators::ObjectInfo::parse(&path) {
+    if let Ok(info) = crate::target::allocators::ObjectInfo::parse(&path) {
         let exe = path.display().to_string();
         if !info.is_native() {
             let machine = info.machine().to_string();
@@ -788,7 +788,7 @@ fn is_elf(path: &Path) -> bool {
 /// title (`redis-server *:6379`) gives the title's first word, unless the
 /// whole names an existing file (a path with spaces).
 pub fn program_of(pid: u32) -> Option<String> {
-    let raw = crate::target::read_cmdline_raw(pid)?;
+    let raw = crate::target::process::read_cmdline_raw(pid)?;
     let argv0 = raw.split(|&b| b == 0).next().filter(|a| !a.is_empty())?;
     let argv0 = String::from_utf8_lossy(argv0).into_owned();
     let file = match argv0.starts_with('/') {
@@ -812,7 +812,8 @@ fn all_pids() -> Vec<u32> {
 }
 
 fn is_kernel_thread(pid: u32) -> bool {
-    crate::target::read_stat(pid).is_some_and(|stat| crate::target::is_kernel_thread(&stat))
+    crate::target::process::read_stat(pid)
+        .is_some_and(|stat| crate::target::process::is_kernel_thread(&stat))
 }
 
 /// A pidfd: readable once the process has exited.

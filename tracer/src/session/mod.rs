@@ -1,6 +1,9 @@
 //! One tracing session: preflight, attach, collect until the end condition,
 //! detach, drain, report.
 
+pub mod forks;
+pub mod scope;
+
 use std::{
     io::Write,
     os::fd::AsRawFd,
@@ -14,16 +17,16 @@ use tokio::{
 };
 
 use crate::{
-    allocators::Choice,
     cli::{Cli, Format},
-    collector::{read_losses, Collector},
+    collect::collector::{read_losses, Collector},
+    collect::profile::{self, Meta},
     escape,
-    hooks::Hooks,
-    loader::{self, Limits},
-    profile::{self, Meta},
+    probes::hooks::Hooks,
+    probes::loader::{self, Limits},
     report::{self, Output},
-    scope::{Scope, Start},
-    symbolize::Modules,
+    session::scope::{Scope, Start},
+    stacks::symbolize::Modules,
+    target::allocators::Choice,
 };
 
 /// How often the ring buffer is drained (BPF submits without wakeups).
@@ -55,7 +58,7 @@ enum Phase {
 pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     // Before anything is attached: an unwritable -o must not cost a trace.
     let output = cli.output.as_deref().map(Output::prepare).transpose()?;
-    crate::preflight::check(cli)?;
+    crate::probes::preflight::check(cli)?;
     // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
     // are being attached, or just after, ends the trace with its report
     // instead of killing the tracer.

@@ -1,0 +1,4 @@
+//! The heap model and the sampling weights: pure, no BPF, no I/O.
+
+pub mod heap;
+pub mod sampling;

@@ -1,0 +1,10 @@
+//! The BPF side from user space: checking privileges, loading the object,
+//! planning and attaching the uprobes (placement, uprobe sessions), and
+//! the kernel facts the programs need (BTF offsets).
+
+pub mod hooks;
+pub mod kernel_btf;
+pub mod loader;
+pub mod placement;
+pub mod preflight;
+pub mod uprobe_session;

@@ -1,0 +1,4 @@
+//! Call stacks: unwinding copied stacks with CFI, and naming frames.
+
+pub mod symbolize;
+pub mod unwind;

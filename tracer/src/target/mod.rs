@@ -1,0 +1,7 @@
+//! The traced programs as files and processes: /proc inspection, starting
+//! a command, the allocator symbol tables, ELF reading and the dynamic
+//! loader's search order.
+
+pub mod allocators;
+pub mod launch;
+pub mod process;
