@@ -20,5 +20,6 @@ mod safety;
 mod sampling;
 mod scopes;
 mod sites;
+mod snapshots;
 mod soak;
 mod unwind;

@@ -114,6 +114,13 @@ pub struct Cli {
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
 
+    /// Take a snapshot of the profile every SECS while tracing (the trace
+    /// goes on); each is written as a full report to the -o path with
+    /// `{n}` replaced by its number (from 1), e.g. -o heap-{n}.json. The
+    /// final report is the last one.
+    #[arg(long, value_name = "SECS")]
+    pub interval: Option<f64>,
+
     /// Report format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -180,6 +187,12 @@ pub struct Cli {
 /// Longest `--duration`: a year. Longer is surely a typo, and far longer
 /// makes `Duration::from_secs_f64` and the timer's deadline overflow.
 pub const MAX_DURATION_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Shortest `--interval`: a snapshot symbolizes and writes a whole report.
+pub const MIN_INTERVAL_SECS: f64 = 0.1;
+
+/// What `-o` replaces with a snapshot's number under `--interval`.
+pub const SNAPSHOT_NUMBER: &str = "{n}";
 
 /// Largest `--sample-rate`: 1 TiB between samples. The BPF side multiplies
 /// it by a table entry below 2^20 in 64 bits; anything larger would wrap.
@@ -287,6 +300,34 @@ impl Cli {
     }
 
     fn validate_output(&self) -> Result<(), String> {
+        let numbered = self
+            .output
+            .as_ref()
+            .is_some_and(|o| o.to_string_lossy().contains(SNAPSHOT_NUMBER));
+        match (self.interval, numbered) {
+            (Some(i), _)
+                if !(i.is_finite() && (MIN_INTERVAL_SECS..=MAX_DURATION_SECS).contains(&i)) =>
+            {
+                return Err(format!(
+                    "--interval must be from {MIN_INTERVAL_SECS} to {MAX_DURATION_SECS} seconds, got {i}"
+                ));
+            }
+            (Some(_), false) => {
+                return Err(
+                    "--interval writes a report every SECS: give -o a path with {n} for the \
+                     snapshot's number, e.g. -o heap-{n}.json"
+                        .into(),
+                );
+            }
+            (None, true) => {
+                return Err(
+                    "-o has {n} (a snapshot's number): add --interval SECS to take snapshots, or \
+                     name one file"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
         if self.format == Format::Flamegraph && self.output.is_none() {
             use std::io::IsTerminal;
             if std::io::stdout().is_terminal() {
@@ -362,6 +403,13 @@ mod tests {
             (&["--comm", ""], Some("1 to 15 bytes")),
             (&["--allocator", ""], Some("not an empty string")),
             (&["-o", ""], Some("clap")),
+            (&["--interval", "1"], Some("-o heap-{n}.json")),
+            (&["--interval", "1", "-o", "heap.json"], Some("with {n}")),
+            (&["--interval", "1", "-o", "heap-{n}.json"], None),
+            (&["--interval", "0.01", "-o", "h{n}"], Some("from 0.1")),
+            (&["--interval", "NaN", "-o", "h{n}"], Some("from 0.1")),
+            (&["--interval", "1e300", "-o", "h{n}"], Some("from 0.1")),
+            (&["-o", "heap-{n}.json"], Some("add --interval")),
         ];
         for (args, expected) in table {
             let got = check(args);

@@ -114,12 +114,12 @@ pub struct State {
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
     /// Processes that called exec, not handled by the session yet.
-    pub execs: Vec<u32>,
+    execs: std::collections::VecDeque<u32>,
     /// Execs dropped from a full backlog (their new objects not inspected).
-    pub execs_skipped: u64,
-    /// --follow-forks: processes that joined or left the traced set since
-    /// the session last looked, in order.
-    pub process_changes: Vec<ProcessChange>,
+    execs_skipped: u64,
+    /// Processes that forked, exec'ed or exited since the session last
+    /// looked, in order.
+    process_changes: Vec<ProcessChange>,
     /// The maps generation each process's unwinder was last rebuilt for.
     unwinder_maps: HashMap<u32, u64>,
     /// Every process with state here, with its start time (/proc/PID/stat
@@ -163,7 +163,7 @@ impl Collector {
                 processes: ProcessTable::default(),
                 trace_root,
                 malformed_events: 0,
-                execs: Vec::new(),
+                execs: std::collections::VecDeque::new(),
                 execs_skipped: 0,
                 process_changes: Vec::new(),
                 unwinder_maps: HashMap::new(),
@@ -174,6 +174,22 @@ impl Collector {
                     .map(std::io::BufWriter::new),
             },
         })
+    }
+
+    /// What happened to processes since the last call: forks, execs and
+    /// exits, in order (for the scope's bookkeeping).
+    pub fn take_process_changes(&mut self) -> Vec<ProcessChange> {
+        std::mem::take(&mut self.state.process_changes)
+    }
+
+    /// The oldest exec whose new image the session has not inspected yet.
+    pub fn next_exec(&mut self) -> Option<u32> {
+        self.state.execs.pop_front()
+    }
+
+    /// Execs dropped from a full backlog or still waiting.
+    pub fn execs_not_inspected(&self) -> u64 {
+        self.state.execs_skipped + self.state.execs.len() as u64
     }
 
     /// Readable when the reader thread has queued events.
@@ -345,10 +361,10 @@ impl State {
                 // faster than their objects can be read) loses its oldest,
                 // counted and reported.
                 if self.execs.len() >= MAX_PENDING_EXECS {
-                    self.execs.remove(0);
+                    self.execs.pop_front();
                     self.execs_skipped += 1;
                 }
-                self.execs.push(ev.pid);
+                self.execs.push_back(ev.pid);
                 self.process_changes
                     .push(ProcessChange::Executed { pid: ev.pid, comm });
             }

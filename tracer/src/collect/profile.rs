@@ -41,9 +41,12 @@ pub struct Meta {
     pub root_exit_kept: bool,
 }
 
-pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
+/// The profile of what `collector` holds now; `names` keeps the frames
+/// named for earlier snapshots.
+pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
     let state = &collector.state;
-    let names = Names::resolve(&state.modules, state.stacks.all_frames());
+    names.add(&state.modules, state.stacks.all_frames());
+    let names = &*names;
     let unread = state.modules.unread();
     let mut unnamed = Unnamed::default();
     let mut stacks: Vec<StackReport> = state
@@ -92,7 +95,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses) -> Profile {
         alloc_bytes: t.alloc_bytes + s.counts.alloc_bytes,
         alloc_objects: t.alloc_objects + s.counts.alloc_objects,
     });
-    let not_freed_at_exit = not_freed_at_exit(collector, &names);
+    let not_freed_at_exit = not_freed_at_exit(collector, names);
     let notes = notes(
         &meta,
         collector,

@@ -139,6 +139,7 @@ impl Loaded {
 }
 
 /// How `attach` places and attaches probes.
+#[derive(Clone, Copy, Debug)]
 pub struct AttachOptions {
     pub placement: ProbePlacement,
     /// No-op programs instead of the real ones (benchmark floors).

@@ -383,7 +383,11 @@ impl Modules {
     }
 }
 
-/// Symbolizes every distinct frame once and answers per frame.
+/// Symbolizes every distinct frame once and answers per frame. Kept for
+/// the whole trace: a snapshot names only frames new since the last one
+/// (a module id stays valid while frames refer to it, see
+/// `Modules::release_object`).
+#[derive(Default)]
 pub struct Names {
     names: HashMap<NormFrame, Vec<Arc<Frame>>>,
 }
@@ -393,16 +397,27 @@ impl Names {
         modules: &Modules,
         frames: impl IntoIterator<Item = &'a NormFrame>,
     ) -> Names {
+        let mut names = Names::default();
+        names.add(modules, frames);
+        names
+    }
+
+    /// Names the frames not named yet.
+    pub fn add<'a>(&mut self, modules: &Modules, frames: impl IntoIterator<Item = &'a NormFrame>) {
         let mut by_module: HashMap<Option<u32>, Vec<u64>> = HashMap::new();
         for f in frames {
-            by_module.entry(f.module).or_default().push(f.offset);
+            if !self.names.contains_key(f) {
+                by_module.entry(f.module).or_default().push(f.offset);
+            }
+        }
+        if by_module.is_empty() {
+            return;
         }
         let symbolizer = Symbolizer::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
             .enable_demangling(false)
             .build();
-        let mut names = HashMap::new();
         for (module, mut offsets) in by_module {
             offsets.sort_unstable();
             offsets.dedup();
@@ -416,13 +431,12 @@ impl Names {
                     .get(i)
                     .cloned()
                     .unwrap_or_else(|| vec![unknown(module_path, offset)]);
-                names.insert(
+                self.names.insert(
                     NormFrame { module, offset },
                     frames.into_iter().map(Arc::new).collect(),
                 );
             }
         }
-        Names { names }
     }
 
     /// The frames for one address, innermost (inlined) first.

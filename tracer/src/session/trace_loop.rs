@@ -1,0 +1,232 @@
+//! The trace's loop: drains events until what ends the phase happens, and
+//! meanwhile hooks new processes, follows execs and forks, and takes the
+//! --interval snapshots.
+
+use std::{
+    os::fd::AsRawFd,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use tokio::{
+    io::{unix::AsyncFd, Interest},
+    signal::unix::{signal, SignalKind},
+};
+
+use super::Trace;
+
+/// How often the ring buffer is drained (BPF submits without wakeups).
+const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// How often --binary looks for new processes running the program.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long one turn of the trace's loop may spend on execs, and the end
+/// of the trace on those left (see `handle_execs`).
+const EXEC_BUDGET: Duration = Duration::from_millis(20);
+pub const FINAL_EXEC_BUDGET: Duration = Duration::from_millis(200);
+/// How long calls already inside the allocator get to return after the stop.
+pub const STOP_GRACE: Duration = Duration::from_millis(20);
+/// How long a started command gets to exit after the trace ended first and
+/// it was sent SIGTERM (or SIGINT), before SIGKILL.
+pub const COMMAND_GRACE: Duration = Duration::from_secs(5);
+
+/// What ends a collection phase.
+#[derive(Clone, Copy)]
+pub enum Phase {
+    /// The trace: the duration, the target's exit, SIGINT or SIGTERM.
+    Trace { duration: Option<f64> },
+    /// A started command was told to stop: its exit; SIGKILL when the grace
+    /// time is over or another SIGINT/SIGTERM comes.
+    WindDown,
+}
+
+/// The signals a trace reacts to, installed before anything is attached.
+pub struct Signals {
+    sigint: tokio::signal::unix::Signal,
+    sigterm: tokio::signal::unix::Signal,
+    sigchld: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn install() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            sigint: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
+            sigterm: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
+            sigchld: signal(SignalKind::child()).context("installing SIGCHLD handler")?,
+        })
+    }
+}
+
+/// What a signal or the deadline means in a phase.
+enum Next {
+    Continue,
+    End(String),
+}
+
+impl Trace<'_> {
+    /// Drains events until the phase ends (see `Phase`). Returns why it ended.
+    pub async fn collect(&mut self, phase: Phase) -> anyhow::Result<String> {
+        let exit = match self.scope.exit_fd().map(|pidfd| pidfd.fd.as_raw_fd()) {
+            // SAFETY: the scope owns the pidfd and lives as long as the
+            // trace, which this function borrows whole: the raw fd stays
+            // open while the AsyncFd exists.
+            Some(fd) => Some(
+                unsafe { AsyncFd::register(fd) }
+                    .map_err(|e| anyhow::anyhow!("watching the target for exit: {e}"))?,
+            ),
+            None => None,
+        };
+        // SAFETY: the collector, which owns the ring buffer, is borrowed
+        // with the trace for this whole function, so the fd stays open
+        // while the AsyncFd exists.
+        let events = unsafe {
+            AsyncFd::register_with_interest(self.collector.events_fd(), Interest::READABLE)
+        }
+        .map_err(|e| anyhow::anyhow!("watching the ring buffer: {e}"))?;
+        let mut poll = tokio::time::interval(POLL_INTERVAL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut tick = tokio::time::interval(DRAIN_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let now = tokio::time::Instant::now();
+        let mut deadline = match phase {
+            Phase::Trace { duration } => duration.map(|d| now + Duration::from_secs_f64(d)),
+            Phase::WindDown => Some(now + COMMAND_GRACE),
+        };
+        // Why the command was killed, in the wind-down.
+        let mut killed: Option<String> = None;
+        loop {
+            let snapshot_due = self.next_snapshot();
+            let next = tokio::select! {
+                _ = self.signals.sigint.recv() => {
+                    self.on_signal(phase, "SIGINT", &mut killed, &mut deadline)
+                }
+                _ = self.signals.sigterm.recv() => {
+                    self.on_signal(phase, "SIGTERM", &mut killed, &mut deadline)
+                }
+                _ = exited(exit.as_ref()) => Next::End(match (phase, killed.take()) {
+                    (Phase::Trace { .. }, _) => "target exited".into(),
+                    (Phase::WindDown, Some(why)) => format!("was killed (SIGKILL) {why}"),
+                    (Phase::WindDown, None) => "exited".into(),
+                }),
+                _ = sleep_until(deadline) => match phase {
+                    Phase::Trace { .. } => Next::End("duration elapsed".into()),
+                    Phase::WindDown => {
+                        killed = Some(format!(
+                            "when it had not exited within {} s",
+                            COMMAND_GRACE.as_secs()
+                        ));
+                        self.kill_command(&mut deadline);
+                        Next::Continue
+                    }
+                },
+                _ = poll.tick() => {
+                    self.scope
+                        .poll(&mut self.loaded, &mut self.hooks, &mut self.collector.state.modules);
+                    Next::Continue
+                }
+                _ = self.signals.sigchld.recv() => {
+                    let collector = &mut self.collector;
+                    self.scope.service_child(|pid| collector.drain_exiting(pid));
+                    Next::Continue
+                }
+                _ = sleep_until(snapshot_due) => {
+                    self.collector.drain_all();
+                    self.write_snapshot();
+                    Next::Continue
+                }
+                _ = tick.tick() => {
+                    self.collector.drain();
+                    Next::Continue
+                }
+                guard = events.readable() => {
+                    self.collector.drain();
+                    if let Ok(mut guard) = guard {
+                        guard.clear_ready();
+                    }
+                    Next::Continue
+                }
+            };
+            if let Next::End(why) = next {
+                return Ok(why);
+            }
+            self.scope
+                .on_process_changes(self.collector.take_process_changes());
+            self.handle_execs(EXEC_BUDGET);
+        }
+    }
+
+    /// SIGINT or SIGTERM ends the trace; in the wind-down, a second one
+    /// stops waiting for the command.
+    fn on_signal(
+        &mut self,
+        phase: Phase,
+        name: &str,
+        killed: &mut Option<String>,
+        deadline: &mut Option<tokio::time::Instant>,
+    ) -> Next {
+        match phase {
+            Phase::Trace { .. } => Next::End(match name {
+                "SIGINT" => "interrupted (SIGINT)".into(),
+                _ => format!("terminated ({name})"),
+            }),
+            Phase::WindDown => {
+                *killed = Some(format!("on a second {name}"));
+                self.kill_command(deadline);
+                Next::Continue
+            }
+        }
+    }
+
+    /// When the next --interval snapshot is due (None without --interval).
+    fn next_snapshot(&self) -> Option<tokio::time::Instant> {
+        let every = self.settings.interval?;
+        let due = every * (self.snapshots + 1);
+        Some(tokio::time::Instant::from_std(self.started + due))
+    }
+
+    /// Handles the execs seen so far, oldest first, for at most `budget`.
+    /// Reading a new image's objects takes milliseconds; on a host that
+    /// starts hundreds of programs a second it must not keep the loop from
+    /// draining events, or from ending the trace: the rest wait for the next
+    /// turn.
+    pub fn handle_execs(&mut self, budget: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < budget {
+            let Some(pid) = self.collector.next_exec() else {
+                break;
+            };
+            // Gone already: nothing left to read, and no failure to hook.
+            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok() {
+                self.scope.on_exec(
+                    pid,
+                    &mut self.loaded,
+                    &mut self.hooks,
+                    &mut self.collector.state.modules,
+                );
+            }
+        }
+    }
+
+    /// SIGKILL to a started command still running; no more deadline.
+    fn kill_command(&mut self, deadline: &mut Option<tokio::time::Instant>) {
+        if let Some(command) = self.scope.running_command() {
+            command.signal(libc::SIGKILL);
+        }
+        *deadline = None;
+    }
+}
+
+async fn exited(exit: Option<&AsyncFd<std::os::fd::RawFd>>) {
+    match exit {
+        Some(fd) => {
+            let _ = fd.readable().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
