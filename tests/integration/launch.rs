@@ -223,27 +223,19 @@ fn exit_status_makes_the_tracer_exit_with_the_commands_status() {
     }
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     let bin = bin.to_str().expect("utf-8 path");
-    let path = scratch("exit-status.json");
-    let json = ["--format", "json", "-o", path.to_str().expect("utf-8 path")];
+    let run = |args: &[&str]| JsonTracer::spawn("exit-status", args).finish_unchecked();
     // first_line exits with 3; without the option the tracer exits 0.
-    let out = Tracer::spawn(&[&json[..], &["--exit-status", "--", bin]].concat()).finish();
+    let (out, path) = run(&["--exit-status", "--", bin]);
     assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
     let report = read_json(&path);
     assert_eq!(
         report["processes"][0]["exit_status"],
         "exited with status 3"
     );
-    let out = Tracer::spawn(&[&json[..], &["--", bin]].concat()).finish();
+    let (out, _) = run(&["--", bin]);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     // Killed by a signal: 128 + its number, as a shell reports it.
-    let out = Tracer::spawn(
-        &[
-            &json[..],
-            &["--exit-status", "--", "/bin/sh", "-c", "kill -TERM $$"],
-        ]
-        .concat(),
-    )
-    .finish();
+    let (out, path) = run(&["--exit-status", "--", "/bin/sh", "-c", "kill -TERM $$"]);
     assert_eq!(
         out.status.code(),
         Some(128 + libc::SIGTERM),
