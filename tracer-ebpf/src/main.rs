@@ -6,6 +6,11 @@
 //! insert the block into LIVE and emit an ALLOC event; free emits a FREE event
 //! only for addresses found in LIVE, so frees of unrecorded blocks cost one
 //! hash lookup.
+//!
+//! The allocator programs are here; `alloc` (entry and return), `free`,
+//! `sampling` and `stack` (capture) hold what they share, `maps` the maps,
+//! the tunables and the helpers every program uses, `process` the exec,
+//! fork and exit tracepoints and the `--binary` entry-point probe.
 // Built for real only for the BPF target; on the host (cargo clippy / test
 // --workspace, where feature unification pulls in std through aya) it is an
 // empty program, so the probe code is still type-checked and linted.
