@@ -163,3 +163,23 @@ pub fn other_tracer(ours: Option<u32>) -> bool {
                 .is_ok_and(|c| c.trim_end() == "memtrace-bpf")
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_timeout_returns_both_pipes_and_fails_on_a_command_that_outlives_it() {
+        let out = output_timeout(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+            Duration::from_secs(60),
+        )
+        .expect("sh runs");
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+        let err = output_timeout(Command::new("sleep").arg("60"), Duration::from_millis(200))
+            .expect_err("sleep 60 outlives 200 ms");
+        assert!(format!("{err:#}").contains("no exit within"), "{err:#}");
+    }
+}
