@@ -10,9 +10,9 @@ use std::{
 };
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
+    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target},
     sites::{
-        assert_no_losses, per_calling_site, read_json, trace_sites_to_json, trace_sites_with,
+        assert_no_losses, per_calling_site, trace_sites_to_json, trace_sites_with,
         EXPECTED_PER_THREAD, O2_FLAGS,
     },
 };
@@ -391,20 +391,12 @@ fn binary_finds_a_process_whose_program_was_replaced_on_disk() {
     std::fs::copy(&built, &fresh).expect("copy target");
     std::fs::rename(&fresh, &bin).expect("replace the running executable");
     assert_maps_deleted(target.pid(), &bin);
-    let json = scratch("replaced-exe.json");
-    let tracer = Tracer::start(&[
-        "--binary",
-        bin.to_str().expect("utf-8 path"),
-        "--format",
-        "json",
-        "-o",
-        json.to_str().expect("utf-8 path"),
-    ]);
+    let tracer = JsonTracer::start(
+        "replaced-exe",
+        &["--binary", bin.to_str().expect("utf-8 path")],
+    );
     target.run_sites();
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&json);
+    let (report, _) = tracer.stop();
     assert_eq!(
         report["processes"][0]["pid"],
         target.pid(),
@@ -433,21 +425,13 @@ fn binary_paths_that_are_not_utf8_are_traced_exactly() {
         let _ = std::fs::remove_dir_all(bin.parent().expect("dir"));
         std::fs::create_dir_all(bin.parent().expect("dir")).expect("mkdir");
         std::fs::copy(&built, &bin).expect("copy target");
-        let json = scratch(&format!("odd-path-{i}.json"));
-        let tracer = Tracer::start_os(&[
-            OsStr::new("--binary"),
-            bin.as_os_str(),
-            OsStr::new("--format"),
-            OsStr::new("json"),
-            OsStr::new("-o"),
-            json.as_os_str(),
-        ]);
+        let tracer = JsonTracer::start(
+            &format!("odd-path-{i}"),
+            &[OsStr::new("--binary"), bin.as_os_str()],
+        );
         let mut target = Target::start(&bin, &[]);
         target.run_sites();
-        tracer.signal(libc::SIGINT);
-        let out = tracer.finish();
-        assert!(out.status.success(), "tracer failed: {}", out.stderr);
-        let report = read_json(&json);
+        let (report, _) = tracer.stop();
         assert_eq!(
             report["processes"][0]["pid"],
             target.pid(),
@@ -484,20 +468,16 @@ fn jemallocs_operator_new_array_counts_once_without_returns_without_entry() {
         &["-O2", "-g", "-Wl,--no-as-needed", JEMALLOC],
     );
     for sessions in ["auto", "off"] {
-        let json = scratch(&format!("new-array-{sessions}.json"));
-        let out = Tracer::spawn(&[
-            "--uprobe-sessions",
-            sessions,
-            "--format",
-            "json",
-            "-o",
-            json.to_str().expect("utf-8 path"),
-            "--",
-            bin.to_str().expect("utf-8 path"),
-        ])
+        let (report, _) = JsonTracer::spawn(
+            &format!("new-array-{sessions}"),
+            &[
+                "--uprobe-sessions",
+                sessions,
+                "--",
+                bin.to_str().expect("utf-8 path"),
+            ],
+        )
         .finish();
-        assert!(out.status.success(), "tracer failed: {}", out.stderr);
-        let report = read_json(&json);
         let hooks = report["hooks"].as_array().expect("hooks");
         for (thunk, target) in [
             ("_Znam", "_Znwm"),

@@ -5,8 +5,8 @@
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
-    sites::{assert_no_losses, per_calling_site, read_json, O2_FLAGS},
+    harness::{compile_c, root_or_skip, JsonTracer, Target, Tracer},
+    sites::{assert_no_losses, per_calling_site, O2_FLAGS},
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -22,25 +22,15 @@ fn trace_exec_chain(
     // rewritten while another test starts it fails with ETXTBSY.
     let bin = compile_c("exec_chain", tag, O2_FLAGS);
     let mut target = Target::start_with_env(&bin, &[], env);
-    let path = scratch(&format!("{tag}.json"));
     let pid = target.pid().to_string();
-    let mut tracer = Tracer::start(&[
-        "--pid",
-        &pid,
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let mut tracer = JsonTracer::start(tag, &["--pid", &pid]);
     target.send("go");
     target.wait_for("second ready");
     between(&mut tracer);
     target.send("go");
     target.wait_for("done");
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "{}", out.stderr);
-    (read_json(&path), out.stderr)
+    let (report, out) = tracer.stop();
+    (report, out.stderr)
 }
 
 fn assert_exec_numbers(report: &Value) {

@@ -13,7 +13,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer, TRACER},
+    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target, Tracer, TRACER},
     sites::{
         assert_no_losses, per_calling_site, per_site, per_site_by, read_json, EXPECTED_PER_THREAD,
         O2_FLAGS,
@@ -180,24 +180,12 @@ fn a_shell_command_with_follow_forks_reports_the_program_it_forks_exactly() {
 fn trace_forker(tag: &str, args: &[&str], extra: &[&str]) -> (Value, u64) {
     let bin = compile_c("forker", tag, O2_FLAGS);
     let mut target = Target::start(&bin, args);
-    let path = scratch(&format!("{tag}.json"));
     let pid = target.pid().to_string();
-    let mut tracer_args = vec![
-        "--pid",
-        &pid,
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ];
-    tracer_args.extend_from_slice(extra);
-    let tracer = Tracer::start(&tracer_args);
+    let tracer = JsonTracer::start(tag, &[&["--pid", &pid], extra].concat());
     target.send("go");
     target.wait_for("forked all");
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    (read_json(&path), u64::from(target.pid()))
+    let (report, _) = tracer.stop();
+    (report, u64::from(target.pid()))
 }
 
 #[test]
@@ -208,24 +196,19 @@ fn a_pid_with_follow_forks_sees_each_childs_allocations_under_its_own_pid() {
     let bin = compile_c("forker", "forks-pid", O2_FLAGS);
     let mut target = Target::start(&bin, &["3", "grandchild"]);
     let pid = target.pid().to_string();
-    let json_path = scratch("forks-pid.json");
-    let start = |more: &[&str]| {
-        let mut args = vec!["--pid", pid.as_str(), "--follow-forks"];
-        args.extend_from_slice(more);
-        Tracer::start(&args)
-    };
-    let json = start(&["--format", "json", "-o", json_path.to_str().expect("path")]);
-    let collapsed = start(&["--format", "collapsed"]);
+    let scope = ["--pid", pid.as_str(), "--follow-forks"];
+    let json = JsonTracer::start("forks-pid", &scope);
+    let collapsed = Tracer::start(&[&scope[..], &["--format", "collapsed"]].concat());
     target.send("go");
     target.wait_for("forked all");
-    let mut outputs = Vec::new();
-    for tracer in [json, collapsed] {
-        tracer.signal(libc::SIGINT);
-        let out = tracer.finish();
-        assert!(out.status.success(), "tracer failed: {}", out.stderr);
-        outputs.push(out);
-    }
-    let report = read_json(&json_path);
+    let (report, _) = json.stop();
+    collapsed.signal(libc::SIGINT);
+    let collapsed_out = collapsed.finish();
+    assert!(
+        collapsed_out.status.success(),
+        "tracer failed: {}",
+        collapsed_out.stderr
+    );
     let root = u64::from(target.pid());
     let all = pids(&report);
     assert_eq!(all.len(), 5, "forker, 3 children, 1 grandchild: {all:?}");
@@ -261,7 +244,7 @@ fn a_pid_with_follow_forks_sees_each_childs_allocations_under_its_own_pid() {
     );
     assert_no_losses(&report);
     // Collapsed: each process under its own root frame.
-    let collapsed = &outputs[1].stdout;
+    let collapsed = &collapsed_out.stdout;
     for (pid, [inuse, ..]) in children.iter().chain(&grandchild) {
         let root_frame = format!("forker-forks-pid (pid {pid});");
         assert!(
@@ -315,17 +298,10 @@ fn a_followed_child_that_execs_a_jemalloc_program_is_traced_with_jemalloc_hooked
     let sites_arg = sites.to_str().expect("utf-8 path");
     let mut target = Target::start(&bin, &["1", "exec", JEMALLOC, sites_arg]);
     let pid = target.pid().to_string();
-    let path = scratch("forks-exec.json");
-    let mut tracer = Tracer::start(&[
-        "--pid",
-        &pid,
-        "--follow-forks",
-        "--verbose",
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let mut tracer = JsonTracer::start(
+        "forks-exec",
+        &["--pid", &pid, "--follow-forks", "--verbose"],
+    );
     target.send("go");
     // The exec'd image runs with jemalloc, which nothing had loaded: it is
     // hooked when the tracer sees the exec, before sites is let go.
@@ -338,10 +314,7 @@ fn a_followed_child_that_execs_a_jemalloc_program_is_traced_with_jemalloc_hooked
         .unwrap_or_else(|| panic!("no pid in {hooked:?}"));
     target.send("go");
     target.wait_for("done");
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
+    let (report, _) = tracer.stop();
     assert_sites_exact_for(&report, exec_pid);
     let process = report["processes"]
         .as_array()
@@ -407,15 +380,10 @@ fn binary_traces_forked_children_from_the_fork() {
     // Preloading glibc's own libc changes nothing: the other program runs
     // with the allocator that the probes (for every process) are on.
     const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
-    let path = scratch("forks-binary.json");
-    let tracer = Tracer::start(&[
-        "--binary",
-        bin.to_str().expect("utf-8 path"),
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let tracer = JsonTracer::start(
+        "forks-binary",
+        &["--binary", bin.to_str().expect("utf-8 path")],
+    );
     // Started after the tracer: traced from its entry point, in the kernel.
     let sites_arg = sites.to_str().expect("utf-8 path");
     let mut target = Target::start(&bin, &["3", "exit", "exec", LIBC, sites_arg]);
@@ -424,10 +392,7 @@ fn binary_traces_forked_children_from_the_fork() {
     // The exec'ed sites runs its allocations.
     target.send("go");
     target.wait_for("done");
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
+    let (report, _) = tracer.stop();
     let other = per_calling_site(&report);
     assert!(
         !other.keys().any(|site| site.starts_with("site_")),
@@ -462,21 +427,8 @@ fn children_running_before_the_trace_starts_are_followed_too() {
     let mut target = Target::start(&bin, &["2", "grandchild"]);
     target.send("go");
     target.wait_for("forked all");
-    let path = scratch("forks-before.json");
     let pid = target.pid().to_string();
-    let tracer = Tracer::start(&[
-        "--pid",
-        &pid,
-        "--follow-forks",
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
+    let (report, _) = JsonTracer::start("forks-before", &["--pid", &pid, "--follow-forks"]).stop();
     let processes = report["processes"].as_array().expect("processes");
     // The target, its 2 children and the grandchild, all still running.
     assert_eq!(processes.len(), 4, "{}", report["processes"]);
@@ -498,15 +450,12 @@ fn short_lived_children_of_a_shell_are_named_for_what_they_exec_or_counted() {
     // Two external commands (forked) and a builtin (not).
     let script = "/bin/true; /bin/true; true";
     for follow in [true, false] {
-        let path = scratch(&format!("forks-short-{follow}.json"));
-        let mut args = vec!["--format", "json", "-o", path.to_str().expect("path")];
+        let mut args = Vec::new();
         if follow {
             args.push("--follow-forks");
         }
         args.extend(["--", "sh", "-c", script]);
-        let out = Tracer::spawn(&args).finish();
-        assert!(out.status.success(), "tracer failed: {}", out.stderr);
-        let report = read_json(&path);
+        let (report, _) = JsonTracer::spawn(&format!("forks-short-{follow}"), &args).finish();
         assert_eq!(report["end_reason"], "target exited");
         let processes = report["processes"].as_array().expect("processes");
         let root = &processes[0];

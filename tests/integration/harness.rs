@@ -10,6 +10,10 @@ use std::{
     time::Duration,
 };
 
+use serde_json::Value;
+
+use crate::sites::read_json;
+
 pub const TRACER: &str = env!("CARGO_BIN_EXE_memtrace-bpf");
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -246,22 +250,10 @@ impl Tracer {
         Tracer::spawn_with(&args, true)
     }
 
-    /// `spawn` with arguments that need not be UTF-8 (a command's).
-    pub fn spawn_os(args: &[&OsStr]) -> Tracer {
-        Tracer::spawn_with(args, true)
-    }
-
     /// Starts the tracer with its default sampling rate (no --sample-rate).
     pub fn start_sampling(args: &[&str]) -> Tracer {
         let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
         let mut t = Tracer::spawn_with(&args, false);
-        t.stderr.wait_for("memtrace-bpf: tracing ", "tracer attach");
-        t
-    }
-
-    /// `start` with arguments that need not be UTF-8 (paths).
-    pub fn start_os(args: &[&OsStr]) -> Tracer {
-        let mut t = Tracer::spawn_with(args, true);
         t.stderr.wait_for("memtrace-bpf: tracing ", "tracer attach");
         t
     }
@@ -334,6 +326,91 @@ impl Drop for Tracer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A tracer that writes its report as JSON to a scratch file: the
+/// `--format json -o FILE` start, the stop and the reading of the report
+/// that most tests share. Derefs to the `Tracer` (its stderr, `signal`).
+pub struct JsonTracer {
+    tracer: Tracer,
+    path: PathBuf,
+}
+
+impl JsonTracer {
+    /// `Tracer::start` (exact, waits for the attach) with `args` and a JSON
+    /// report to the scratch file `TAG.json`.
+    pub fn start<A: AsRef<OsStr>>(tag: &str, args: &[A]) -> JsonTracer {
+        JsonTracer::launch(tag, args, true, true)
+    }
+
+    /// `start` at the default sampling rate (no --sample-rate).
+    pub fn start_sampling<A: AsRef<OsStr>>(tag: &str, args: &[A]) -> JsonTracer {
+        JsonTracer::launch(tag, args, false, true)
+    }
+
+    /// `Tracer::spawn` (exact, does not wait for the attach: for a command
+    /// that may end first, or to watch the attach).
+    pub fn spawn<A: AsRef<OsStr>>(tag: &str, args: &[A]) -> JsonTracer {
+        JsonTracer::launch(tag, args, true, false)
+    }
+
+    fn launch<A: AsRef<OsStr>>(tag: &str, args: &[A], exact: bool, wait: bool) -> JsonTracer {
+        let path = scratch(&format!("{tag}.json"));
+        // Before the test's arguments, which may end with `-- CMD ...`.
+        let mut all: Vec<&OsStr> = ["--format", "json", "-o"].map(OsStr::new).to_vec();
+        all.push(path.as_os_str());
+        all.extend(args.iter().map(AsRef::as_ref));
+        let mut tracer = Tracer::spawn_with(&all, exact);
+        if wait {
+            tracer
+                .stderr
+                .wait_for("memtrace-bpf: tracing ", "tracer attach");
+        }
+        JsonTracer { tracer, path }
+    }
+
+    /// Stops the tracer with SIGINT; see `finish`.
+    pub fn stop(self) -> (Value, Finished) {
+        self.stop_with(libc::SIGINT)
+    }
+
+    /// Stops the tracer with `sig`; see `finish`.
+    pub fn stop_with(self, sig: libc::c_int) -> (Value, Finished) {
+        self.tracer.signal(sig);
+        self.finish()
+    }
+
+    /// Waits for the tracer to exit, asserts that it succeeded, and returns
+    /// its report and output.
+    pub fn finish(self) -> (Value, Finished) {
+        let (out, path) = self.finish_unchecked();
+        assert!(
+            out.status.success(),
+            "tracer failed ({:?}): {}",
+            out.status,
+            out.stderr
+        );
+        (read_json(&path), out)
+    }
+
+    /// Waits for the tracer to exit, whatever its status; returns its output
+    /// and where its report is.
+    pub fn finish_unchecked(self) -> (Finished, PathBuf) {
+        (self.tracer.finish(), self.path)
+    }
+}
+
+impl std::ops::Deref for JsonTracer {
+    type Target = Tracer;
+    fn deref(&self) -> &Tracer {
+        &self.tracer
+    }
+}
+
+impl std::ops::DerefMut for JsonTracer {
+    fn deref_mut(&mut self) -> &mut Tracer {
+        &mut self.tracer
     }
 }
 

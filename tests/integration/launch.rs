@@ -10,7 +10,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Tracer},
+    harness::{compile_c, root_or_skip, scratch, JsonTracer, Tracer},
     sites::{read_json, FP_FLAGS, O2_FLAGS},
 };
 
@@ -23,18 +23,11 @@ fn an_allocation_in_the_first_line_of_main_is_reported_with_the_exit_status() {
     // It exits as soon as it has allocated, before the tracer's next look
     // at the ring buffer: held at its exit, it is still named, every time.
     for run in 0..3 {
-        let path = scratch(&format!("first_line-{run}.json"));
-        let tracer = Tracer::spawn(&[
-            "--format",
-            "json",
-            "-o",
-            path.to_str().expect("utf-8 path"),
-            "--",
-            bin.to_str().expect("utf-8 path"),
-        ]);
-        let out = tracer.finish();
-        assert!(out.status.success(), "tracer failed: {}", out.stderr);
-        let report = read_json(&path);
+        let tracer = JsonTracer::spawn(
+            &format!("first_line-{run}"),
+            &["--", bin.to_str().expect("utf-8 path")],
+        );
+        let (report, _) = tracer.finish();
         assert_eq!(report["end_reason"], "target exited");
         let process = &report["processes"][0];
         assert_eq!(process["exit_status"], "exited with status 3", "{process}");
@@ -156,17 +149,15 @@ fn a_command_stopped_and_continued_runs_on_to_its_end() {
     }
     let bin = compile_c("lifecycle", "fp", FP_FLAGS);
     let state = state_file("jobctl");
-    let path = scratch("jobctl.json");
-    let tracer = Tracer::spawn(&[
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-        "--",
-        bin.to_str().expect("utf-8 path"),
-        state.to_str().expect("utf-8 path"),
+    let tracer = JsonTracer::spawn(
         "jobctl",
-    ]);
+        &[
+            "--",
+            bin.to_str().expect("utf-8 path"),
+            state.to_str().expect("utf-8 path"),
+            "jobctl",
+        ],
+    );
     let pid = ready_pid(&state);
     for (round, sig) in [(1, libc::SIGSTOP), (2, libc::SIGTSTP)] {
         send(pid, sig);
@@ -177,9 +168,7 @@ fn a_command_stopped_and_continued_runs_on_to_its_end() {
         // a tracing stop.
         wait_for_line(&state, &format!("continued {round}"));
     }
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
+    let (report, _) = tracer.finish();
     assert_eq!(report["end_reason"], "target exited");
     let process = &report["processes"][0];
     assert_eq!(process["pid"], pid);
@@ -200,22 +189,19 @@ fn a_non_utf8_argument_reaches_the_command_unchanged() {
     }
     let bin = compile_c("lifecycle", "fp", FP_FLAGS);
     let state = state_file("argv");
-    let path = scratch("argv.json");
     let odd = OsStr::from_bytes(b"\xff\xfe-not-utf8");
-    let tracer = Tracer::spawn_os(&[
-        OsStr::new("--format"),
-        OsStr::new("json"),
-        OsStr::new("-o"),
-        path.as_os_str(),
-        OsStr::new("--"),
-        bin.as_os_str(),
-        state.as_os_str(),
-        OsStr::new("argv"),
-        odd,
-        OsStr::new("plain"),
-    ]);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let tracer = JsonTracer::spawn(
+        "argv",
+        &[
+            OsStr::new("--"),
+            bin.as_os_str(),
+            state.as_os_str(),
+            OsStr::new("argv"),
+            odd,
+            OsStr::new("plain"),
+        ],
+    );
+    let (report, out) = tracer.finish();
     let written = std::fs::read(&state).expect("the command wrote its arguments");
     assert_eq!(written, b"\xff\xfe-not-utf8\0plain\0", "{:?}", written);
     assert!(
@@ -223,7 +209,6 @@ fn a_non_utf8_argument_reaches_the_command_unchanged() {
         "the label escapes the bytes: {}",
         out.stderr
     );
-    let report = read_json(&path);
     assert_eq!(report["end_reason"], "target exited");
     let stack = stack_from(&report, "with_args")
         .unwrap_or_else(|| panic!("no stack from with_args: {}", report["stacks"]));
@@ -238,27 +223,19 @@ fn exit_status_makes_the_tracer_exit_with_the_commands_status() {
     }
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     let bin = bin.to_str().expect("utf-8 path");
-    let path = scratch("exit-status.json");
-    let json = ["--format", "json", "-o", path.to_str().expect("utf-8 path")];
+    let run = |args: &[&str]| JsonTracer::spawn("exit-status", args).finish_unchecked();
     // first_line exits with 3; without the option the tracer exits 0.
-    let out = Tracer::spawn(&[&json[..], &["--exit-status", "--", bin]].concat()).finish();
+    let (out, path) = run(&["--exit-status", "--", bin]);
     assert_eq!(out.status.code(), Some(3), "{}", out.stderr);
     let report = read_json(&path);
     assert_eq!(
         report["processes"][0]["exit_status"],
         "exited with status 3"
     );
-    let out = Tracer::spawn(&[&json[..], &["--", bin]].concat()).finish();
+    let (out, _) = run(&["--", bin]);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     // Killed by a signal: 128 + its number, as a shell reports it.
-    let out = Tracer::spawn(
-        &[
-            &json[..],
-            &["--exit-status", "--", "/bin/sh", "-c", "kill -TERM $$"],
-        ]
-        .concat(),
-    )
-    .finish();
+    let (out, path) = run(&["--exit-status", "--", "/bin/sh", "-c", "kill -TERM $$"]);
     assert_eq!(
         out.status.code(),
         Some(128 + libc::SIGTERM),

@@ -4,7 +4,7 @@
 use std::{os::unix::process::ExitStatusExt, path::PathBuf};
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
+    harness::{compile_c, root_or_skip, JsonTracer, Target, Tracer},
     launch::{proc_state, ready_pid, send, stack_from, state_file, wait_for_line},
     sites::{assert_sites_exact, read_json, trace_sites_to_json, FP_FLAGS},
 };
@@ -29,23 +29,11 @@ fn a_target_that_exits_mid_trace_still_gets_its_report_with_names() {
     let bin = compile_c("sites", "fp-exit", FP_FLAGS);
     let mut target = Target::start(&bin, &["exit"]);
     let pid = target.pid();
-    let path = scratch("exit.json");
-    let tracer = Tracer::start(&[
-        "--pid",
-        &pid.to_string(),
-        "--duration",
-        "120",
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let tracer = JsonTracer::start("exit", &["--pid", &pid.to_string(), "--duration", "120"]);
     target.run_sites();
     assert!(target.wait_exit().success());
     // The tracer notices the exit by itself, long before the duration.
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
+    let (report, _) = tracer.finish();
     assert_eq!(report["end_reason"], "target exited");
     assert_eq!(report["processes"][0]["pid"], pid);
     assert_eq!(report["processes"][0]["exited"], true);
@@ -78,21 +66,12 @@ fn a_target_busy_during_attach_and_detach_is_counted_right() {
     }
     let bin = compile_c("steady", "fp", FP_FLAGS);
     let target = Target::start(&bin, &[]);
-    let path = scratch("steady.json");
     for round in 0..2 {
-        let tracer = Tracer::start(&[
-            "--pid",
-            &target.pid().to_string(),
-            "--duration",
-            "1",
-            "--format",
-            "json",
-            "-o",
-            path.to_str().expect("utf-8 path"),
-        ]);
-        let out = tracer.finish();
-        assert!(out.status.success(), "tracer failed: {}", out.stderr);
-        let report = read_json(&path);
+        let tracer = JsonTracer::start(
+            "steady",
+            &["--pid", &target.pid().to_string(), "--duration", "1"],
+        );
+        let (report, _) = tracer.finish();
         let sites = crate::sites::per_site(&report);
         let request = sites.get("request").copied().unwrap_or_default();
         let grow = sites.get("grow").copied().unwrap_or_default();
@@ -139,54 +118,31 @@ fn ctrl_c_during_attach_still_writes_a_report() {
     }
     let bin = compile_c("sites", "fp-early-int", FP_FLAGS);
     let target = Target::start(&bin, &[]);
-    let path = scratch("early-sigint.json");
     let pid = target.pid().to_string();
-    let mut tracer = Tracer::spawn(&[
-        "--verbose",
-        "--pid",
-        &pid,
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let mut tracer = JsonTracer::spawn("early-sigint", &["--verbose", "--pid", &pid]);
     // --verbose lists each hook once it is attached, before tracing starts.
     tracer.stderr.wait_for(": attached", "first hook attached");
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "{:?}: {}", out.status, out.stderr);
-    let report = read_json(&path);
+    let (report, _) = tracer.stop();
     assert_eq!(report["end_reason"], "interrupted (SIGINT)");
     assert_eq!(report["processes"][0]["pid"], target.pid());
 }
 
-/// Starts `lifecycle STATE MODE` under the tracer (JSON report at
-/// `report`), with `extra` tracer flags; returns the tracer and the pid of
-/// the command once it is ready.
-fn start_lifecycle(
-    tag: &str,
-    mode: &str,
-    extra: &[&str],
-) -> (Tracer, libc::pid_t, PathBuf, PathBuf) {
+/// Starts `lifecycle STATE MODE` under the tracer (JSON report to
+/// TAG.json), with `extra` tracer flags; returns the tracer, the pid of
+/// the command once it is ready, and its state file.
+fn start_lifecycle(tag: &str, mode: &str, extra: &[&str]) -> (JsonTracer, libc::pid_t, PathBuf) {
     let bin = compile_c("lifecycle", "fp", FP_FLAGS);
     let state = state_file(tag);
-    let report = scratch(&format!("{tag}.json"));
-    let mut args = vec![
-        "--format",
-        "json",
-        "-o",
-        report.to_str().expect("utf-8 path"),
-    ];
-    args.extend_from_slice(extra);
+    let mut args = extra.to_vec();
     args.extend_from_slice(&[
         "--",
         bin.to_str().expect("utf-8 path"),
         state.to_str().expect("utf-8 path"),
         mode,
     ]);
-    let tracer = Tracer::spawn(&args);
+    let tracer = JsonTracer::spawn(tag, &args);
     let pid = ready_pid(&state);
-    (tracer, pid, state, report)
+    (tracer, pid, state)
 }
 
 /// What the command allocated while shutting down is in the report.
@@ -213,12 +169,10 @@ fn duration_end_sends_sigterm_to_the_command_and_records_its_shutdown() {
     if !root_or_skip("duration_end_sends_sigterm_to_the_command_and_records_its_shutdown") {
         return;
     }
-    let (tracer, pid, state, path) = start_lifecycle("end-duration", "shutdown", &["-d", "3"]);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let (tracer, pid, state) = start_lifecycle("end-duration", "shutdown", &["-d", "3"]);
+    let (report, _) = tracer.finish();
     wait_for_line(&state, &format!("got signal {}", libc::SIGTERM));
     assert_eq!(proc_state(pid), None, "the command outlived the tracer");
-    let report = read_json(&path);
     assert_eq!(report["end_reason"], "duration elapsed");
     assert_eq!(
         report["processes"][0]["exit_status"],
@@ -234,13 +188,10 @@ fn sigint_to_the_tracer_is_passed_on_to_the_command() {
     if !root_or_skip("sigint_to_the_tracer_is_passed_on_to_the_command") {
         return;
     }
-    let (tracer, pid, state, path) = start_lifecycle("end-sigint", "shutdown", &[]);
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let (tracer, pid, state) = start_lifecycle("end-sigint", "shutdown", &[]);
+    let (report, _) = tracer.stop();
     wait_for_line(&state, &format!("got signal {}", libc::SIGINT));
     assert_eq!(proc_state(pid), None, "the command outlived the tracer");
-    let report = read_json(&path);
     assert_eq!(report["end_reason"], "interrupted (SIGINT)");
     note_containing(&report, "it was sent SIGINT and exited");
     assert_shutdown_recorded(&report);
@@ -253,10 +204,9 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace_time() {
     if !root_or_skip("a_command_that_ignores_sigterm_is_killed_after_the_grace_time") {
         return;
     }
-    let (tracer, pid, _state, path) =
-        start_lifecycle("end-stubborn", "stubborn", &["--exit-status"]);
+    let (tracer, pid, _state) = start_lifecycle("end-stubborn", "stubborn", &["--exit-status"]);
     tracer.signal(libc::SIGTERM);
-    let out = tracer.finish();
+    let (out, path) = tracer.finish_unchecked();
     assert_eq!(
         out.status.code(),
         Some(128 + libc::SIGKILL),
@@ -280,10 +230,8 @@ fn keep_running_leaves_the_command_running_untraced() {
     if !root_or_skip("keep_running_leaves_the_command_running_untraced") {
         return;
     }
-    let (tracer, pid, state, path) = start_lifecycle("end-keep", "shutdown", &["--keep-running"]);
-    tracer.signal(libc::SIGTERM);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let (tracer, pid, state) = start_lifecycle("end-keep", "shutdown", &["--keep-running"]);
+    let (report, out) = tracer.stop_with(libc::SIGTERM);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_else(|e| panic!("the command is gone ({e}): {}", out.stderr));
     assert!(
@@ -295,7 +243,6 @@ fn keep_running_leaves_the_command_running_untraced() {
         "not running: {:?}",
         proc_state(pid)
     );
-    let report = read_json(&path);
     assert_eq!(report["end_reason"], "terminated (SIGTERM)");
     note_containing(
         &report,

@@ -13,6 +13,7 @@ mod forks;
 mod harness;
 mod launch;
 mod lifecycle;
+mod losses;
 mod privileges;
 mod redis;
 mod rjem;

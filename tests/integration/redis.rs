@@ -17,7 +17,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{root_or_skip, scratch, Tracer},
+    harness::{root_or_skip, scratch, JsonTracer},
     sites::{assert_no_losses, read_json},
 };
 
@@ -349,15 +349,7 @@ fn redis_server_under_benchmark_is_traced_by_binary_and_keeps_serving() {
     // each, a DWARF stack copy per record) would starve it and overflow the
     // ring buffer on this 2-core machine, and the test asserts no losses.
     // Sampling keeps a few hundred stacks per second, plenty for the top.
-    let path = scratch("redis.json");
-    let tracer = Tracer::start_sampling(&[
-        "--binary",
-        REDIS_SERVER,
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let tracer = JsonTracer::start_sampling("redis", &["--binary", REDIS_SERVER]);
     // Whole benchmark runs (each checked) until LOAD has passed: a traced
     // server may be much slower than an untraced one.
     let started = Instant::now();
@@ -368,7 +360,7 @@ fn redis_server_under_benchmark_is_traced_by_binary_and_keeps_serving() {
     }
     redis.assert_serving("while traced");
     tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
+    let (out, path) = tracer.finish_unchecked();
     eprintln!(
         "{runs} redis-benchmark runs in {:.1} s; tracer stderr:\n{}",
         started.elapsed().as_secs_f64(),

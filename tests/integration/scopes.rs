@@ -4,8 +4,8 @@
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
-    sites::{at_exit_by_leaf, per_site, read_json, EXPECTED_PER_THREAD, O2_FLAGS},
+    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target},
+    sites::{at_exit_by_leaf, per_site, EXPECTED_PER_THREAD, O2_FLAGS},
 };
 
 /// Two targets run their 20000-allocation churn at once into one tracer,
@@ -65,17 +65,15 @@ fn binary_traces_running_and_newly_started_processes_separately() {
     }
     let bin = sites_copy("binary", "binary-scope", "memtrace_bin");
     let mut early = Target::start(&bin, &[]);
-    let path = scratch("binary.json");
-    let tracer = Tracer::start(&[
-        "--ringbuf-mb",
-        TWO_TARGETS_RINGBUF_MB,
-        "--binary",
-        bin.to_str().expect("utf-8 path"),
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let tracer = JsonTracer::start(
+        "binary",
+        &[
+            "--ringbuf-mb",
+            TWO_TARGETS_RINGBUF_MB,
+            "--binary",
+            bin.to_str().expect("utf-8 path"),
+        ],
+    );
     // A second process, started a second after the tracer.
     std::thread::sleep(std::time::Duration::from_secs(1));
     let mut late = Target::start(&bin, &[]);
@@ -83,10 +81,7 @@ fn binary_traces_running_and_newly_started_processes_separately() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     early.run_sites();
     late.run_sites();
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
+    let (report, _) = tracer.stop();
     assert!(
         report["target"]
             .as_str()
@@ -111,28 +106,23 @@ fn system_wide_sees_two_programs_and_reports_them_separately() {
     let b = sites_copy("sw-b", "system-wide-b", "memtrace_sw");
     let mut first = Target::start(&a, &[]);
     let mut second = Target::start(&b, &[]);
-    let path = scratch("system-wide.json");
-    let tracer = Tracer::start(&[
-        "--ringbuf-mb",
-        TWO_TARGETS_RINGBUF_MB,
-        "--comm",
-        "memtrace_sw",
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let tracer = JsonTracer::start(
+        "system-wide",
+        &[
+            "--ringbuf-mb",
+            TWO_TARGETS_RINGBUF_MB,
+            "--comm",
+            "memtrace_sw",
+        ],
+    );
     first.run_sites();
     second.run_sites();
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let (report, out) = tracer.stop();
     assert!(
         out.stderr.contains("every process"),
         "the cost warning: {}",
         out.stderr
     );
-    let report = read_json(&path);
     assert_eq!(report["target"], "system-wide");
     assert_process_exact(&report, first.pid());
     assert_process_exact(&report, second.pid());
@@ -184,18 +174,16 @@ fn system_wide_hooks_the_allocators_of_programs_started_during_the_trace() {
     let name = "memtrace_swlate";
     let jemalloc_prog = sites_copy("sw-late", "system-wide-late", name);
     let root = chroot_with_sites("sw-chroot", name);
-    let path = scratch("system-wide-late.json");
-    let mut tracer = Tracer::start(&[
-        "--ringbuf-mb",
-        TWO_TARGETS_RINGBUF_MB,
-        "--verbose",
-        "--comm",
-        name,
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let mut tracer = JsonTracer::start(
+        "system-wide-late",
+        &[
+            "--ringbuf-mb",
+            TWO_TARGETS_RINGBUF_MB,
+            "--verbose",
+            "--comm",
+            name,
+        ],
+    );
     // Started after the tracer: jemalloc, which no process used before,
     // and a libc that is another file (in a chroot, like a container's).
     let mut with_jemalloc =
@@ -215,10 +203,7 @@ fn system_wide_hooks_the_allocators_of_programs_started_during_the_trace() {
     );
     with_jemalloc.run_sites();
     in_chroot.run_sites();
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
+    let (report, _) = tracer.stop();
     assert_process_exact(&report, with_jemalloc.pid());
     assert_process_exact(&report, in_chroot.pid());
     let kinds = |pid: u32| {
@@ -247,16 +232,10 @@ fn binary_traces_every_short_lived_process_from_its_entry_point() {
         "binary-quick",
         "memtrace_quick",
     );
-    let path = scratch("binary-quick.json");
-    let tracer = Tracer::start(&[
-        "--binary",
-        bin.to_str().expect("utf-8 path"),
-        "--verbose",
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let tracer = JsonTracer::start(
+        "binary-quick",
+        &["--binary", bin.to_str().expect("utf-8 path"), "--verbose"],
+    );
     let mut pids = Vec::new();
     for _ in 0..10 {
         let mut child = std::process::Command::new(&bin).spawn().expect("start");
@@ -264,9 +243,7 @@ fn binary_traces_every_short_lived_process_from_its_entry_point() {
         let status = child.wait().expect("wait");
         assert_eq!(status.code(), Some(3));
     }
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
+    let (report, out) = tracer.stop();
     // Every process exited, and their exit events were handled by the
     // tracer's last drain: nothing of theirs is left in the kernel's LIVE
     // map, and each had at least its 12345-byte block there.
@@ -281,7 +258,6 @@ fn binary_traces_every_short_lived_process_from_its_entry_point() {
         .collect();
     assert_eq!(numbers.first(), Some(&0), "{line}");
     assert!(numbers.get(1).is_some_and(|&n| n >= 10), "{line}");
-    let report = read_json(&path);
     for pid in &pids {
         // first_line.c keeps one block of 12345 bytes from main, which it
         // never frees: its exit takes it out of in-use...
@@ -341,15 +317,10 @@ fn a_reused_pid_is_reported_as_a_new_process() {
         return;
     }
     let bin = program_copy("reuse", "pid-reuse", "pid-reuse", "memtrace_reuse");
-    let path = scratch("pid-reuse.json");
-    let tracer = Tracer::start(&[
-        "--binary",
-        bin.to_str().expect("utf-8 path"),
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
+    let tracer = JsonTracer::start(
+        "pid-reuse",
+        &["--binary", bin.to_str().expect("utf-8 path")],
+    );
     let mut first = std::process::Command::new(&bin).spawn().expect("start");
     let pid = first.id();
     assert!(first.wait().expect("wait").success());
@@ -358,12 +329,9 @@ fn a_reused_pid_is_reported_as_a_new_process() {
     std::thread::sleep(std::time::Duration::from_millis(30));
     // Started: it said "ready", its block is allocated.
     let mut second = start_with_pid(&bin, pid);
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
+    let (report, _) = tracer.stop();
     second.send("stop");
     second.wait_exit();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    let report = read_json(&path);
     let with_pid: Vec<&Value> = report["processes"]
         .as_array()
         .expect("processes")

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::harness::{compile_c, root_or_skip, scratch, Finished, Target, Tracer};
+use crate::harness::{compile_c, root_or_skip, Finished, JsonTracer, Target, Tracer};
 
 /// (in-use bytes, in-use objects, allocated bytes, allocated objects) per
 /// thread for each site in tests/targets/sites.c.
@@ -104,32 +104,15 @@ pub fn trace_sites_with(
     signal: libc::c_int,
     extra: &[&str],
 ) -> (Value, Finished) {
-    let path = scratch(&format!("{tag}.json"));
     let pid = target.pid().to_string();
-    let mut args = vec![
-        "--pid",
-        &pid,
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ];
-    args.extend_from_slice(extra);
+    let args = [&["--pid", pid.as_str()], extra].concat();
     let tracer = if exact {
-        Tracer::start(&args)
+        JsonTracer::start(tag, &args)
     } else {
-        Tracer::start_sampling(&args)
+        JsonTracer::start_sampling(tag, &args)
     };
     target.run_sites();
-    tracer.signal(signal);
-    let out = tracer.finish();
-    assert!(
-        out.status.success(),
-        "tracer failed ({:?}): {}",
-        out.status,
-        out.stderr
-    );
-    (read_json(&path), out)
+    tracer.stop_with(signal)
 }
 
 /// The loss counters `keys` are all 0.
@@ -227,28 +210,14 @@ pub fn trace_formats(
 ) -> Reports {
     let mut target = Target::start(bin, target_args);
     let pid = target.pid().to_string();
-    let json_path = scratch(&format!("{tag}.json"));
-    let with = |more: &[&str]| -> Vec<String> {
-        ["--pid", pid.as_str()]
-            .iter()
-            .chain(tracer_args)
-            .chain(more)
-            .map(|s| s.to_string())
-            .collect()
-    };
-    let start =
-        |args: Vec<String>| Tracer::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let json = start(with(&[
-        "--format",
-        "json",
-        "-o",
-        json_path.to_str().expect("utf-8 path"),
-    ]));
-    let collapsed = start(with(&["--format", "collapsed"]));
-    let text = start(with(&["--format", "text", "--top", "50"]));
+    let with = |more: &[&'static str]| [&["--pid", pid.as_str()], tracer_args, more].concat();
+    let json = JsonTracer::start(tag, &with(&[]));
+    let collapsed = Tracer::start(&with(&["--format", "collapsed"]));
+    let text = Tracer::start(&with(&["--format", "text", "--top", "50"]));
     target.run_sites();
+    let (json, _) = json.stop();
     let mut outputs = Vec::new();
-    for tracer in [json, collapsed, text] {
+    for tracer in [collapsed, text] {
         tracer.signal(libc::SIGINT);
         let out = tracer.finish();
         assert!(out.status.success(), "tracer failed: {}", out.stderr);
@@ -257,7 +226,7 @@ pub fn trace_formats(
     let text = outputs.pop().expect("text output").stdout;
     let collapsed = outputs.pop().expect("collapsed output");
     Reports {
-        json: read_json(&json_path),
+        json,
         collapsed: collapsed.stdout,
         collapsed_stderr: collapsed.stderr,
         text,

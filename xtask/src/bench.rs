@@ -21,7 +21,10 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::cmd::{repo_root, run as run_cmd, target_dir};
+use crate::{
+    cmd::{repo_root, run as run_cmd, target_dir},
+    cpu::cpu_secs,
+};
 
 const REPEATS: usize = 3;
 const PAIRS: u64 = 400_000;
@@ -113,14 +116,23 @@ pub fn run() -> Result<()> {
             results[i].push(r);
         }
     }
-    let med: Vec<RunResult> = results.iter().map(|r| median(r)).collect();
+    let med: Vec<RunResult> = results
+        .iter()
+        .map(|runs| {
+            median_by(runs, |r| r.ns_per_pair)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
     report(&med, &dir)
 }
 
-fn median(runs: &[RunResult]) -> RunResult {
-    let mut sorted = runs.to_vec();
-    sorted.sort_by(|a, b| a.ns_per_pair.total_cmp(&b.ns_per_pair));
-    sorted[sorted.len() / 2].clone()
+/// The item whose key is the median of the keys (the upper one of the two
+/// middle items of an even count), or None for no items.
+pub(crate) fn median_by<T>(items: &[T], key: impl Fn(&T) -> f64) -> Option<&T> {
+    let mut sorted: Vec<&T> = items.iter().collect();
+    sorted.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    sorted.get(sorted.len() / 2).copied()
 }
 
 fn report(med: &[RunResult], dir: &Path) -> Result<()> {
@@ -258,19 +270,6 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
     Ok(result)
 }
 
-/// utime + stime of a process, in seconds (/proc/PID/stat, proc(5)).
-pub(crate) fn cpu_secs(pid: u32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the comm: state is field 3, utime 14 and stime 15.
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some((utime + stime) / hz)
-}
-
 /// The tracer's peak RSS from its --verbose line
 /// "tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB".
 pub(crate) fn peak_rss_kib(stderr: &[String]) -> Option<u64> {
@@ -378,5 +377,14 @@ mod tests {
             json_u64(r#"{"alloc_objects": 12, "x": 3}"#, "\"alloc_objects\""),
             Some(12)
         );
+    }
+
+    #[test]
+    fn median_by_takes_the_middle_key_and_the_upper_middle_of_an_even_count() {
+        let odd = [(3.0, 'a'), (1.0, 'b'), (2.0, 'c')];
+        assert_eq!(median_by(&odd, |x| x.0), Some(&(2.0, 'c')));
+        let even = [(4.0, 'a'), (1.0, 'b'), (3.0, 'c'), (2.0, 'd')];
+        assert_eq!(median_by(&even, |x| x.0), Some(&(3.0, 'c')));
+        assert_eq!(median_by(&[] as &[(f64, char)], |x| x.0), None);
     }
 }

@@ -21,10 +21,9 @@
 
 use std::{
     fs::{self, File},
-    io::Read,
     net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Child, Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
@@ -32,8 +31,9 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use crate::{
-    bench::{cpu_secs, json_u64, peak_rss_kib, Proc},
-    cmd::target_dir,
+    bench::{json_u64, median_by, peak_rss_kib, Proc},
+    cmd::{other_tracer, output_timeout, target_dir, wait_timeout},
+    cpu::{children_cpu_secs, cpu_secs, machine_busy_secs, pinned, Pins},
 };
 
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
@@ -60,6 +60,8 @@ const FOREIGN_MAX: f64 = 0.15;
 /// Attempts per run before a disturbed one is kept, and the pause between.
 const ATTEMPTS: usize = 4;
 const BACKOFF: Duration = Duration::from_secs(10);
+/// For the tracer to write its report and detach.
+const TRACER_EXIT: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, PartialEq)]
 enum Scope {
@@ -240,7 +242,7 @@ fn run_once(
     if let Some(t) = tracer_proc.as_mut() {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(t.child.id() as libc::pid_t, libc::SIGINT) };
-        let status = wait_timeout(&mut t.child)?;
+        let status = wait_timeout(&mut t.child, TRACER_EXIT).context("tracer did not exit")?;
         let stderr = t.rest();
         if !status.success() {
             bail!("tracer failed ({status}): {}", stderr.join("\n"));
@@ -275,54 +277,9 @@ fn run_once(
     Ok(result)
 }
 
-/// User and system CPU time of the whole machine (/proc/stat, proc(5)):
-/// interrupts are left out, the loopback traffic's softirqs among them.
-fn machine_busy_secs() -> f64 {
-    let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal...
-    let busy = ticks.iter().take(3).sum::<f64>();
-    // SAFETY: sysconf has no preconditions.
-    busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-}
-
-/// CPU time of this process's reaped children (getrusage(2)).
-fn children_cpu_secs() -> f64 {
-    // SAFETY: a zeroed rusage is valid; getrusage writes only into it.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
-        ru
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(ru.ru_utime) + secs(ru.ru_stime)
-}
-
-/// Whether a memtrace-bpf other than `ours` is running.
-fn other_tracer(ours: Option<u32>) -> bool {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| Some(pid) != ours)
-        .any(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim_end() == "memtrace-bpf")
-        })
-}
-
 /// The median of one number over the runs.
 fn median(runs: &[RunResult], f: impl Fn(&RunResult) -> f64) -> f64 {
-    let mut v: Vec<f64> = runs.iter().map(f).collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    median_by(runs, &f).map_or(f64::NAN, f)
 }
 
 fn report(results: &[Vec<RunResult>], pins: &Pins, dir: &Path) -> Result<()> {
@@ -412,72 +369,6 @@ fn report(results: &[Vec<RunResult>], pins: &Pins, dir: &Path) -> Result<()> {
 
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
-/// CPUs for redis-server and redis-benchmark: the first two this process
-/// may run on, if there are two and `taskset` is installed.
-struct Pins {
-    server: Option<String>,
-    client: Option<String>,
-    cpus: usize,
-}
-
-impl Pins {
-    fn choose() -> Pins {
-        let allowed = allowed_cpus();
-        let taskset = crate::cmd::output(Command::new("taskset").arg("--version")).is_some();
-        match allowed[..] {
-            [a, b, ..] if taskset => Pins {
-                server: Some(a.to_string()),
-                client: Some(b.to_string()),
-                cpus: allowed.len(),
-            },
-            _ => Pins {
-                server: None,
-                client: None,
-                cpus: allowed.len(),
-            },
-        }
-    }
-
-    fn describe(&self) -> String {
-        match (&self.server, &self.client) {
-            (Some(s), Some(c)) => format!(
-                "{} CPUs: redis-server pinned to CPU {s}, redis-benchmark to CPU {c}, tracer unpinned",
-                self.cpus
-            ),
-            _ => format!(
-                "{} CPUs, nothing pinned (needs 2 CPUs and taskset): client and server compete",
-                self.cpus
-            ),
-        }
-    }
-}
-
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity
-    // writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
-            .collect()
-    }
-}
-
-/// `program` run through `taskset -c CPU` when pinned.
-fn pinned(program: &str, cpu: Option<&str>) -> Command {
-    match cpu {
-        Some(cpu) => {
-            let mut cmd = Command::new("taskset");
-            cmd.args(["-c", cpu, program]);
-            cmd
-        }
-        None => Command::new(program),
-    }
 }
 
 /// A redis-server on a free local port without persistence; killed on drop.
@@ -583,58 +474,5 @@ impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Runs `cmd` with piped output; kills it and fails after `timeout`.
-fn output_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output> {
-    let what = crate::cmd::describe(cmd);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {what}"))?;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let status = match wait_timeout_for(&mut child, timeout) {
-        Ok(status) => status,
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e.context(what));
-        }
-    };
-    Ok(Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    })
-}
-
-/// Waits for the tracer to write its report and detach.
-fn wait_timeout(child: &mut Child) -> Result<std::process::ExitStatus> {
-    wait_timeout_for(child, Duration::from_secs(120)).context("tracer did not exit")
-}
-
-fn wait_timeout_for(child: &mut Child, timeout: Duration) -> Result<std::process::ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
-        }
-        if Instant::now() > deadline {
-            bail!("no exit within {timeout:?}");
-        }
-        thread::sleep(Duration::from_millis(20));
     }
 }

@@ -3,8 +3,12 @@
 use std::{
     env,
     ffi::OsString,
+    fs,
+    io::Read,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Child, Command, ExitStatus, Output, Stdio},
+    thread,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
@@ -96,4 +100,86 @@ pub fn output(cmd: &mut Command) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `cmd` with piped output; kills it and fails after `timeout`.
+pub fn output_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output> {
+    let what = describe(cmd);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let status = match wait_timeout(&mut child, timeout) {
+        Ok(status) => status,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.context(what));
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
+/// Waits for `child` to exit; fails (leaving it running) after `timeout`.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Result<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            bail!("no exit within {timeout:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a memtrace-bpf other than `ours` is running.
+pub fn other_tracer(ours: Option<u32>) -> bool {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| Some(pid) != ours)
+        .any(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "memtrace-bpf")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_timeout_returns_both_pipes_and_fails_on_a_command_that_outlives_it() {
+        let out = output_timeout(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+            Duration::from_secs(60),
+        )
+        .expect("sh runs");
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+        let err = output_timeout(Command::new("sleep").arg("60"), Duration::from_millis(200))
+            .expect_err("sleep 60 outlives 200 ms");
+        assert!(format!("{err:#}").contains("no exit within"), "{err:#}");
+    }
 }

@@ -8,6 +8,7 @@ mod bench;
 mod bench_redis;
 mod bench_report;
 mod cmd;
+mod cpu;
 mod demo;
 mod fuzz;
 mod setup;

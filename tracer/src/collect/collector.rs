@@ -10,7 +10,7 @@ use std::{
 
 use aya::maps::{MapData, PerCpuArray, StackTraceMap};
 use tracer_common::{
-    counter, Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC,
+    Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC,
     EVENT_EXIT, EVENT_FORK, EVENT_FREE,
 };
 
@@ -540,24 +540,9 @@ pub fn read_counter(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Sums the per-CPU loss counters.
+/// Sums the per-CPU loss counters (the table in report::losses).
 pub fn read_losses(counters: &PerCpuArray<MapData, u64>) -> Losses {
-    let read = |i: u32| -> u64 {
-        counters
-            .get(&i, 0)
-            .map(|per_cpu| per_cpu.iter().sum())
-            .unwrap_or(0)
-    };
-    Losses {
-        ringbuf_full: read(counter::RINGBUF_FULL),
-        live_map_full: read(counter::LIVE_MAP_FULL),
-        stack_lost: read(counter::STACK_LOST),
-        unknown_frees: read(counter::UNKNOWN_FREE),
-        return_without_entry: read(counter::RETURN_WITHOUT_ENTRY),
-        inflight_full: read(counter::INFLIGHT_FULL),
-        read_failed: read(counter::READ_FAILED),
-        stale_inflight: read(counter::STALE_INFLIGHT),
-    }
+    Losses::read(|index| read_counter(counters, index))
 }
 
 #[cfg(test)]

@@ -8,12 +8,14 @@ use serde::Serialize;
 mod collapsed;
 mod flamegraph;
 mod json;
+mod losses;
 mod output;
 mod text;
 
 pub use collapsed::write_collapsed;
 pub use flamegraph::write_flamegraph;
 pub use json::write_json;
+pub use losses::{LossLine, Losses};
 pub use output::Output;
 pub use text::{write_losses, write_text};
 
@@ -178,29 +180,6 @@ pub struct Frame {
     pub inlined: bool,
 }
 
-/// Every way the tracer failed to record something, counted.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct Losses {
-    /// Events dropped because the ring buffer was full (raise --ringbuf-mb).
-    pub ringbuf_full: u64,
-    /// Allocations not tracked because the live map was full (raise --max-live).
-    pub live_map_full: u64,
-    /// Allocations recorded without a call stack (raise --stack-storage-size).
-    pub stack_lost: u64,
-    /// free() of addresses never recorded: allocated before tracing started.
-    /// Not a loss of data; shown so the numbers can be checked.
-    pub unknown_frees: u64,
-    /// Return probes without an entry (calls begun while attaching).
-    pub return_without_entry: u64,
-    /// Calls whose entry could not be remembered for the return probe.
-    pub inflight_full: u64,
-    /// posix_memalign results that could not be read from *memptr.
-    pub read_failed: u64,
-    /// Allocator calls whose return was never seen (a thread that died
-    /// inside the allocator): their record was discarded.
-    pub stale_inflight: u64,
-}
-
 /// Which of the four numbers a collapsed stack or flamegraph shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -339,97 +318,5 @@ impl Profile {
                 self.sample_rate
             )
         }
-    }
-}
-
-/// One loss counter with what it means, for report footers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LossLine {
-    /// Field name in `Losses` (and in the JSON output).
-    pub name: &'static str,
-    pub count: u64,
-    pub meaning: &'static str,
-    /// True when a non-zero count means data is missing from the report.
-    pub is_loss: bool,
-    /// How to avoid the loss next time, for real losses.
-    pub remedy: Option<&'static str>,
-}
-
-impl Losses {
-    /// Every counter, in a fixed order, with its explanation.
-    pub fn lines(&self) -> [LossLine; 8] {
-        let line = |name, count, meaning, is_loss, remedy| LossLine {
-            name,
-            count,
-            meaning,
-            is_loss,
-            remedy,
-        };
-        [
-            line(
-                "ringbuf_full",
-                self.ringbuf_full,
-                "events dropped because the ring buffer was full",
-                true,
-                Some("raise --ringbuf-mb"),
-            ),
-            line(
-                "live_map_full",
-                self.live_map_full,
-                "allocations not tracked because the live map was full",
-                true,
-                Some("raise --max-live"),
-            ),
-            line(
-                "stack_lost",
-                self.stack_lost,
-                "allocations recorded without a call stack",
-                true,
-                Some("raise --stack-storage-size"),
-            ),
-            line(
-                "inflight_full",
-                self.inflight_full,
-                "allocator calls whose entry could not be remembered",
-                true,
-                Some("cause: many threads inside the allocator at once"),
-            ),
-            line(
-                "read_failed",
-                self.read_failed,
-                "posix_memalign results that could not be read",
-                true,
-                None,
-            ),
-            line(
-                "stale_inflight",
-                self.stale_inflight,
-                "allocator calls whose return was never seen",
-                true,
-                Some("cause: threads that died inside the allocator"),
-            ),
-            line(
-                "unknown_frees",
-                self.unknown_frees,
-                "frees of memory allocated outside the trace (not a loss)",
-                false,
-                None,
-            ),
-            line(
-                "return_without_entry",
-                self.return_without_entry,
-                "returns of calls begun while probes were being attached (not a loss)",
-                false,
-                None,
-            ),
-        ]
-    }
-
-    /// Sum of the counters that mean missing data.
-    pub fn lost(&self) -> u64 {
-        self.lines()
-            .iter()
-            .filter(|l| l.is_loss)
-            .fold(0, |sum, l| sum.saturating_add(l.count))
     }
 }

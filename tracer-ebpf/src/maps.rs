@@ -1,0 +1,194 @@
+//! The maps shared with user space, the tunables the loader sets before
+//! loading, and the small helpers every program uses on them (counting a
+//! loss, the trace filter, the stop flag, ring-buffer wakeups).
+
+use aya_ebpf::{
+    bindings::BPF_F_NO_PREALLOC,
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
+    macros::map,
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
+};
+use tracer_common::{
+    counter, Event, InFlight, LiveKey, LiveValue, Role, StackSample, CONTROL_SESSION,
+    CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_NONE, FILTER_PIDS, FORKS_COUNT, UNWIND_FP,
+};
+
+// Sizes here are defaults; user space sets the real ones with
+// `EbpfLoader::set_max_entries` from --max-live, --stack-storage-size and
+// --ringbuf-mb.
+#[map]
+pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+#[map]
+pub(crate) static LIVE: HashMap<LiveKey, LiveValue> =
+    HashMap::with_max_entries(1 << 20, BPF_F_NO_PREALLOC);
+#[map]
+pub(crate) static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
+/// Keyed by pid_tgid. LRU so that threads that die inside malloc (or a return
+/// probe lost at detach) cannot fill it.
+#[map]
+pub(crate) static INFLIGHT: LruHashMap<u64, InFlight> = LruHashMap::with_max_entries(16384, 0);
+#[map]
+pub(crate) static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+/// Index 0, bits set by user space: CONTROL_STOPPED when the trace ends
+/// (from then on entry and free probes do nothing, so the report is the
+/// heap as it was at that instant while the probes are being detached,
+/// which takes seconds); CONTROL_SESSION when the allocating functions run
+/// as uprobe session programs (through the dispatcher in uprobe_session.rs,
+/// which tail-calls PROGS), where an entry program's non-zero return skips
+/// the return run.
+#[map]
+pub(crate) static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+
+/// How stacks are captured: `UNWIND_FP` (kernel frame-pointer walk into
+/// STACKS) or `UNWIND_DWARF` (registers + a copy of the stack, unwound in
+/// user space). Read-only, set at load time.
+#[unsafe(no_mangle)]
+pub(crate) static UNWIND_MODE: u32 = UNWIND_FP;
+/// Bytes of stack copied per sample in DWARF mode: a multiple of
+/// STACK_CHUNK, at most MAX_STACK_BYTES (checked by user space).
+#[unsafe(no_mangle)]
+pub(crate) static STACK_BYTES: u32 = 8192;
+
+/// Entry programs at their Role number, the return program at slot 15
+/// (uprobe_session::RETURN_SLOT); filled by user space in session mode.
+#[map]
+pub(crate) static PROGS: ProgramArray = ProgramArray::with_max_entries(16, 0);
+
+/// What an entry program returns for a call whose return it does not need:
+/// in session mode, 1 skips the return run; otherwise the value is unused.
+#[inline(always)]
+pub(crate) fn no_return_needed() -> u32 {
+    u32::from(control() & CONTROL_SESSION != 0)
+}
+
+/// See tracer_common::FILTER_*; set at load time.
+#[unsafe(no_mangle)]
+pub(crate) static FILTER: u32 = FILTER_NONE;
+/// FILTER_ALL: only threads with this name (NUL-padded), if not empty.
+#[unsafe(no_mangle)]
+pub(crate) static COMM: [u8; 16] = [0; 16];
+/// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL), kept by user space.
+#[map]
+pub(crate) static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
+
+/// `--follow-forks` (FORKS_FOLLOW, with FILTER_PIDS): children of traced
+/// processes join TRACED at fork. Otherwise (FORKS_COUNT) children of the
+/// one traced process (FILTER_NONE) are only counted.
+#[unsafe(no_mangle)]
+pub(crate) static FOLLOW_FORKS: u32 = FORKS_COUNT;
+/// Byte offset of `tgid` in the kernel's task_struct, from its BTF (Rust
+/// BPF has no CO-RE relocations); 0 = unknown: forks are not looked at.
+#[unsafe(no_mangle)]
+pub(crate) static TASK_TGID_OFFSET: u32 = 0;
+/// 1 when sched_process_exit passes `group_dead` (Linux 6.16+).
+#[unsafe(no_mangle)]
+pub(crate) static EXIT_GROUP_DEAD: u32 = 0;
+
+/// Whether calls of process `pid` are recorded.
+#[inline(always)]
+pub(crate) fn traced(pid: u32) -> bool {
+    match tunable(&FILTER) {
+        FILTER_PIDS => {
+            // SAFETY: the value is not read.
+            unsafe { TRACED.get(pid) }.is_some()
+        }
+        FILTER_ALL => {
+            // SAFETY: as above.
+            if unsafe { TRACED.get(pid) }.is_some() {
+                return false;
+            }
+            let want = tunable(&COMM);
+            want[0] == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == want)
+        }
+        _ => true,
+    }
+}
+
+/// Mean bytes between recorded allocations (`--sample-rate`); 1 records
+/// every allocation (exact mode).
+#[unsafe(no_mangle)]
+pub(crate) static SAMPLE_RATE: u64 = 1;
+/// See `tracer_common::EXP_TABLE_LEN`; filled in by the loader.
+#[unsafe(no_mangle)]
+pub(crate) static EXP_TABLE: [u32; EXP_TABLE_LEN] = [0; EXP_TABLE_LEN];
+
+/// Bytes left until the next recorded allocation, per CPU (the jemalloc /
+/// Go / heapprofd method, per CPU rather than per thread: an array lookup
+/// instead of a hash lookup, and the Poisson process over bytes is the
+/// same). Seeded by the loader with a random draw.
+#[map]
+pub(crate) static COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU buffer where a sample is assembled before it is copied into the
+/// ring buffer with its real length (a reservation must have a fixed size).
+#[map]
+pub(crate) static SAMPLE_BUF: PerCpuArray<StackSample> = PerCpuArray::with_max_entries(1, 0);
+
+/// Reads a tunable (a global above, or an element of one) of any type.
+#[inline(always)]
+pub(crate) fn tunable<T: Copy>(value: &T) -> T {
+    // SAFETY: a plain read of a global; volatile so the compiler does not
+    // fold in the default, since the loader rewrites it before loading.
+    unsafe { core::ptr::read_volatile(value) }
+}
+
+#[inline(always)]
+pub(crate) fn stopped() -> bool {
+    control() & CONTROL_STOPPED != 0
+}
+
+#[inline(always)]
+fn control() -> u32 {
+    CONTROL.get(0).copied().unwrap_or(0)
+}
+
+/// Ask the kernel not to wake the reader on each event: a wakeup costs
+/// 5–10 µs here (shared/TOOLCHAIN.md). User space polls every 10 ms, and is
+/// woken early once WAKEUP_BYTES are pending, so a burst (DWARF samples are
+/// kilobytes each) is drained before the buffer fills.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+pub(crate) const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+const WAKEUP_BYTES: u64 = 1 << 20;
+
+#[inline(always)]
+pub(crate) fn wakeup_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
+#[inline(always)]
+pub(crate) fn count(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot; BPF programs do not migrate CPUs mid-run and
+        // uprobe programs do not nest on one CPU.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[inline(always)]
+pub(crate) fn event(
+    kind: u32,
+    pid: u32,
+    tid: u32,
+    stack_id: i32,
+    addr: u64,
+    size: u64,
+    role: Role,
+) -> Event {
+    Event {
+        kind,
+        pid,
+        tid,
+        stack_id,
+        addr,
+        size,
+        // SAFETY: helper without preconditions.
+        timestamp_ns: unsafe { bpf_ktime_get_ns() },
+        role: role as u32,
+        _pad: 0,
+    }
+}

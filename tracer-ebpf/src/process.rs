@@ -1,0 +1,184 @@
+//! Process lifecycle: exec, fork and exit tracepoints, and the `--binary`
+//! entry-point probe that adds a process to the traced set.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::{raw_tracepoint, uprobe},
+    programs::{ProbeContext, RawTracePointContext},
+};
+use tracer_common::{
+    counter, Event, Role, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, FILTER_NONE, FILTER_PIDS,
+    FORKS_FOLLOW,
+};
+
+use crate::maps::{
+    count, event, stopped, traced, tunable, BPF_RB_FORCE_WAKEUP, EVENTS, EXIT_GROUP_DEAD, FILTER,
+    FOLLOW_FORKS, TASK_TGID_OFFSET, TRACED,
+};
+
+/// sched_process_exec: a traced process (or, under --binary, any process,
+/// which may now run the binary) replaced its image. Its old heap is gone,
+/// and user space must read its new mappings and maybe hook new objects.
+/// Sent from the exec'ing task before the new image runs, so it precedes
+/// that image's events in the ring buffer.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid = (pid_tgid >> 32) as u32;
+    let wanted = match tunable(&FILTER) {
+        // SAFETY: the value is not read. User space puts the one traced
+        // process into TRACED for this check.
+        FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
+        // --binary: any process may now run the binary.
+        FILTER_PIDS if tunable(&FOLLOW_FORKS) != FORKS_FOLLOW => true,
+        _ => traced(pid),
+    };
+    if tunable(&FILTER) == FILTER_PIDS && tunable(&FOLLOW_FORKS) != FORKS_FOLLOW {
+        // --binary: the new image is traced only if it is the binary, and
+        // then binary_entry adds the process back at its entry point. (A
+        // child joins at fork, and most children exec something else.)
+        let _ = TRACED.remove(pid);
+    }
+    if !wanted || stopped() {
+        return 0;
+    }
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        count(counter::RINGBUF_FULL);
+        return 0;
+    };
+    // The new image's name, for a process that exits before user space
+    // can read its command line (see tracer_common::EVENT_EXEC).
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    let mut name = [0u64; 2];
+    for (i, word) in name.iter_mut().enumerate() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&comm[8 * i..8 * i + 8]);
+        *word = u64::from_le_bytes(bytes);
+    }
+    entry.write(event(
+        EVENT_EXEC,
+        pid,
+        pid_tgid as u32,
+        0,
+        name[0],
+        name[1],
+        Role::Malloc,
+    ));
+    entry.submit(BPF_RB_FORCE_WAKEUP);
+    0
+}
+
+/// sched_process_fork, run by the parent before the child first runs (args:
+/// parent and child task_struct). A new process (not a thread) forked by a
+/// traced one joins the traced set here under --follow-forks, and under
+/// --binary (it runs the binary too, until it execs something else), so
+/// none of its allocations is missed; under --pid or a command without
+/// --follow-forks, it is counted as not traced.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn process_fork(ctx: RawTracePointContext) -> i32 {
+    on_fork(ctx.arg::<u64>(1));
+    0
+}
+
+#[inline(always)]
+fn on_fork(child_task: u64) {
+    let offset = tunable(&TASK_TGID_OFFSET);
+    let follow = tunable(&FOLLOW_FORKS) == FORKS_FOLLOW;
+    let filter = tunable(&FILTER);
+    // FILTER_PIDS is --binary or --follow-forks; under FILTER_ALL
+    // (system-wide) every process is traced already.
+    let counting = filter == FILTER_NONE && !follow;
+    let following = filter == FILTER_PIDS;
+    if offset == 0 || stopped() || !(counting || following) {
+        return;
+    }
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: the value is not read.
+    if unsafe { TRACED.get(parent) }.is_none() {
+        return;
+    }
+    // SAFETY: the helper reads kernel memory and fails safely; the address
+    // is the child's task_struct plus the field offset from the kernel BTF.
+    let Ok(child) = (unsafe { bpf_probe_read_kernel((child_task + offset as u64) as *const u32) })
+    else {
+        count(counter::CHILD_NOT_FOLLOWED);
+        return;
+    };
+    // A new thread of the same process.
+    if child == parent {
+        return;
+    }
+    if counting {
+        count(counter::CHILD_NOT_TRACED);
+        return;
+    }
+    if TRACED.insert(child, 1, 0).is_err() {
+        count(counter::CHILD_NOT_FOLLOWED);
+        return;
+    }
+    emit_process_event(EVENT_FORK, child, parent);
+}
+
+/// sched_process_exit, run by each exiting thread (args: task, and on
+/// 6.16+ `group_dead`). When the last thread of a traced process exits,
+/// user space hears of it and deletes the process's LIVE entries, so the
+/// map holds only blocks of processes that still run. Under
+/// --follow-forks the process also leaves the traced set, so that a new
+/// process reusing its pid is not traced.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn process_exit(ctx: RawTracePointContext) -> i32 {
+    let group_dead = if tunable(&EXIT_GROUP_DEAD) != 0 {
+        ctx.arg::<u64>(1) & 0xff != 0
+    } else {
+        // Older kernels: the main thread's exit stands for the process's.
+        let pid_tgid = bpf_get_current_pid_tgid();
+        pid_tgid >> 32 == pid_tgid & 0xffff_ffff
+    };
+    if !group_dead {
+        return 0;
+    }
+    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let wanted = if tunable(&FOLLOW_FORKS) == FORKS_FOLLOW {
+        TRACED.remove(pid).is_ok()
+    } else {
+        match tunable(&FILTER) {
+            // SAFETY: the value is not read (user space keeps the one
+            // traced process in TRACED, see process_exec).
+            FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
+            // --binary: a process that exec'ed away keeps its old image's
+            // LIVE entries until it exits, so every exit is reported; user
+            // space ignores the pids it knows nothing of.
+            FILTER_PIDS => true,
+            _ => traced(pid),
+        }
+    };
+    if wanted && !stopped() {
+        emit_process_event(EVENT_EXIT, pid, 0);
+    }
+    0
+}
+
+#[inline(always)]
+fn emit_process_event(kind: u32, pid: u32, tid: u32) {
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        count(counter::RINGBUF_FULL);
+        return;
+    };
+    entry.write(event(kind, pid, tid, 0, 0, 0, Role::Malloc));
+    entry.submit(BPF_RB_FORCE_WAKEUP);
+}
+
+/// `--binary`: on the program's entry point (before main, after the dynamic
+/// loader), the process joins the traced set here, in the kernel, so none
+/// of its allocations from then on is missed, however soon it makes them.
+/// User space learns of it from the exec event.
+#[uprobe]
+pub fn binary_entry(_ctx: ProbeContext) -> u32 {
+    if tunable(&FILTER) == FILTER_PIDS && !stopped() {
+        let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        // A full map: user space, adding the pid at the exec event, finds
+        // it full too and reports the process as not traced.
+        let _ = TRACED.insert(pid, 1, 0);
+    }
+    0
+}

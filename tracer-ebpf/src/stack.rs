@@ -1,0 +1,149 @@
+//! Recording an allocation with its call stack: a kernel frame-pointer
+//! walk into STACKS (`UNWIND_FP`), or registers and a copy of the stack for
+//! user space to unwind (`UNWIND_DWARF`).
+
+use aya_ebpf::{
+    bindings::BPF_F_USER_STACK,
+    programs::{tracing::StackIdContext, RetProbeContext},
+};
+use tracer_common::{
+    counter, Event, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE,
+    MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF,
+};
+
+use crate::maps::{
+    count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES, UNWIND_MODE,
+};
+
+#[inline(always)]
+pub(crate) fn record_alloc(
+    ctx: &RetProbeContext,
+    pid: u32,
+    tid: u32,
+    addr: u64,
+    size: u64,
+    role: Role,
+) {
+    if tunable(&UNWIND_MODE) == UNWIND_DWARF {
+        record_alloc_sample(ctx, pid, tid, addr, size, role);
+        return;
+    }
+    // Reserve first: if the event cannot be sent, the block must not enter
+    // LIVE, or its later free would emit an orphan FREE.
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        count(counter::RINGBUF_FULL);
+        return;
+    };
+    let key = LiveKey { pid, _pad: 0, addr };
+    if LIVE.insert(key, LiveValue { size }, 0).is_err() {
+        count(counter::LIVE_MAP_FULL);
+        entry.discard(0);
+        return;
+    }
+    // At the return probe the registers are the caller's: a frame-pointer
+    // walk from here starts at the allocating call site.
+    let stack_id = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => id as i32,
+        Err(err) => {
+            count(counter::STACK_LOST);
+            if err < 0 {
+                err
+            } else {
+                -1
+            }
+        }
+    };
+    entry.write(event(EVENT_ALLOC, pid, tid, stack_id, addr, size, role));
+    entry.submit(wakeup_flags());
+}
+
+/// DWARF mode: the caller's registers and a copy of its stack, for user
+/// space to unwind. At the return probe IP/SP/BP are the caller's state
+/// right after the call.
+#[inline(always)]
+fn record_alloc_sample(
+    ctx: &RetProbeContext,
+    pid: u32,
+    tid: u32,
+    addr: u64,
+    size: u64,
+    role: Role,
+) {
+    let Some(buf) = SAMPLE_BUF.get_ptr_mut(0) else {
+        count(counter::STACK_LOST);
+        return;
+    };
+    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+    let sample = unsafe { &mut *buf };
+    // SAFETY: the context is pt_regs, readable directly.
+    let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
+    let len = copy_stack(sp, &mut sample.stack);
+    if len == 0 {
+        count(counter::STACK_LOST);
+    }
+    sample.header = SampleHeader {
+        event: event(EVENT_ALLOC_SAMPLE, pid, tid, 0, addr, size, role),
+        ip,
+        sp,
+        bp,
+        stack_len: len as u32,
+        _pad: 0,
+    };
+    let key = LiveKey { pid, _pad: 0, addr };
+    if LIVE.insert(key, LiveValue { size }, 0).is_err() {
+        count(counter::LIVE_MAP_FULL);
+        return;
+    }
+    let total = core::mem::size_of::<SampleHeader>() + len;
+    // SAFETY: `total` is at most the size of `sample` (len <= MAX_STACK_BYTES).
+    let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
+    if EVENTS.output::<[u8]>(bytes, wakeup_flags()).is_err() {
+        // Not sent: forget the block, or its free would emit an orphan FREE.
+        let _ = LIVE.remove(key);
+        count(counter::RINGBUF_FULL);
+    }
+}
+
+/// Copies up to STACK_BYTES of user stack from `sp` upwards and returns how
+/// many bytes were copied. A read crossing the top of the stack fails whole
+/// (and zero-fills), so the stack is read in chunks and the chunk that
+/// fails is retried up to its page boundary (shared/TOOLCHAIN.md).
+#[inline(always)]
+fn copy_stack(sp: u64, dst: &mut [u8; MAX_STACK_BYTES]) -> usize {
+    let want = tunable(&STACK_BYTES) as usize;
+    let mut len = 0;
+    let mut i = 0;
+    while i < MAX_STACK_BYTES / STACK_CHUNK {
+        let off = i * STACK_CHUNK;
+        if off >= want {
+            break;
+        }
+        let src = sp + off as u64;
+        let chunk = dst[off..].as_mut_ptr();
+        if read_user(chunk, STACK_CHUNK as u32, src) {
+            len = off + STACK_CHUNK;
+            i += 1;
+            continue;
+        }
+        let to_page = (STACK_CHUNK as u64 - (src & (STACK_CHUNK as u64 - 1))) as u32
+            & (STACK_CHUNK as u32 - 1);
+        if to_page != 0 && read_user(chunk, to_page, src) {
+            len = off + to_page as usize;
+        }
+        break;
+    }
+    len
+}
+
+#[inline(always)]
+fn read_user(dst: *mut u8, size: u32, src: u64) -> bool {
+    // SAFETY: the helper checks the user address and faults safely; `dst`
+    // has at least `size` bytes left (callers pass a chunk inside the buffer).
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_user(
+            dst.cast(),
+            size,
+            src as *const core::ffi::c_void,
+        ) == 0
+    }
+}
