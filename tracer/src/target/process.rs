@@ -104,8 +104,9 @@ impl Process {
             return Err(TraceError::SelfPid(pid));
         }
         let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        let stat =
-            fs::read_to_string(proc_dir.join("stat")).map_err(|e| unreadable(pid, "stat", &e))?;
+        // Its name (field 2) need not be UTF-8.
+        let stat = fs::read(proc_dir.join("stat")).map_err(|e| unreadable(pid, "stat", &e))?;
+        let stat = String::from_utf8_lossy(&stat);
         if is_kernel_thread(&stat) {
             return Err(TraceError::KernelThread(pid));
         }
@@ -153,7 +154,10 @@ pub fn unreadable(pid: u32, what: &str, err: &std::io::Error) -> TraceError {
 
 /// /proc/PID/stat's text, if the process still exists.
 pub fn read_stat(pid: u32) -> Option<String> {
-    fs::read_to_string(format!("/proc/{pid}/stat")).ok()
+    // Bytes: the command name (field 2) is the program's file name, which
+    // need not be UTF-8; the fields after it always are.
+    let raw = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    Some(String::from_utf8_lossy(&raw).into_owned())
 }
 
 /// Field `n` of a /proc/PID/stat text, numbered as in proc(5) (3 is the
@@ -252,6 +256,39 @@ pub fn is_kernel_thread(stat: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_whose_name_is_not_utf8_is_running() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let dir = std::env::temp_dir().join(format!("memtrace-stat-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("temp dir");
+        let bin = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9-\xff"));
+        fs::copy("/bin/sleep", &bin).expect("copy sleep");
+        let mut child = std::process::Command::new(&bin)
+            .arg("5")
+            .spawn()
+            .expect("start sleep");
+        let pid = child.id();
+        // Until exec, the child has this test's name; then the odd one.
+        let mut exec_done = false;
+        for _ in 0..500 {
+            exec_done = fs::read(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with(b"caf"));
+            if exec_done {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let (stat, exited) = (read_stat(pid), has_exited(pid));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_dir_all(&dir);
+        assert!(exec_done, "the child did not exec");
+        assert!(
+            stat.as_deref().and_then(|s| stat_field(s, 22)).is_some(),
+            "{stat:?}"
+        );
+        assert!(!exited);
+    }
 
     #[test]
     fn a_huge_command_line_is_cut() {
