@@ -20,7 +20,7 @@ pub struct ProcessRecord {
     pub start_time: Option<u64>,
     /// Command line as read at its first event or exec ("" when unknown).
     pub command: String,
-    /// argv[0] (see `scope::program_of`), "" when unknown.
+    /// argv[0] (see `target::process::program_of`), "" when unknown.
     pub program: String,
     /// Its exit was seen.
     pub exited: bool,
@@ -45,7 +45,7 @@ impl ProcessTable {
             return i;
         }
         let command = crate::target::process::read_cmdline(pid);
-        let program = crate::session::scope::program_of(pid)
+        let program = crate::target::process::program_of(pid)
             .or_else(|| self.program_hint.clone())
             .unwrap_or_default();
         self.insert(ProcessRecord {
@@ -75,7 +75,8 @@ impl ProcessTable {
         if record.command.is_empty() {
             record.command = comm.to_string();
         }
-        record.program = crate::session::scope::program_of(pid).unwrap_or_else(|| comm.to_string());
+        record.program =
+            crate::target::process::program_of(pid).unwrap_or_else(|| comm.to_string());
     }
 
     /// Process `pid` exited: a later process with its pid is a new entry.

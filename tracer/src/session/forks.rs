@@ -185,7 +185,7 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
         start_time: (!exited)
             .then(|| crate::collect::collector::start_time(pid))
             .flatten(),
-        program: crate::session::scope::program_of(pid).unwrap_or_default(),
+        program: crate::target::process::program_of(pid).unwrap_or_default(),
         command,
         exited,
         exit_status: None,

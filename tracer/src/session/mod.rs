@@ -4,10 +4,12 @@
 //! without stopping it (`Trace::snapshot`); the report at the end is the
 //! last snapshot.
 
+mod binary;
 mod finish;
 pub mod forks;
 pub mod scope;
 mod settings;
+mod single;
 mod trace_loop;
 
 use std::time::Instant;

@@ -2,7 +2,15 @@
 //! allocator lives. Paths are resolved through /proc/PID/root so that
 //! processes in other mount namespaces (containers) work.
 
-use std::{ffi::OsStr, fs, os::unix::ffi::OsStrExt as _, path::PathBuf};
+use std::{
+    ffi::OsStr,
+    fs,
+    os::{
+        fd::{AsRawFd, FromRawFd, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::{Path, PathBuf},
+};
 
 use crate::error::TraceError;
 
@@ -251,6 +259,53 @@ pub fn is_kernel_thread(stat: &str) -> bool {
     stat_field(stat, 9)
         .and_then(|f| f.parse::<u64>().ok())
         .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// argv[0] of a running process. A program that rewrote its argv into one
+/// title (`redis-server *:6379`) gives the title's first word, unless the
+/// whole names an existing file (a path with spaces).
+pub fn program_of(pid: u32) -> Option<String> {
+    let raw = read_cmdline_raw(pid)?;
+    let argv0 = raw.split(|&b| b == 0).next().filter(|a| !a.is_empty())?;
+    let argv0 = String::from_utf8_lossy(argv0).into_owned();
+    let file = match argv0.starts_with('/') {
+        true => format!("/proc/{pid}/root{argv0}"),
+        false => format!("/proc/{pid}/cwd/{argv0}"),
+    };
+    match argv0.split_whitespace().next() {
+        Some(first) if first != argv0 && !Path::new(&file).is_file() => Some(first.to_string()),
+        _ => Some(argv0),
+    }
+}
+
+/// A pidfd: readable once the process has exited.
+pub struct PidFd {
+    pub fd: OwnedFd,
+}
+
+impl PidFd {
+    pub fn open(pid: u32) -> Result<PidFd, TraceError> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            return Err(TraceError::NoSuchProcess(pid));
+        }
+        // SAFETY: fd is a fresh descriptor that we own from here on.
+        Ok(PidFd {
+            fd: unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) },
+        })
+    }
+
+    pub fn has_exited(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & libc::POLLIN != 0
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,314 @@
+//! `--binary PATH`: every process running a program file. New processes
+//! are found by their exec (and their entry point, in the kernel) and by
+//! scanning /proc; the bookkeeping of which joined, left or exited is here.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context as _;
+
+use crate::{
+    error::TraceError,
+    probes::{hooks::Hooks, loader::Loaded},
+    report::ProcessInfo,
+    session::forks::ProcessChange,
+    stacks::symbolize::Modules,
+    target::{
+        allocators::Program,
+        launch::check_dynamic,
+        process::{has_exited, program_of, read_cmdline},
+    },
+};
+
+pub struct Binary {
+    pub path: PathBuf,
+    /// Every process seen running it, with its command line.
+    known: BTreeMap<u32, String>,
+    /// Processes that could not be added to the filter map (full).
+    untraced: BTreeSet<u32>,
+    /// Processes that exec'ed another program: no longer traced.
+    left: BTreeSet<u32>,
+    /// Processes that exited: out of the filter map.
+    gone: BTreeSet<u32>,
+}
+
+impl Binary {
+    /// Checks that `binary` names a dynamically linked program file.
+    pub fn new(binary: &Path) -> anyhow::Result<Binary> {
+        let path = check_binary(binary)?;
+        if !is_elf(&path) {
+            anyhow::bail!(
+                "--binary {}: not an ELF executable (a script runs as its interpreter): pass \
+                 the interpreter's path, or start the script with `-- {}`",
+                path.display(),
+                path.display()
+            );
+        }
+        check_dynamic(&path)?;
+        Ok(Binary {
+            path,
+            known: BTreeMap::new(),
+            untraced: BTreeSet::new(),
+            left: BTreeSet::new(),
+            gone: BTreeSet::new(),
+        })
+    }
+
+    /// Probes the program's entry point (new processes join the traced set
+    /// there) and the allocators of the processes running it now, or of
+    /// the program as the loader will load it.
+    pub fn hook_initial(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> anyhow::Result<()> {
+        crate::probes::loader::attach_binary_entry(loaded, &self.path)?;
+        for pid in running(&self.path) {
+            hooks.hook_running(loaded, pid, Program::running(pid), None);
+        }
+        if hooks.is_empty() {
+            // Nothing runs it yet (or those that do could not be read):
+            // hook what the loader will load for it.
+            hooks.hook(loaded, &Program::to_start(&self.path), None, None)?;
+        }
+        Ok(())
+    }
+
+    /// Process `pid` called exec: it starts or stops being traced.
+    pub fn on_exec(
+        &mut self,
+        pid: u32,
+        loaded: &mut Loaded,
+        hooks: &mut Hooks,
+        modules: &mut Modules,
+    ) {
+        // Gone already (a short-lived process): it did not leave.
+        let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
+            return;
+        };
+        if runs_program(&exe, &self.path) {
+            // New, or back after running something else, or a new process
+            // with the pid of one that exited.
+            let known = self.known.contains_key(&pid);
+            if !known || self.left.contains(&pid) || self.gone.contains(&pid) {
+                if loaded.add_filtered_pid(pid).is_err() {
+                    self.untraced.insert(pid);
+                    return;
+                }
+                self.left.remove(&pid);
+                self.gone.remove(&pid);
+                self.known.insert(pid, read_cmdline(pid));
+            }
+            hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
+            modules.refresh(pid);
+        } else if self.known.contains_key(&pid) && !self.left.contains(&pid) {
+            // It no longer runs the binary: stop recording it.
+            let _ = loaded.remove_filtered_pid(pid);
+            self.left.insert(pid);
+        }
+    }
+
+    /// A child forked by a traced process runs the binary too, and joined
+    /// the traced set in the kernel at fork.
+    pub fn on_process_changes(&mut self, changes: Vec<ProcessChange>) {
+        for change in changes {
+            if let ProcessChange::Forked { child, parent } = change {
+                let mut command = read_cmdline(child);
+                if command.is_empty() {
+                    command = self.known.get(&parent).cloned().unwrap_or_default();
+                }
+                self.known.insert(child, command);
+                self.left.remove(&child);
+                self.gone.remove(&child);
+            }
+        }
+    }
+
+    /// Called every POLL_INTERVAL: picks up new processes running the
+    /// binary (their allocations before that are not seen).
+    pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks, modules: &mut Modules) {
+        let now = running(&self.path);
+        // Exited processes leave the filter, so that a new process that
+        // reuses the pid is not traced for running something else.
+        for &pid in self.known.keys() {
+            if now.binary_search(&pid).is_err() && !self.gone.contains(&pid) && has_exited(pid) {
+                let _ = loaded.remove_filtered_pid(pid);
+                self.gone.insert(pid);
+            }
+        }
+        for pid in now {
+            let reused = self.gone.contains(&pid);
+            if (self.known.contains_key(&pid) && !reused) || self.untraced.contains(&pid) {
+                continue;
+            }
+            // A full filter map must not end the trace: count and go on.
+            if loaded.add_filtered_pid(pid).is_err() {
+                self.untraced.insert(pid);
+                continue;
+            }
+            self.gone.remove(&pid);
+            if reused || !hooks.per_process.contains_key(&pid) {
+                hooks.hook_running(loaded, pid, Program::running(pid), None);
+            }
+            modules.refresh(pid);
+            self.known.insert(pid, read_cmdline(pid));
+        }
+    }
+
+    /// Processes that could not be traced, and those that left.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.untraced.is_empty() {
+            let n = self.untraced.len() as u64;
+            notes.push(format!(
+                "{} running {} {} not traced: the process filter map ({} entries) was full",
+                crate::report::counted(n, "process", "processes"),
+                crate::report::was(n),
+                self.path.display(),
+                crate::probes::loader::MAX_FILTERED_PIDS
+            ));
+        }
+        for pid in &self.left {
+            notes.push(format!(
+                "process {pid} exec'ed another program and was no longer traced from then on"
+            ));
+        }
+        notes
+    }
+
+    /// Adds the processes found running the binary that made no recorded
+    /// allocation to the report's list.
+    pub fn merge_processes(&self, all: &mut Vec<ProcessInfo>) {
+        for (&pid, command) in &self.known {
+            if !all.iter().any(|p| p.pid == pid) {
+                all.push(ProcessInfo {
+                    pid,
+                    start_time: crate::collect::collector::start_time(pid),
+                    command: command.clone(),
+                    program: program_of(pid).unwrap_or_default(),
+                    exited: has_exited(pid),
+                    exit_status: None,
+                    allocators: Vec::new(),
+                });
+            }
+        }
+        all.sort_by_key(|p| (p.pid, p.start_time));
+    }
+}
+
+/// Pids whose /proc/PID/exe is `path`, sorted.
+fn running(path: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| runs_program(&exe, path))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Whether a process whose /proc/PID/exe reads `exe` runs the program at
+/// `path`: also when the file it runs was deleted or replaced since (a
+/// package upgrade under a running service), which the kernel shows as
+/// "PATH (deleted)"; its objects are then read through map_files.
+fn runs_program(exe: &Path, path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let exe = exe.as_os_str().as_bytes();
+    exe.strip_suffix(b" (deleted)").unwrap_or(exe) == path.as_os_str().as_bytes()
+}
+
+/// The `--binary` path, resolved, once it names a program file that a
+/// process can run; otherwise what is wrong with it.
+fn check_binary(binary: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let shown = binary.display();
+    let path = std::fs::canonicalize(binary).with_context(|| {
+        format!("--binary {shown}: no such file: pass the path of the program to trace")
+    })?;
+    let meta = std::fs::metadata(&path).with_context(|| format!("--binary {shown}"))?;
+    if meta.is_dir() {
+        anyhow::bail!("--binary {shown} is a directory: pass the path of the program file in it");
+    }
+    if is_shared_library(&path) {
+        anyhow::bail!(
+            "--binary {shown} is a shared library, not a program: pass the program that loads \
+             it (--binary PROGRAM or --pid PID)"
+        );
+    }
+    if let Ok(info) = crate::target::allocators::ObjectInfo::parse(&path) {
+        let exe = path.display().to_string();
+        if !info.is_native() {
+            let machine = info.machine().to_string();
+            return Err(TraceError::NotX86_64 { exe, machine }.into());
+        }
+        if info.is_static() && !info.defines_malloc_and_free() && info.has_symbols() {
+            return Err(TraceError::OwnAllocator { exe }.into());
+        }
+    }
+    // A script has its own message (is_elf in Scope::start).
+    if meta.permissions().mode() & 0o111 == 0 && is_elf(&path) {
+        anyhow::bail!(
+            "--binary {shown} is not executable (mode {:o}), so no process runs it: pass the \
+             program file, or make it executable with chmod +x",
+            meta.permissions().mode() & 0o7777
+        );
+    }
+    Ok(path)
+}
+
+/// An ELF shared object that is not an executable: no interpreter and no
+/// DF_1_PIE flag (a position-independent executable has one or both).
+fn is_shared_library(path: &Path) -> bool {
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(elf) = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data) else {
+        return false;
+    };
+    let endian = elf.endian();
+    if elf.elf_header().e_type(endian) != object::elf::ET_DYN {
+        return false;
+    }
+    let has_interp = elf
+        .elf_program_headers()
+        .iter()
+        .any(|ph| ph.p_type(endian) == object::elf::PT_INTERP);
+    let pie = elf
+        .elf_section_table()
+        .dynamic_table(endian, &*data)
+        .unwrap_or_default()
+        .iter()
+        .any(|d| d.tag == object::elf::DT_FLAGS_1 && d.val & u64::from(object::elf::DF_1_PIE) != 0);
+    !has_interp && !pie
+}
+
+fn is_elf(path: &Path) -> bool {
+    use std::io::Read as _;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::runs_program;
+
+    #[test]
+    fn a_replaced_or_deleted_program_still_runs_the_binary() {
+        let path = Path::new("/usr/sbin/my service");
+        assert!(runs_program(Path::new("/usr/sbin/my service"), path));
+        assert!(runs_program(
+            Path::new("/usr/sbin/my service (deleted)"),
+            path
+        ));
+        assert!(!runs_program(Path::new("/usr/sbin/my service2"), path));
+        assert!(!runs_program(Path::new("/usr/sbin/my (deleted)"), path));
+    }
+}

@@ -1,0 +1,267 @@
+//! `--pid PID` and `-- CMD`: one process (with --follow-forks, and the
+//! processes it forks), whose exit ends the trace. A command is started by
+//! memtrace-bpf, held until the probes are attached and at its exit.
+
+use crate::{
+    cli::Cli,
+    error::TraceError,
+    escape,
+    probes::{hooks::Hooks, loader::Loaded},
+    report::ProcessInfo,
+    session::forks::{Forks, ProcessChange},
+    target::{
+        allocators::Program,
+        launch::Launched,
+        process::{has_exited, program_of, read_cmdline, Mapping, PidFd, Process},
+    },
+};
+
+pub struct Single {
+    pub pid: u32,
+    /// Opened before attaching, so a reused pid cannot fool the exit check.
+    pub pidfd: PidFd,
+    /// Its command line as the report shows it (lossy UTF-8, escaped by
+    /// each renderer).
+    command: String,
+    pub forks: Forks,
+    /// `-- CMD`: the command started, and its argv with its exact bytes
+    /// escaped, for stderr.
+    launched: Option<(Launched, String)>,
+}
+
+impl Single {
+    /// `--pid`: the process and its maps as they are now.
+    pub fn attach_to(cli: &Cli, pid: u32) -> anyhow::Result<(Single, Vec<Mapping>)> {
+        let process = Process::inspect(pid)?;
+        let pidfd = PidFd::open(pid)?;
+        let single = Single {
+            pid,
+            pidfd,
+            command: process.command,
+            forks: Forks::new(cli.follow_forks),
+            launched: None,
+        };
+        Ok((single, process.mappings))
+    }
+
+    /// `-- CMD`: started, held before its first instruction.
+    pub fn start(cli: &Cli) -> anyhow::Result<Single> {
+        let launched = Launched::spawn(&cli.command)?;
+        let pidfd = PidFd::open(launched.pid)?;
+        let argv_shown = crate::target::launch::display_command(&cli.command);
+        Ok(Single {
+            pid: launched.pid,
+            pidfd,
+            command: cli
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            forks: Forks::new(cli.follow_forks),
+            launched: Some((launched, argv_shown)),
+        })
+    }
+
+    /// Attaches its allocators (for a command, those of the program as the
+    /// loader will load it); with --follow-forks, its descendants' too.
+    pub fn hook_initial(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> anyhow::Result<()> {
+        let pid = self.pid;
+        // Probes on its objects only for it, unless its children follow.
+        let attach_pid = (!self.forks.follow).then_some(pid);
+        if let Some((launched, _)) = &self.launched {
+            loaded.add_filtered_pid(pid)?;
+            let program = Program::to_start(&launched.path);
+            return hooks.hook(loaded, &program, Some(pid), attach_pid);
+        }
+        let result = loaded
+            .add_filtered_pid(pid)
+            .and_then(|()| hooks.hook(loaded, &Program::running(pid)?, Some(pid), attach_pid));
+        match result {
+            // perf_event_open fails with ESRCH, or /proc/PID is gone: say
+            // what happened.
+            Err(e) if self.pidfd.has_exited() || is_gone(&e) => {
+                return Err(TraceError::ExitedBeforeAttach(pid).into())
+            }
+            r => r?,
+        }
+        if self.forks.follow {
+            follow_descendants(pid, &mut self.forks, loaded, hooks);
+        }
+        Ok(())
+    }
+
+    /// After the probes are attached: a held command runs; a pid may have
+    /// exited meanwhile.
+    pub fn begin(&mut self) -> anyhow::Result<()> {
+        match &mut self.launched {
+            Some((launched, _)) => launched.release(),
+            None if self.pidfd.has_exited() => Err(TraceError::ExitedBeforeAttach(self.pid).into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Process `pid` called exec: hook what its new image uses.
+    pub fn on_exec(&mut self, pid: u32, loaded: &mut Loaded, hooks: &mut Hooks) {
+        if pid == self.pid {
+            let now = read_cmdline(pid);
+            // Kept as it was (the kernel's name for the new image, see
+            // on_process_changes) if it already exited.
+            if !now.is_empty() {
+                self.command = now;
+            }
+            let attach_pid = (!self.forks.follow).then_some(pid);
+            hooks.hook_running(loaded, pid, Program::just_executed(pid), attach_pid);
+        } else if self.forks.executed(pid) {
+            // A followed child's new image may bring another allocator.
+            hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
+            // One that exited while it was read (a shell's `true`) had
+            // nothing left to hook: not a failure.
+            hooks
+                .failures
+                .retain(|&(p, _)| p != pid || !has_exited(pid));
+        }
+    }
+
+    /// --follow-forks: processes joined (in the kernel, at fork) or left
+    /// the traced set.
+    pub fn on_process_changes(&mut self, changes: Vec<ProcessChange>) {
+        let root = self.pid;
+        for change in changes {
+            match change {
+                ProcessChange::Forked { child, parent } => {
+                    let parent_command = if parent == root {
+                        self.command.clone()
+                    } else {
+                        self.forks.command(parent).unwrap_or_default().to_string()
+                    };
+                    self.forks.forked(child, &parent_command);
+                }
+                ProcessChange::Executed { pid, comm } if pid == root => {
+                    // Gone already (a command that ran for a moment): the
+                    // name the kernel gave its new image, unless the
+                    // command known names that program (`-- CMD`).
+                    if read_cmdline(pid).is_empty() && !runs(&self.command, &comm) {
+                        self.command = comm;
+                    }
+                }
+                ProcessChange::Executed { pid, comm } => self.forks.renamed(pid, &comm),
+                ProcessChange::Exited { pid } => self.forks.exited(pid),
+            }
+        }
+    }
+
+    /// What is traced, for stderr: escaped already.
+    pub fn label(&self) -> String {
+        match &self.launched {
+            Some((_, argv_shown)) => format!("pid {} ({argv_shown})", self.pid),
+            None => format!("pid {} ({})", self.pid, escape::text(&self.command)),
+        }
+    }
+
+    pub fn target(&self) -> String {
+        match &self.launched {
+            Some((launched, _)) => format!("command {}", launched.path.display()),
+            None => format!("pid {}", self.pid),
+        }
+    }
+
+    /// Puts the process first in the report's list (adding it if no event
+    /// came from it), as the scope knows it, then its children.
+    pub fn merge_processes(&mut self, all: &mut Vec<ProcessInfo>) {
+        let root = root_first(all, self.pid);
+        match &mut self.launched {
+            Some((launched, _)) => {
+                let status = launched.exit_status();
+                root.command.clone_from(&self.command);
+                // The file started, whole even with spaces in its path.
+                root.program = launched.path.to_string_lossy().into_owned();
+                root.exited = self.pidfd.has_exited() || status.is_some();
+                root.exit_status = status;
+            }
+            None => {
+                if !self.command.is_empty() {
+                    root.command.clone_from(&self.command);
+                }
+                root.exited = self.pidfd.has_exited();
+            }
+        }
+        self.forks.merge_processes(all);
+    }
+
+    /// The started command, if any.
+    pub fn launched(&mut self) -> Option<&mut Launched> {
+        self.launched.as_mut().map(|(launched, _)| launched)
+    }
+}
+
+/// Moves the first process with pid `root` (traced from the start, it is
+/// the oldest) to the front of `all`, adding it when no event came from
+/// it, and returns it.
+fn root_first(all: &mut Vec<ProcessInfo>, root: u32) -> &mut ProcessInfo {
+    let entry = match all.iter().position(|p| p.pid == root) {
+        Some(i) => all.remove(i),
+        None => ProcessInfo {
+            pid: root,
+            start_time: crate::collect::collector::start_time(root),
+            program: program_of(root).unwrap_or_default(),
+            ..ProcessInfo::default()
+        },
+    };
+    all.insert(0, entry);
+    &mut all[0]
+}
+
+/// Whether `command`'s program is the one the kernel named `comm` (the
+/// file name, cut to 15 bytes).
+fn runs(command: &str, comm: &str) -> bool {
+    let program = command.split_whitespace().next().unwrap_or("");
+    let name = program.rsplit('/').next().unwrap_or(program);
+    !comm.is_empty() && name.starts_with(comm)
+}
+
+/// --pid --follow-forks: the target's descendants running now join the
+/// traced set (those forked from now on join in the kernel), each with
+/// its allocators hooked.
+fn follow_descendants(root: u32, forks: &mut Forks, loaded: &mut Loaded, hooks: &mut Hooks) {
+    for (pid, _parent) in Forks::descendants(root) {
+        if loaded.add_filtered_pid(pid).is_err() {
+            hooks
+                .failures
+                .push((pid, "the process filter map is full".into()));
+            continue;
+        }
+        forks.forked(pid, "");
+        hooks.hook_running(loaded, pid, Program::running(pid), None);
+    }
+}
+
+/// The error says the process is gone or exiting: perf_event_open's
+/// ESRCH comes as soon as it is killed, before its pidfd reports the exit.
+fn is_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        let esrch = cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ESRCH));
+        let vanished = matches!(
+            cause.downcast_ref::<TraceError>(),
+            Some(TraceError::NoSuchProcess(_) | TraceError::Zombie(_))
+        );
+        esrch || vanished
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn a_command_runs_the_program_the_kernel_names_by_its_cut_file_name() {
+        assert!(runs("sh -c true", "sh"));
+        assert!(runs("/usr/bin/python3.11 x.py", "python3.11"));
+        assert!(runs("./a-very-long-program-name --x", "a-very-long-pro"));
+        assert!(!runs("sh -c /bin/true", "true"));
+        assert!(!runs("", "sh"));
+        assert!(!runs("sh", ""));
+    }
+}
