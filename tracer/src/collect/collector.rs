@@ -3,8 +3,7 @@
 //! bytes, and normalized while the process is alive).
 
 use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
+    collections::HashMap,
     time::{Duration, Instant},
 };
 
@@ -15,14 +14,16 @@ use tracer_common::{
 };
 
 use crate::{
-    collect::processes::{ProcessIndex, ProcessTable},
-    collect::reader::Reader,
+    collect::{processes::ProcessTable, reader::Reader, stacks::StackTable},
     model::heap::{Heap, StackHandle},
     probes::loader::EventMaps,
     report::Losses,
     session::forks::ProcessChange,
-    stacks::symbolize::{Modules, NormFrame},
-    stacks::unwind::{Sample, Unwinders},
+    stacks::{
+        symbolize::Modules,
+        unwind::{Sample, Unwinders},
+    },
+    target::liveness::{has_exited_since, start_time},
 };
 
 /// Most execs waiting for the session (see `State::execs`).
@@ -30,68 +31,10 @@ const MAX_PENDING_EXECS: usize = 1 << 16;
 /// LIVE entries deleted per drain (about 1 µs each).
 const PURGE_PER_DRAIN: usize = 4096;
 
-/// An interned stack: the process it belongs to and its frames, leaf first.
-pub struct Stack {
-    pub pid: u32,
-    /// The process (pid and start time) in `State::processes`.
-    pub process: ProcessIndex,
-    /// None when the stack could not be captured. Shared by every stack
-    /// with these frames: the same code path in many processes of one
-    /// program is kept once.
-    pub frames: Option<Arc<[NormFrame]>>,
-    /// The walk stopped before the root (DWARF mode only).
-    pub truncated: bool,
-}
-
-#[derive(Default)]
-pub struct StackTable {
-    stacks: Vec<Stack>,
-    /// Frame-pointer mode: the kernel's stack id per process (negative ids,
-    /// failed captures, share one entry per process).
-    by_id: HashMap<(u32, i32), StackHandle>,
-    /// DWARF mode: the unwound addresses per process.
-    by_addrs: HashMap<(u32, Vec<u64>, bool), StackHandle>,
-    /// Every distinct frame list once.
-    frame_lists: HashSet<Arc<[NormFrame]>>,
-}
-
-impl StackTable {
-    pub fn get(&self, h: StackHandle) -> Option<&Stack> {
-        self.stacks.get(h as usize)
-    }
-
-    pub fn all_frames(&self) -> impl Iterator<Item = &NormFrame> {
-        self.frame_lists.iter().flat_map(|f| f.iter())
-    }
-
-    fn intern_frames(&mut self, frames: Vec<NormFrame>) -> Arc<[NormFrame]> {
-        if let Some(known) = self.frame_lists.get(frames.as_slice()) {
-            return known.clone();
-        }
-        let frames: Arc<[NormFrame]> = frames.into();
-        self.frame_lists.insert(frames.clone());
-        frames
-    }
-
-    /// Process `pid` has a new image (or exited): its addresses mean other
-    /// code now. Interned stacks stay (the heap refers to them) but are not
-    /// reused.
-    fn forget_process(&mut self, pid: u32) {
-        self.by_id.retain(|k, _| k.0 != pid);
-        self.by_addrs.retain(|k, _| k.0 != pid);
-    }
-
-    fn push(&mut self, stack: Stack) -> StackHandle {
-        let h = self.stacks.len() as StackHandle;
-        self.stacks.push(stack);
-        h
-    }
-}
-
 /// Everything the events update; separate from the ring buffer so that a
 /// ring-buffer item (which borrows the buffer) can be handled in place.
 pub struct State {
-    stack_map: StackTraceMap<MapData>,
+    pub(super) stack_map: StackTraceMap<MapData>,
     /// BPF's LIVE map: entries of exited processes are deleted from here.
     live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
     /// LIVE entries of exited processes not deleted yet (see `purge`).
@@ -121,14 +64,14 @@ pub struct State {
     /// looked, in order.
     process_changes: Vec<ProcessChange>,
     /// The maps generation each process's unwinder was last rebuilt for.
-    unwinder_maps: HashMap<u32, u64>,
+    pub(super) unwinder_maps: HashMap<u32, u64>,
     /// Every process with state here, with its start time (/proc/PID/stat
     /// field 22) when first seen: a pid reused by a newer process differs.
     tracked: HashMap<u32, Option<u64>>,
     last_reap: Instant,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
     /// with its unwound addresses as a JSON line (unwinder test fixtures).
-    sample_log: Option<std::io::BufWriter<std::fs::File>>,
+    pub(super) sample_log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 pub struct Collector {
@@ -250,7 +193,7 @@ impl Collector {
         let gone: Vec<u32> = state
             .tracked
             .iter()
-            .filter(|(&pid, &start)| has_exited(pid, start))
+            .filter(|(&pid, &start)| has_exited_since(pid, start))
             .map(|(&pid, _)| pid)
             .collect();
         if !gone.is_empty() {
@@ -267,34 +210,6 @@ impl Collector {
 
 /// How often `drain` looks for processes that exited.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Whether process `pid` is gone, a zombie, or exiting (its memory
-/// released already: its maps read empty).
-pub fn process_exited(pid: u32) -> bool {
-    crate::target::process::has_exited(pid)
-        || std::fs::read(format!("/proc/{pid}/maps")).map_or(true, |m| m.is_empty())
-}
-
-/// Gone, a zombie, or its pid now belongs to a process started later.
-pub fn has_exited(pid: u32, start: Option<u64>) -> bool {
-    match crate::target::process::read_stat(pid) {
-        Some(stat) => {
-            crate::target::process::is_zombie(&stat)
-                || start.is_some_and(|t| start_of(&stat) != Some(t))
-        }
-        None => true,
-    }
-}
-
-/// The start time (field 22, clock ticks since boot): with the pid, what
-/// tells a process from a later one that reuses its pid.
-fn start_of(stat: &str) -> Option<u64> {
-    crate::target::process::stat_field(stat, 22)?.parse().ok()
-}
-
-pub fn start_time(pid: u32) -> Option<u64> {
-    start_of(&crate::target::process::read_stat(pid)?)
-}
 
 impl State {
     fn handle_batches(&mut self, batches: Vec<Vec<u8>>) -> usize {
@@ -439,87 +354,6 @@ impl State {
         let weight = crate::model::sampling::weight(ev.size, self.sample_rate);
         self.heap.alloc(ev.pid, ev.addr, ev.size, weight, stack);
     }
-
-    fn intern_stack_id(&mut self, pid: u32, process: ProcessIndex, stack_id: i32) -> StackHandle {
-        let key = (pid, if stack_id < 0 { -1 } else { stack_id });
-        if let Some(&h) = self.stacks.by_id.get(&key) {
-            return h;
-        }
-        let frames = if stack_id < 0 {
-            None
-        } else {
-            self.stack_map
-                .get(&(stack_id as u32), 0)
-                .ok()
-                .map(|st| st.frames().iter().map(|f| f.ip).collect::<Vec<_>>())
-                .map(|ips| self.modules.normalize(pid, &ips))
-                .map(|frames| self.stacks.intern_frames(frames))
-        };
-        let h = self.stacks.push(Stack {
-            pid,
-            process,
-            frames,
-            truncated: false,
-        });
-        self.stacks.by_id.insert(key, h);
-        h
-    }
-
-    /// Unwinds with the process's unwinder, rebuilt first if its maps were
-    /// read since it was built.
-    fn unwind(&mut self, pid: u32, sample: &Sample<'_>) -> crate::stacks::unwind::Unwound {
-        let now = self.modules.generation(pid);
-        if self.unwinder_maps.insert(pid, now) != Some(now) {
-            self.unwinders.invalidate(pid);
-        }
-        self.unwinders.unwind(pid, self.modules.maps(pid), sample)
-    }
-
-    fn intern_sample(
-        &mut self,
-        pid: u32,
-        process: ProcessIndex,
-        sample: &Sample<'_>,
-    ) -> StackHandle {
-        if sample.stack.is_empty() {
-            return self.intern_stack_id(pid, process, -1);
-        }
-        // A library loaded since the maps were read (dlopen): read them
-        // again. Maps read since the unwinder was built (the first read of
-        // a new process may predate its libraries): rebuild it.
-        if !self.modules.covers(pid, sample.ip) {
-            self.modules.refresh(pid);
-        }
-        let mut unwound = self.unwind(pid, sample);
-        // The walk stopped early: maybe at a library mapped since the maps
-        // were read (a new process's first read may catch its loader half
-        // way). Read them again (rate-limited) and, if they changed, walk
-        // again.
-        if unwound.truncated {
-            let before = self.modules.generation(pid);
-            if self.modules.refresh(pid) && self.modules.generation(pid) != before {
-                unwound = self.unwind(pid, sample);
-            }
-        }
-        let maps = self.modules.maps(pid);
-        if let Some(out) = &mut self.sample_log {
-            crate::stacks::unwind::record_sample(out, maps, sample, &unwound);
-        }
-        let key = (pid, unwound.addrs, unwound.truncated);
-        if let Some(&h) = self.stacks.by_addrs.get(&key) {
-            return h;
-        }
-        let frames = self.modules.normalize(pid, &key.1);
-        let frames = self.stacks.intern_frames(frames);
-        let h = self.stacks.push(Stack {
-            pid,
-            process,
-            frames: Some(frames),
-            truncated: key.2,
-        });
-        self.stacks.by_addrs.insert(key, h);
-        h
-    }
 }
 
 /// Reads a Pod value from the start of `bytes`.
@@ -543,28 +377,4 @@ pub fn read_counter(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
 /// Sums the per-CPU loss counters (the table in report::losses).
 pub fn read_losses(counters: &PerCpuArray<MapData, u64>) -> Losses {
     Losses::read(|index| read_counter(counters, index))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stat_start_time_is_field_22_even_with_spaces_and_parens_in_the_name() {
-        let stat = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 \
-                    987654 1000 100";
-        assert_eq!(start_of(stat), Some(987_654));
-        assert_eq!(crate::target::process::stat_field(stat, 3), Some("S"));
-        assert_eq!(start_of("1 (x) Z 0"), None);
-    }
-
-    #[test]
-    fn this_process_is_running_and_a_changed_start_time_means_exited() {
-        let me = std::process::id();
-        let start = start_time(me);
-        assert!(start.is_some());
-        assert!(!has_exited(me, start));
-        assert!(has_exited(me, start.map(|s| s + 1)), "a reused pid");
-        assert!(has_exited(1 << 23, None), "no such pid");
-    }
 }

@@ -6,3 +6,4 @@ pub mod collector;
 pub mod processes;
 pub mod profile;
 pub mod reader;
+pub mod stacks;

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::report::Counts;
 
-/// Interned call stack (see `collector::StackTable`).
+/// Interned call stack (see `collect::stacks::StackTable`).
 pub type StackHandle = u32;
 
 #[derive(Clone, Copy, Debug, PartialEq)]

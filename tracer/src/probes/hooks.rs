@@ -96,7 +96,7 @@ impl Hooks {
         let mut result = program
             .map_err(anyhow::Error::from)
             .and_then(|p| self.hook(loaded, &p, Some(pid), attach_pid));
-        if result.is_err() && !crate::collect::collector::process_exited(pid) {
+        if result.is_err() && !crate::target::liveness::process_exited(pid) {
             // Met while its loader was still mapping its libraries (a new
             // process under --binary): what the loader will load counts.
             result = Program::just_executed(pid)
@@ -106,7 +106,7 @@ impl Hooks {
         if let Err(e) = result {
             // A process gone while its maps were read looks like one that
             // loads no allocator: that is no failure to report.
-            if !crate::collect::collector::process_exited(pid) {
+            if !crate::target::liveness::process_exited(pid) {
                 self.failures.push((pid, format!("{e:#}")));
             }
         }

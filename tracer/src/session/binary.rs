@@ -181,7 +181,7 @@ impl Binary {
             if !all.iter().any(|p| p.pid == pid) {
                 all.push(ProcessInfo {
                     pid,
-                    start_time: crate::collect::collector::start_time(pid),
+                    start_time: crate::target::liveness::start_time(pid),
                     command: command.clone(),
                     program: program_of(pid).unwrap_or_default(),
                     exited: has_exited(pid),

@@ -183,7 +183,7 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
     ProcessInfo {
         pid,
         start_time: (!exited)
-            .then(|| crate::collect::collector::start_time(pid))
+            .then(|| crate::target::liveness::start_time(pid))
             .flatten(),
         program: crate::target::process::program_of(pid).unwrap_or_default(),
         command,

@@ -14,7 +14,8 @@ use crate::{
     target::{
         allocators::Program,
         launch::Launched,
-        process::{has_exited, Mapping, PidFd},
+        liveness::PidFd,
+        process::{has_exited, Mapping},
     },
 };
 
@@ -250,7 +251,7 @@ impl Scope {
                 start_time: r.start_time,
                 command: r.command.clone(),
                 program: r.program.clone(),
-                exited: r.exited || crate::collect::collector::has_exited(r.pid, r.start_time),
+                exited: r.exited || crate::target::liveness::has_exited_since(r.pid, r.start_time),
                 exit_status: None,
                 allocators: Vec::new(),
             })

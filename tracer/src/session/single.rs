@@ -12,7 +12,8 @@ use crate::{
     target::{
         allocators::Program,
         launch::Launched,
-        process::{has_exited, program_of, read_cmdline, Mapping, PidFd, Process},
+        liveness::PidFd,
+        process::{has_exited, program_of, read_cmdline, Mapping, Process},
     },
 };
 
@@ -203,7 +204,7 @@ fn root_first(all: &mut Vec<ProcessInfo>, root: u32) -> &mut ProcessInfo {
         Some(i) => all.remove(i),
         None => ProcessInfo {
             pid: root,
-            start_time: crate::collect::collector::start_time(root),
+            start_time: crate::target::liveness::start_time(root),
             program: program_of(root).unwrap_or_default(),
             ..ProcessInfo::default()
         },

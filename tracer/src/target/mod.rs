@@ -4,4 +4,5 @@
 
 pub mod allocators;
 pub mod launch;
+pub mod liveness;
 pub mod process;

@@ -5,10 +5,7 @@
 use std::{
     ffi::OsStr,
     fs,
-    os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd},
-        unix::ffi::OsStrExt as _,
-    },
+    os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
 };
 
@@ -275,36 +272,6 @@ pub fn program_of(pid: u32) -> Option<String> {
     match argv0.split_whitespace().next() {
         Some(first) if first != argv0 && !Path::new(&file).is_file() => Some(first.to_string()),
         _ => Some(argv0),
-    }
-}
-
-/// A pidfd: readable once the process has exited.
-pub struct PidFd {
-    pub fd: OwnedFd,
-}
-
-impl PidFd {
-    pub fn open(pid: u32) -> Result<PidFd, TraceError> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
-        if fd < 0 {
-            return Err(TraceError::NoSuchProcess(pid));
-        }
-        // SAFETY: fd is a fresh descriptor that we own from here on.
-        Ok(PidFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) },
-        })
-    }
-
-    pub fn has_exited(&self) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        n > 0 && pfd.revents & libc::POLLIN != 0
     }
 }
 
