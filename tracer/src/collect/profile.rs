@@ -218,7 +218,59 @@ fn notes(
         .map(|a| format!("allocator hooked: {a}"))
         .collect();
     notes.extend(meta.scope_notes.iter().cloned());
-    // The process whose exit ended the trace keeps its blocks in in-use.
+    notes.extend(exit_notes(meta, at_exit));
+    if unnamed.stacks > 0 {
+        notes.push(format!(
+            "{} stacks of {} processes have frames shown as [unknown] address: the processes \
+             exited before the tracer could read their memory maps (they lived a few \
+             milliseconds); a command started by memtrace-bpf is held at its exit and keeps them",
+            unnamed.stacks,
+            unnamed.pids.len()
+        ));
+    }
+    if let Some(why) = &meta.session_error {
+        notes.push(format!(
+            "uprobe sessions unavailable ({why}): every call also pays a return probe"
+        ));
+    }
+    if meta.sample_rate > 1 {
+        notes.push(format!(
+            "sampled: one allocation recorded per {} bytes allocated on average, each weighted \
+             by 1/(1-e^(-size/{})); the numbers are estimates (--sample-rate 1 for exact ones)",
+            meta.sample_rate, meta.sample_rate
+        ));
+    }
+    notes.extend(event_notes(collector, losses));
+    match meta.unwind {
+        UnwindMode::Fp => notes.push(
+            "stacks are frame-pointer walks: code built without frame pointers shows short stacks \
+             (--unwind dwarf gives complete ones)"
+                .into(),
+        ),
+        UnwindMode::Dwarf => {
+            let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
+                .saturating_sub(unnamed.truncated);
+            if cut > 0 {
+                let cut = match cut {
+                    1 => "1 stack ends early".to_string(),
+                    n => format!("{n} stacks end early"),
+                };
+                notes.push(format!(
+                    "{cut}, marked [truncated]: deeper than the {} bytes \
+                     copied (raise --stack-bytes, up to {}) or through code without unwind information",
+                    meta.stack_bytes,
+                    tracer_common::MAX_STACK_BYTES
+                ));
+            }
+        }
+    }
+    notes
+}
+
+/// Processes that exited during the trace: the one whose exit ended it
+/// keeps its blocks in in-use; the others' are "not freed at exit".
+fn exit_notes(meta: &Meta, at_exit: &NotFreedAtExit) -> Vec<String> {
+    let mut notes = Vec::new();
     let root = meta
         .processes
         .first()
@@ -248,27 +300,12 @@ fn notes(
             counted(exited as u64, "process", "processes"),
         ));
     }
-    if unnamed.stacks > 0 {
-        notes.push(format!(
-            "{} stacks of {} processes have frames shown as [unknown] address: the processes \
-             exited before the tracer could read their memory maps (they lived a few \
-             milliseconds); a command started by memtrace-bpf is held at its exit and keeps them",
-            unnamed.stacks,
-            unnamed.pids.len()
-        ));
-    }
-    if let Some(why) = &meta.session_error {
-        notes.push(format!(
-            "uprobe sessions unavailable ({why}): every call also pays a return probe"
-        ));
-    }
-    if meta.sample_rate > 1 {
-        notes.push(format!(
-            "sampled: one allocation recorded per {} bytes allocated on average, each weighted \
-             by 1/(1-e^(-size/{})); the numbers are estimates (--sample-rate 1 for exact ones)",
-            meta.sample_rate, meta.sample_rate
-        ));
-    }
+    notes
+}
+
+/// Frees of older blocks, and what lost or malformed events left behind.
+fn event_notes(collector: &Collector, losses: &Losses) -> Vec<String> {
+    let mut notes = Vec::new();
     if losses.unknown_frees > 0 {
         let n = losses.unknown_frees;
         notes.push(format!(
@@ -294,29 +331,6 @@ fn notes(
             counted(frees, "free", "frees"),
             counted(malformed, "malformed event", "malformed events")
         ));
-    }
-    match meta.unwind {
-        UnwindMode::Fp => notes.push(
-            "stacks are frame-pointer walks: code built without frame pointers shows short stacks \
-             (--unwind dwarf gives complete ones)"
-                .into(),
-        ),
-        UnwindMode::Dwarf => {
-            let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
-                .saturating_sub(unnamed.truncated);
-            if cut > 0 {
-                let cut = match cut {
-                    1 => "1 stack ends early".to_string(),
-                    n => format!("{n} stacks end early"),
-                };
-                notes.push(format!(
-                    "{cut}, marked [truncated]: deeper than the {} bytes \
-                     copied (raise --stack-bytes, up to {}) or through code without unwind information",
-                    meta.stack_bytes,
-                    tracer_common::MAX_STACK_BYTES
-                ));
-            }
-        }
     }
     notes
 }
