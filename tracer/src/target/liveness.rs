@@ -21,9 +21,8 @@ impl PidFd {
             return Err(TraceError::NoSuchProcess(pid));
         }
         // SAFETY: fd is a fresh descriptor that we own from here on.
-        Ok(PidFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+        Ok(PidFd { fd })
     }
 
     pub fn has_exited(&self) -> bool {
