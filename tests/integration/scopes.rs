@@ -361,3 +361,68 @@ fn a_reused_pid_is_reported_as_a_new_process() {
     let notes = report["notes"].to_string();
     assert!(!notes.contains("exec"), "{notes}");
 }
+
+/// Past `--exited-processes N`, the oldest exited processes are folded:
+/// one entry per program stands for them, their stacks summed into it, so
+/// the report (and what the tracer keeps) is bounded by programs and
+/// stacks, not by how many processes ran. Nothing is lost in the sums.
+#[test]
+fn exited_processes_beyond_the_limit_are_summed_per_program() {
+    if !root_or_skip("exited_processes_beyond_the_limit_are_summed_per_program") {
+        return;
+    }
+    const RUNS: u64 = 30;
+    const KEPT: u64 = 5;
+    let bin = program_copy("first_line", "binary-fold", "binary-fold", "memtrace_fold");
+    let tracer = JsonTracer::start(
+        "binary-fold",
+        &[
+            "--binary",
+            bin.to_str().expect("utf-8 path"),
+            "--exited-processes",
+            &KEPT.to_string(),
+        ],
+    );
+    for _ in 0..RUNS {
+        let status = std::process::Command::new(&bin).status().expect("run");
+        assert_eq!(status.code(), Some(3));
+    }
+    let (report, _) = tracer.stop();
+    let processes = report["processes"].as_array().expect("processes");
+    let groups: Vec<&Value> = processes.iter().filter(|p| p["folded"] != 0).collect();
+    assert_eq!(groups.len(), 1, "{}", report["processes"]);
+    let group = groups[0];
+    assert_eq!(group["pid"], 0, "{group}");
+    assert!(
+        group["program"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/memtrace_fold")),
+        "{group}"
+    );
+    let individual = processes.iter().filter(|p| p["folded"] == 0).count() as u64;
+    assert_eq!(individual, KEPT, "{}", report["processes"]);
+    assert_eq!(group["folded"], RUNS - KEPT, "{group}");
+    // Each run allocated its 12345 bytes in main and never freed them: all
+    // of it is in the stacks' allocation totals and "not freed at exit",
+    // folded or not.
+    let stacks = report["stacks"].as_array().expect("stacks");
+    let folded = stacks
+        .iter()
+        .filter(|s| s["exited_group"] == group["program"]);
+    assert!(folded.clone().count() > 0, "no folded stack: {stacks:?}");
+    assert!(folded
+        .clone()
+        .all(|s| s["pid"] == 0 && s["inuse_bytes"] == 0));
+    let objects: u64 = stacks
+        .iter()
+        .filter(|s| s["alloc_bytes"].as_u64().is_some_and(|b| b >= 12345))
+        .filter_map(|s| s["alloc_objects"].as_u64())
+        .sum();
+    assert!(
+        objects >= RUNS,
+        "{objects} objects of at least 12345 bytes: {stacks:?}"
+    );
+    let section = &report["not_freed_at_exit"];
+    assert_eq!(section["bytes"], 12345 * RUNS, "{section}");
+    assert_eq!(section["processes"], RUNS, "{section}");
+}

@@ -129,6 +129,12 @@ pub struct Cli {
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
 
+    /// Exited processes whose stacks stay their own in the report (the
+    /// last N to exit); older ones are summed per program, so that a trace
+    /// of thousands of processes keeps bounded memory.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub exited_processes: usize,
+
     /// Number of stacks in the text report.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,

@@ -54,6 +54,12 @@ pub struct State {
     /// not freed stays in-use (the heap at the end is its heap at exit).
     /// Other processes' unfreed blocks go to "not freed at exit".
     trace_root: Option<u32>,
+    /// Exited processes whose stacks are still their own, oldest first.
+    /// Beyond `keep_exited`, the oldest is folded into its program's group,
+    /// so that what the tracer keeps is bounded by programs and stacks, not
+    /// by how many processes ran.
+    exited: std::collections::VecDeque<crate::collect::processes::ProcessIndex>,
+    pub keep_exited: usize,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
     /// Processes that called exec, not handled by the session yet.
@@ -105,6 +111,8 @@ impl Collector {
                 sample_rate,
                 processes: ProcessTable::default(),
                 trace_root,
+                exited: std::collections::VecDeque::new(),
+                keep_exited: usize::MAX,
                 malformed_events: 0,
                 execs: std::collections::VecDeque::new(),
                 execs_skipped: 0,
@@ -335,11 +343,24 @@ impl State {
     /// the heap model and the kernel's LIVE map, and what is kept to
     /// resolve its stacks is dropped.
     fn process_gone(&mut self, pid: u32) {
-        let addrs = self.heap.exited(pid, self.trace_root == Some(pid));
+        let root = self.trace_root == Some(pid);
+        let addrs = self.heap.exited(pid, root);
         self.stale_live
             .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
+        if let Some(i) = self.processes.current(pid).filter(|_| !root) {
+            self.exited.push_back(i);
+        }
         self.processes.exited(pid);
         self.drop_process(pid);
+        while self.exited.len() > self.keep_exited {
+            let Some(oldest) = self.exited.pop_front() else {
+                break;
+            };
+            if let Some(group) = self.processes.fold(oldest) {
+                let (stacks, heap) = (&mut self.stacks, &mut self.heap);
+                stacks.fold(oldest, group, |from, into| heap.merge(from, into));
+            }
+        }
     }
 
     fn drop_process(&mut self, pid: u32) {

@@ -3,9 +3,10 @@
 //! never a rename of the old one, and an exec keeps the entry (same process,
 //! new program).
 //!
-//! Bounded by the number of processes that allocated during the trace
-//! (about 200 bytes each, command lines cut at `target::MAX_CMDLINE`), kept
-//! for the report until the trace ends.
+//! Bounded: a record is about 200 bytes (command lines cut at
+//! `MAX_CMDLINE`); the collector folds exited processes beyond the last
+//! `--exited-processes` into one group record per program (`fold`), whose
+//! slot is then reused.
 
 use std::collections::HashMap;
 
@@ -24,13 +25,20 @@ pub struct ProcessRecord {
     pub program: String,
     /// Its exit was seen.
     pub exited: bool,
+    /// 0 for a process. A group record (pid 0) stands for this many exited
+    /// processes of `program`, folded into it with their stacks.
+    pub folded: u64,
 }
 
 #[derive(Debug, Default)]
 pub struct ProcessTable {
-    records: Vec<ProcessRecord>,
+    /// Indexed by `ProcessIndex`; None: a slot freed by `fold`.
+    records: Vec<Option<ProcessRecord>>,
+    free: Vec<ProcessIndex>,
     /// The running process of each pid.
     current: HashMap<u32, ProcessIndex>,
+    /// The group record of each program.
+    groups: HashMap<String, ProcessIndex>,
     /// --binary: the program every traced process runs, for those gone
     /// before their command line could be read.
     pub program_hint: Option<String>,
@@ -54,23 +62,79 @@ impl ProcessTable {
             command,
             program,
             exited: false,
+            folded: 0,
         })
     }
 
     fn insert(&mut self, record: ProcessRecord) -> ProcessIndex {
-        let i = self.records.len() as ProcessIndex;
-        self.current.insert(record.pid, i);
-        self.records.push(record);
+        let pid = record.pid;
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.records[i as usize] = Some(record);
+                i
+            }
+            None => {
+                self.records.push(Some(record));
+                (self.records.len() - 1) as ProcessIndex
+            }
+        };
+        if pid != 0 {
+            self.current.insert(pid, i);
+        }
         i
+    }
+
+    /// The running process `pid`, if it has a record.
+    pub fn current(&self, pid: u32) -> Option<ProcessIndex> {
+        self.current.get(&pid).copied()
+    }
+
+    /// Exited process `i` is folded into its program's group record, which
+    /// is returned; its own record goes.
+    pub fn fold(&mut self, i: ProcessIndex) -> Option<ProcessIndex> {
+        let record = self.records.get_mut(i as usize)?.take()?;
+        let program = match record.program.as_str() {
+            "" => record
+                .command
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+            program => program.to_string(),
+        };
+        let group = match self.groups.get(&program) {
+            Some(&g) => g,
+            None => {
+                let g = self.insert(ProcessRecord {
+                    pid: 0,
+                    start_time: None,
+                    command: String::new(),
+                    program: program.clone(),
+                    exited: true,
+                    folded: 0,
+                });
+                self.groups.insert(program, g);
+                g
+            }
+        };
+        if let Some(Some(g)) = self.records.get_mut(group as usize) {
+            g.folded += 1;
+        }
+        // Freed only now: the group's record must not take its slot.
+        self.free.push(i);
+        Some(group)
     }
 
     /// Process `pid` called exec: same process, new command line (the
     /// kernel's name `comm` for the new image when it is gone already).
     pub fn executed(&mut self, pid: u32, comm: &str) {
-        let Some(&i) = self.current.get(&pid) else {
+        let Some(Some(record)) = self
+            .current
+            .get(&pid)
+            .and_then(|&i| self.records.get_mut(i as usize))
+        else {
             return;
         };
-        let record = &mut self.records[i as usize];
         record.command = crate::target::process::read_cmdline(pid);
         if record.command.is_empty() {
             record.command = comm.to_string();
@@ -81,26 +145,19 @@ impl ProcessTable {
 
     /// Process `pid` exited: a later process with its pid is a new entry.
     pub fn exited(&mut self, pid: u32) {
-        if let Some(i) = self.current.remove(&pid) {
-            self.records[i as usize].exited = true;
+        let i = self.current.remove(&pid);
+        if let Some(Some(record)) = i.and_then(|i| self.records.get_mut(i as usize)) {
+            record.exited = true;
         }
     }
 
     pub fn get(&self, i: ProcessIndex) -> Option<&ProcessRecord> {
-        self.records.get(i as usize)
+        self.records.get(i as usize)?.as_ref()
     }
 
-    /// Every process, in the order they were first seen.
+    /// Every process and group record.
     pub fn iter(&self) -> impl Iterator<Item = &ProcessRecord> {
-        self.records.iter()
-    }
-
-    pub fn len(&self) -> usize {
-        self.records.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.records.iter().flatten()
     }
 }
 
@@ -131,5 +188,15 @@ mod tests {
                 (gone, Some(200), false, "")
             ]
         );
+        // Folded: the record goes, a group for its program counts it, and
+        // its slot serves the next process.
+        let group = t.fold(first).expect("a group");
+        assert!(t.get(first).is_none());
+        assert_eq!(
+            t.get(group).map(|g| (g.pid, g.folded, g.program.as_str())),
+            Some((0, 1, "newname"))
+        );
+        assert_eq!(t.fold(first), None, "folded once");
+        assert_eq!(t.instance(gone - 1, None), first, "slot reused");
     }
 }

@@ -77,6 +77,11 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
                     .processes
                     .get(stack.process)
                     .and_then(|p| p.start_time),
+                exited_group: state
+                    .processes
+                    .get(stack.process)
+                    .filter(|p| p.folded > 0)
+                    .map(|p| p.program.clone()),
                 counts,
                 frames,
                 truncated: stack.truncated,

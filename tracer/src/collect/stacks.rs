@@ -29,12 +29,18 @@ pub struct Stack {
 
 #[derive(Default)]
 pub struct StackTable {
+    /// Indexed by handle; a handle freed by `fold` is reused.
     stacks: Vec<Stack>,
-    /// Frame-pointer mode: the kernel's stack id per process (negative ids,
-    /// failed captures, share one entry per process).
-    by_id: HashMap<(u32, i32), StackHandle>,
-    /// DWARF mode: the unwound addresses per process.
-    by_addrs: HashMap<(u32, Vec<u64>, bool), StackHandle>,
+    free: Vec<StackHandle>,
+    /// Frame-pointer mode: the kernel's stack id, per running process
+    /// (negative ids, failed captures, share one entry per process).
+    by_id: HashMap<u32, HashMap<i32, StackHandle>>,
+    /// DWARF mode: the unwound addresses, per running process.
+    by_addrs: HashMap<u32, HashMap<(Vec<u64>, bool), StackHandle>>,
+    /// The stacks of each process (by `ProcessIndex`) until it is folded.
+    of_process: HashMap<ProcessIndex, Vec<StackHandle>>,
+    /// Folded stacks: one per (group, frame list, truncated).
+    folded: HashMap<(ProcessIndex, usize, bool), StackHandle>,
     /// Every distinct frame list once.
     frame_lists: HashSet<Arc<[NormFrame]>>,
 }
@@ -61,14 +67,68 @@ impl StackTable {
     /// code now. Interned stacks stay (the heap refers to them) but are not
     /// reused.
     pub(super) fn forget_process(&mut self, pid: u32) {
-        self.by_id.retain(|k, _| k.0 != pid);
-        self.by_addrs.retain(|k, _| k.0 != pid);
+        self.by_id.remove(&pid);
+        self.by_addrs.remove(&pid);
     }
 
     fn push(&mut self, stack: Stack) -> StackHandle {
-        let h = self.stacks.len() as StackHandle;
-        self.stacks.push(stack);
+        let process = stack.process;
+        let h = match self.free.pop() {
+            Some(h) => {
+                self.stacks[h as usize] = stack;
+                h
+            }
+            None => {
+                self.stacks.push(stack);
+                (self.stacks.len() - 1) as StackHandle
+            }
+        };
+        self.of_process.entry(process).or_default().push(h);
         h
+    }
+
+    /// Process `process` exited and is folded into `group`: each of its
+    /// stacks is summed into the group's stack with the same frames
+    /// (`merge(from, into)` moves the numbers) and its handle is freed.
+    pub(super) fn fold(
+        &mut self,
+        process: ProcessIndex,
+        group: ProcessIndex,
+        mut merge: impl FnMut(StackHandle, StackHandle),
+    ) {
+        for h in self.of_process.remove(&process).unwrap_or_default() {
+            let stack = std::mem::replace(
+                &mut self.stacks[h as usize],
+                Stack {
+                    pid: 0,
+                    process: ProcessIndex::MAX,
+                    frames: None,
+                    truncated: false,
+                },
+            );
+            let ptr = stack.frames.as_ref().map_or(0, |f| f.as_ptr() as usize);
+            let key = (group, ptr, stack.truncated);
+            let into = match self.folded.get(&key) {
+                Some(&into) => into,
+                None => {
+                    let into = self.push(Stack {
+                        pid: 0,
+                        process: group,
+                        frames: stack.frames,
+                        truncated: stack.truncated,
+                    });
+                    self.folded.insert(key, into);
+                    into
+                }
+            };
+            merge(h, into);
+            self.free.push(h);
+        }
+    }
+
+    /// Stacks held (live handles, for --verbose and tests).
+    pub fn held(&self) -> usize {
+        self.stacks.len() - self.free.len()
     }
 }
 
@@ -79,8 +139,8 @@ impl State {
         process: ProcessIndex,
         stack_id: i32,
     ) -> StackHandle {
-        let key = (pid, if stack_id < 0 { -1 } else { stack_id });
-        if let Some(&h) = self.stacks.by_id.get(&key) {
+        let id = if stack_id < 0 { -1 } else { stack_id };
+        if let Some(&h) = self.stacks.by_id.get(&pid).and_then(|ids| ids.get(&id)) {
             return h;
         }
         let frames = if stack_id < 0 {
@@ -99,7 +159,7 @@ impl State {
             frames,
             truncated: false,
         });
-        self.stacks.by_id.insert(key, h);
+        self.stacks.by_id.entry(pid).or_default().insert(id, h);
         h
     }
 
@@ -143,19 +203,19 @@ impl State {
         if let Some(out) = &mut self.sample_log {
             crate::stacks::unwind::record_sample(out, maps, sample, &unwound);
         }
-        let key = (pid, unwound.addrs, unwound.truncated);
-        if let Some(&h) = self.stacks.by_addrs.get(&key) {
+        let key = (unwound.addrs, unwound.truncated);
+        if let Some(&h) = self.stacks.by_addrs.get(&pid).and_then(|s| s.get(&key)) {
             return h;
         }
-        let frames = self.modules.normalize(pid, &key.1);
+        let frames = self.modules.normalize(pid, &key.0);
         let frames = self.stacks.intern_frames(frames);
         let h = self.stacks.push(Stack {
             pid,
             process,
             frames: Some(frames),
-            truncated: key.2,
+            truncated: key.1,
         });
-        self.stacks.by_addrs.insert(key, h);
+        self.stacks.by_addrs.entry(pid).or_default().insert(key, h);
         h
     }
 }

@@ -174,6 +174,21 @@ impl Heap {
         addrs
     }
 
+    /// Stack `from` is summed into stack `into` (its process exited and
+    /// was folded into its program's group): nothing live refers to it.
+    pub fn merge(&mut self, from: StackHandle, into: StackHandle) {
+        let Some(e) = self.per_stack.remove(&from) else {
+            return;
+        };
+        let c = self.per_stack.entry(into).or_default();
+        c.inuse_bytes += e.inuse_bytes;
+        c.inuse_objects += e.inuse_objects;
+        c.alloc_bytes += e.alloc_bytes;
+        c.alloc_objects += e.alloc_objects;
+        c.exit_bytes += e.exit_bytes;
+        c.exit_objects += e.exit_objects;
+    }
+
     fn release(&mut self, block: LiveBlock) {
         if let Some(c) = self.per_stack.get_mut(&block.stack) {
             c.inuse_bytes -= block.size as f64 * block.weight;
@@ -280,6 +295,32 @@ mod tests {
         // An exit with nothing live adds no process.
         h.exited(3, false);
         assert_eq!(h.exited_with_unfreed, 1);
+    }
+
+    #[test]
+    fn given_a_merge_then_the_numbers_move_and_the_old_stack_is_gone() {
+        let mut h = Heap::default();
+        h.alloc(1, 0x10, 100, 1.0, 7);
+        h.alloc(1, 0x20, 50, 1.0, 7);
+        h.free(1, 0x20);
+        h.exited(1, false);
+        h.alloc(2, 0x10, 10, 1.0, 9);
+        h.free(2, 0x10);
+        h.merge(7, 9);
+        h.merge(3, 9); // unknown: nothing
+        assert_eq!(h.stacks().count(), 1);
+        assert_eq!(counts(&h, 9), c(0, 0, 160, 3));
+        let at_exit: Vec<_> = h.unfreed_at_exit().collect();
+        assert_eq!(
+            at_exit,
+            [(
+                9,
+                Unfreed {
+                    bytes: 100,
+                    objects: 1
+                }
+            )]
+        );
     }
 
     fn counts(h: &Heap, stack: StackHandle) -> Counts {

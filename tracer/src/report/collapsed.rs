@@ -24,7 +24,7 @@ pub(super) fn folded_lines(p: &Profile, view: View) -> Vec<String> {
     // draw them as one frame anyway, so merge them into one line here.
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     // Each process's label once (a system-wide profile has thousands).
-    let mut labels: HashMap<(u32, Option<u64>), String> = HashMap::new();
+    let mut labels: HashMap<(u32, Option<u64>, Option<&str>), String> = HashMap::new();
     for stack in &p.stacks {
         let value = view.value(&stack.counts);
         if value == 0 {
@@ -33,8 +33,8 @@ pub(super) fn folded_lines(p: &Profile, view: View) -> Vec<String> {
         let label = match multi {
             true => Some(
                 labels
-                    .entry((stack.pid, stack.start_time))
-                    .or_insert_with(|| sanitize(&p.process_label(stack.pid, stack.start_time)))
+                    .entry((stack.pid, stack.start_time, stack.exited_group.as_deref()))
+                    .or_insert_with(|| sanitize(&p.stack_label(stack)))
                     .as_str(),
             ),
             false => None,
@@ -124,6 +124,7 @@ mod tests {
             stacks: vec![StackReport {
                 pid: 1,
                 start_time: None,
+                exited_group: None,
                 counts: crate::report::Counts {
                     inuse_bytes: 7,
                     ..Default::default()

@@ -75,6 +75,10 @@ pub struct ProcessInfo {
     pub exit_status: Option<String>,
     /// The allocator objects hooked for it (empty when it was not inspected).
     pub allocators: Vec<ProcessAllocator>,
+    /// 0 for a process. An entry with pid 0 and `folded` N stands for N
+    /// exited processes of `program` whose stacks were summed (only the
+    /// last `--exited-processes` exited processes keep their own).
+    pub folded: u64,
 }
 
 /// One allocator object a process uses and what of it is hooked.
@@ -123,6 +127,9 @@ pub struct StackReport {
     pub pid: u32,
     /// The process's start time (see `ProcessInfo::start_time`).
     pub start_time: Option<u64>,
+    /// Null, or the program whose folded exited processes this stack sums
+    /// (pid 0; see `ProcessInfo::folded`).
+    pub exited_group: Option<String>,
     #[serde(flatten)]
     pub counts: Counts,
     /// Leaf first: frames[0] is the function that called the allocator,
@@ -295,15 +302,31 @@ impl Profile {
         format!("{program} (pid {pid})")
     }
 
+    /// How a stack's process is named in collapsed stacks and flamegraphs:
+    /// `redis-server (pid 4242)`, or `python3.11 (812 exited processes)`
+    /// for a folded group.
+    pub fn stack_label(&self, stack: &StackReport) -> String {
+        let Some(program) = &stack.exited_group else {
+            return self.process_label(stack.pid, stack.start_time);
+        };
+        let n = self
+            .processes
+            .iter()
+            .find(|p| p.folded > 0 && &p.program == program)
+            .map_or(0, |p| p.folded);
+        format!(
+            "{} ({})",
+            basename(program),
+            counted(n, "exited process", "exited processes")
+        )
+    }
+
     /// True when stacks of several processes are mixed in this profile, so
     /// renderers must say which process each stack belongs to.
     pub fn is_multi_process(&self) -> bool {
-        let first = self.stacks.first().map(|s| (s.pid, s.start_time));
-        self.processes.len() > 1
-            || self
-                .stacks
-                .iter()
-                .any(|s| Some((s.pid, s.start_time)) != first)
+        let key = |s: &StackReport| (s.pid, s.start_time, s.exited_group.clone());
+        let first = self.stacks.first().map(key);
+        self.processes.len() > 1 || self.stacks.iter().any(|s| Some(key(s)) != first)
     }
 
     /// How allocations were chosen, in words.

@@ -101,6 +101,7 @@ fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
     StackReport {
         pid,
         start_time: None,
+        exited_group: None,
         counts,
         frames: frames.into_iter().map(Arc::new).collect(),
         truncated: false,
@@ -160,6 +161,7 @@ fn one_process() -> Profile {
         processes: vec![ProcessInfo {
             pid: 4242,
             start_time: None,
+            folded: 0,
             command: "/opt/demo/bin/server --port 8080".to_string(),
             program: String::new(),
             exited: false,
@@ -201,14 +203,24 @@ fn two_processes() -> Profile {
         StackReport {
             pid: 103,
             start_time: None,
+            exited_group: None,
             counts: counts(600_000, 1, 600_000, 1),
             frames: vec![frame("[unknown]", "[unknown]", 0x7f00_dead_beef, None).into()],
             // An unwind that stopped at an address without unwind info.
             truncated: true,
         },
         StackReport {
+            pid: 0,
+            start_time: None,
+            exited_group: Some("/opt/demo/bin/server".into()),
+            counts: counts(0, 0, 3_000_000, 30),
+            frames: vec![frame("alloc_table", APP, 0x1500, Some(("src/table.c", 9))).into()],
+            truncated: false,
+        },
+        StackReport {
             pid: 102,
             start_time: None,
+            exited_group: None,
             counts: counts(524_288, 1, 524_288, 1),
             frames: Vec::new(),
             truncated: false,
@@ -224,6 +236,7 @@ fn two_processes() -> Profile {
             ProcessInfo {
                 pid: 101,
                 start_time: None,
+                folded: 0,
                 command: "/opt/demo/bin/server --worker".to_string(),
                 program: String::new(),
                 exited: false,
@@ -246,15 +259,23 @@ fn two_processes() -> Profile {
             ProcessInfo {
                 pid: 102,
                 start_time: None,
+                folded: 0,
                 command: "/opt/demo/bin/server --worker".to_string(),
                 program: String::new(),
                 exited: true,
                 exit_status: None,
                 allocators: Vec::new(),
             },
+            ProcessInfo {
+                pid: 0,
+                program: "/opt/demo/bin/server".into(),
+                exited: true,
+                folded: 812,
+                ..ProcessInfo::default()
+            },
         ],
         hooks: libc_hooks()[..5].to_vec(),
-        totals: counts(3_745_728, 7, 4_270_016, 8),
+        totals: counts(3_745_728, 7, 7_270_016, 38),
         stacks,
         not_freed_at_exit: NotFreedAtExit {
             processes: 2,
@@ -314,6 +335,7 @@ fn empty() -> Profile {
         processes: vec![ProcessInfo {
             pid: 7,
             start_time: None,
+            folded: 0,
             command: String::new(),
             program: String::new(),
             exited: true,
@@ -498,7 +520,8 @@ fn text_escapes_every_target_controlled_string() {
     // No line was forged: every stack summary line is one of ours.
     let summaries = out.lines().filter(|l| l.starts_with('#')).count();
     let at_exit = p.not_freed_at_exit.stacks.len();
-    assert_eq!(summaries, p.stacks.len().min(10) + at_exit, "{out}");
+    let inuse = p.stacks.iter().filter(|s| s.counts.inuse_bytes > 0).count();
+    assert_eq!(summaries, inuse.min(10) + at_exit, "{out}");
     assert!(out.contains("by 2 processes of ev\\x1b]0;owned"), "{out}");
 }
 

@@ -75,6 +75,14 @@ fn process_lines(p: &Profile) -> Vec<String> {
         .iter()
         .take(PROCESS_LINES)
         .map(|proc| {
+            if proc.folded > 0 {
+                return format!(
+                    "{:>width$}  {} of {} (their stacks summed)",
+                    "-",
+                    counted(proc.folded, "exited process", "exited processes"),
+                    esc(&proc.program)
+                );
+            }
             let command = match (proc.command.as_str(), proc.program.as_str()) {
                 ("", "") => "(command unknown)".into(),
                 ("", program) => format!("{} (arguments unknown)", esc(program)).into(),
@@ -279,7 +287,7 @@ fn write_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
     };
     for (i, stack) in listed.iter().take(top).enumerate() {
         writeln!(w)?;
-        write_stack(i + 1, stack, w)?;
+        write_stack(p, i + 1, stack, w)?;
     }
     let hidden = listed.len().saturating_sub(top);
     let freed = p.stacks.len() - listed.len();
@@ -307,16 +315,24 @@ fn by_alloc_bytes(stacks: &[StackReport]) -> Vec<&StackReport> {
     sorted
 }
 
-fn write_stack(rank: usize, stack: &StackReport, w: &mut impl Write) -> io::Result<()> {
+fn write_stack(
+    p: &Profile,
+    rank: usize,
+    stack: &StackReport,
+    w: &mut impl Write,
+) -> io::Result<()> {
     let c = &stack.counts;
     writeln!(
         w,
-        "#{rank}  {} in {} (allocated: {} in {}) pid {}",
+        "#{rank}  {} in {} (allocated: {} in {}) {}",
         plural(c.inuse_bytes, "byte"),
         plural(c.inuse_objects, "object"),
         plural(c.alloc_bytes, "byte"),
         plural(c.alloc_objects, "object"),
-        stack.pid
+        match &stack.exited_group {
+            Some(_) => esc(&p.stack_label(stack)).into_owned(),
+            None => format!("pid {}", stack.pid),
+        }
     )?;
     write_frames(&stack.frames, stack.truncated, w)
 }

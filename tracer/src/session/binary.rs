@@ -174,23 +174,25 @@ impl Binary {
         notes
     }
 
-    /// Adds the processes found running the binary that made no recorded
-    /// allocation to the report's list.
+    /// Adds the processes running the binary that made no recorded
+    /// allocation to the report's list (those that exited are left out:
+    /// the list of exited processes is bounded, see --exited-processes).
     pub fn merge_processes(&self, all: &mut Vec<ProcessInfo>) {
         for (&pid, command) in &self.known {
-            if !all.iter().any(|p| p.pid == pid) {
+            if !self.gone.contains(&pid) && !has_exited(pid) && !all.iter().any(|p| p.pid == pid) {
                 all.push(ProcessInfo {
                     pid,
                     start_time: crate::target::liveness::start_time(pid),
                     command: command.clone(),
                     program: program_of(pid).unwrap_or_default(),
-                    exited: has_exited(pid),
+                    exited: false,
                     exit_status: None,
                     allocators: Vec::new(),
+                    folded: 0,
                 });
             }
         }
-        all.sort_by_key(|p| (p.pid, p.start_time));
+        all.sort_by_key(|p| (p.folded > 0, p.pid, p.start_time));
     }
 }
 

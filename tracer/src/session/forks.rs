@@ -190,6 +190,7 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
         exited,
         exit_status: None,
         allocators: Vec::new(),
+        folded: 0,
     }
 }
 

@@ -109,6 +109,7 @@ impl<'a> Trace<'a> {
         finish::announce(cli, &scope, &hooks);
         let mut collector = Collector::new(maps, modules, cli.sample_rate, scope.root())?;
         collector.state.processes.program_hint = scope.binary();
+        collector.state.keep_exited = cli.exited_processes;
         Ok(Trace {
             settings,
             signals,

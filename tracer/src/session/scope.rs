@@ -251,12 +251,16 @@ impl Scope {
                 start_time: r.start_time,
                 command: r.command.clone(),
                 program: r.program.clone(),
-                exited: r.exited || crate::target::liveness::has_exited_since(r.pid, r.start_time),
+                exited: r.exited
+                    || r.folded > 0
+                    || crate::target::liveness::has_exited_since(r.pid, r.start_time),
                 exit_status: None,
                 allocators: Vec::new(),
+                folded: r.folded,
             })
             .collect();
-        all.sort_by_key(|p| (p.pid, p.start_time));
+        // Groups of folded exited processes last.
+        all.sort_by_key(|p| (p.folded > 0, p.pid, p.start_time));
         match self {
             Scope::Single(single) => single.merge_processes(&mut all),
             Scope::Binary(binary) => binary.merge_processes(&mut all),
