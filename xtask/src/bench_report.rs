@@ -34,13 +34,14 @@ pub fn run() -> Result<()> {
         1u32 << LEVELS
     );
     println!(
-        "{:<10} {:>10} {:>14} {:>12}",
-        "format", "report s", "peak RSS MiB", "lost events"
+        "{:<10} {:>10} {:>14} {:>10} {:>12}",
+        "format", "report s", "peak RSS MiB", "file MiB", "lost events"
     );
     for format in ["text", "collapsed", "json"] {
         let (secs, peak_kib, lost) = one(&tracer, &target, format)?;
+        let file_mib = std::fs::metadata(report_path(format))?.len() as f64 / (1024.0 * 1024.0);
         println!(
-            "{format:<10} {secs:>10.2} {:>14} {lost:>12}",
+            "{format:<10} {secs:>10.2} {:>14} {file_mib:>10.1} {lost:>12}",
             peak_kib / 1024
         );
     }
@@ -62,7 +63,7 @@ fn one(
     let mut t_out = BufReader::new(t.stdout.take().context("stdout")?);
     let mut line = String::new();
     t_out.read_line(&mut line)?;
-    let out_path = target_dir().join(format!("bench/many_stacks.{format}"));
+    let out_path = report_path(format);
     let mut tr = Command::new(tracer)
         .args([
             "--pid",
@@ -107,7 +108,13 @@ fn one(
         bail!("the tracer failed: {rest}");
     }
     let lost = if format == "json" {
-        let v: serde_json::Value = serde_json::from_reader(std::fs::File::open(&out_path)?)?;
+        // Format memtrace-bpf/2: frames are a table; losses read as before.
+        let text = std::fs::read_to_string(&out_path)?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", out_path.display()))?;
+        if v["format"] != "memtrace-bpf/2" {
+            bail!("unexpected report format {}", v["format"]);
+        }
         v["losses"]["ringbuf_full"].as_u64().unwrap_or(0)
     } else {
         // Text has them in the report, collapsed on stderr.
@@ -121,6 +128,11 @@ fn one(
             .unwrap_or(0)
     };
     Ok((secs, status.1, lost))
+}
+
+/// Where the report in `format` is written.
+fn report_path(format: &str) -> std::path::PathBuf {
+    target_dir().join(format!("bench/many_stacks.{format}"))
 }
 
 /// Reaps `pid`: (exited with 0, its peak RSS in KiB).

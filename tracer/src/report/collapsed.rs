@@ -1,17 +1,18 @@
 //! Collapsed ("folded") stacks: `root;...;leaf VALUE`, one line per unique
 //! stack, the input format of inferno, flamegraph.pl and speedscope.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
+use std::sync::Arc;
 
-use super::{Profile, StackReport, View, NO_STACK, TRUNCATED};
+use super::{Frame, Profile, StackReport, View, NO_STACK, TRUNCATED};
 use crate::escape;
 
 /// Writes one line per unique stack with a non-zero value for `view`,
 /// sorted by stack so the output is deterministic and diffable.
 pub fn write_collapsed(p: &Profile, view: View, w: &mut impl Write) -> io::Result<()> {
-    for line in folded_lines(p, view) {
-        writeln!(w, "{line}")?;
+    for (stack, value) in folded(p, view) {
+        writeln!(w, "{stack} {value}")?;
     }
     Ok(())
 }
@@ -19,7 +20,19 @@ pub fn write_collapsed(p: &Profile, view: View, w: &mut impl Write) -> io::Resul
 /// The collapsed lines without newlines, sorted; shared with the flamegraph,
 /// which inferno draws from exactly this form.
 pub(super) fn folded_lines(p: &Profile, view: View) -> Vec<String> {
+    folded(p, view)
+        .into_iter()
+        .map(|(stack, value)| format!("{stack} {value}"))
+        .collect()
+}
+
+/// Each distinct `root;...;leaf` with its summed value, sorted.
+fn folded(p: &Profile, view: View) -> BTreeMap<String, u64> {
     let multi = p.is_multi_process();
+    // Frames are shared Arcs: each is named and sanitized once, not once
+    // per stack it appears in (100 k stacks of 40 frames hold a few
+    // thousand distinct frames).
+    let mut names = Names::default();
     // Stacks that differ only in offsets render identically: inferno would
     // draw them as one frame anyway, so merge them into one line here.
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
@@ -28,37 +41,62 @@ pub(super) fn folded_lines(p: &Profile, view: View) -> Vec<String> {
         if value == 0 {
             continue;
         }
-        let sum = merged.entry(stack_string(p, stack, multi)).or_default();
+        let sum = merged
+            .entry(stack_string(p, stack, multi, &mut names))
+            .or_default();
         *sum = sum.saturating_add(value);
     }
     merged
-        .into_iter()
-        .map(|(stack, value)| format!("{stack} {value}"))
-        .collect()
+}
+
+/// Sanitized names of frames (by pointer) and of process root frames (by
+/// pid), each made once.
+#[derive(Default)]
+struct Names {
+    frames: HashMap<*const Frame, String>,
+    processes: HashMap<u32, String>,
+}
+
+impl Names {
+    fn frame(&mut self, frame: &Arc<Frame>) -> &str {
+        // The pointer is valid and unique while the profile is borrowed,
+        // which outlives this cache.
+        self.frames
+            .entry(Arc::as_ptr(frame))
+            .or_insert_with(|| sanitize(&frame.display_name()))
+    }
+
+    fn process(&mut self, p: &Profile, pid: u32) -> &str {
+        self.processes
+            .entry(pid)
+            .or_insert_with(|| sanitize(&p.process_label(pid)))
+    }
 }
 
 /// `root;...;leaf`, with a process root frame when several processes share
 /// the profile.
-fn stack_string(p: &Profile, stack: &StackReport, multi: bool) -> String {
-    let mut names: Vec<String> = Vec::with_capacity(stack.frames.len() + 1);
+fn stack_string(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names) -> String {
+    let mut out = String::new();
+    let mut push = |name: &str| {
+        if !out.is_empty() {
+            out.push(';');
+        }
+        out.push_str(name);
+    };
     if multi {
-        names.push(sanitize(&p.process_label(stack.pid)));
+        push(names.process(p, stack.pid));
     }
     if stack.truncated {
-        names.push(TRUNCATED.to_string());
+        push(TRUNCATED);
     }
     // Frames are stored leaf first; folded stacks are root first.
-    names.extend(
-        stack
-            .frames
-            .iter()
-            .rev()
-            .map(|f| sanitize(&f.display_name())),
-    );
-    if stack.frames.is_empty() {
-        names.push(NO_STACK.to_string());
+    for frame in stack.frames.iter().rev() {
+        push(names.frame(frame));
     }
-    names.join(";")
+    if stack.frames.is_empty() {
+        push(NO_STACK);
+    }
+    out
 }
 
 /// Makes a name safe inside a folded line, where a traced program chooses
