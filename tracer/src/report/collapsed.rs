@@ -1,18 +1,22 @@
 //! Collapsed ("folded") stacks: `root;...;leaf VALUE`, one line per unique
 //! stack, the input format of inferno, flamegraph.pl and speedscope.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::{self, Write};
+use std::ops::Range;
 use std::sync::Arc;
 
+use super::json::PtrMap;
 use super::{Frame, Profile, StackReport, View, NO_STACK, TRUNCATED};
 use crate::escape;
 
 /// Writes one line per unique stack with a non-zero value for `view`,
 /// sorted by stack so the output is deterministic and diffable.
 pub fn write_collapsed(p: &Profile, view: View, w: &mut impl Write) -> io::Result<()> {
-    for (stack, value) in folded(p, view) {
-        writeln!(w, "{stack} {value}")?;
+    let folded = Folded::new(p, view);
+    for (stack, value) in folded.lines() {
+        w.write_all(stack.as_bytes())?;
+        writeln!(w, " {value}")?;
     }
     Ok(())
 }
@@ -20,40 +24,66 @@ pub fn write_collapsed(p: &Profile, view: View, w: &mut impl Write) -> io::Resul
 /// The collapsed lines without newlines, sorted; shared with the flamegraph,
 /// which inferno draws from exactly this form.
 pub(super) fn folded_lines(p: &Profile, view: View) -> Vec<String> {
-    folded(p, view)
-        .into_iter()
+    Folded::new(p, view)
+        .lines()
         .map(|(stack, value)| format!("{stack} {value}"))
         .collect()
 }
 
-/// Each distinct `root;...;leaf` with its summed value, sorted.
-fn folded(p: &Profile, view: View) -> BTreeMap<String, u64> {
-    let multi = p.is_multi_process();
-    // Frames are shared Arcs: each is named and sanitized once, not once
-    // per stack it appears in (100 k stacks of 40 frames hold a few
-    // thousand distinct frames).
-    let mut names = Names::default();
-    // Stacks that differ only in offsets render identically: inferno would
-    // draw them as one frame anyway, so merge them into one line here.
-    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
-    for stack in &p.stacks {
-        let value = view.value(&stack.counts);
-        if value == 0 {
-            continue;
+/// Each distinct `root;...;leaf` with its summed value, sorted. The stacks
+/// are written one after another into one string, not one string each:
+/// 100 k stacks cost a few dozen allocations rather than 100 k (and while
+/// the report is written, every allocation of the tracer traps through the
+/// allocator probes, which stay attached until it is done).
+struct Folded {
+    text: String,
+    /// (stack in `text`, value), sorted by stack, each stack once.
+    lines: Vec<(Range<usize>, u64)>,
+}
+
+impl Folded {
+    fn new(p: &Profile, view: View) -> Folded {
+        let multi = p.is_multi_process();
+        // Frames are shared Arcs: each is named and sanitized once, not once
+        // per stack it appears in (100 k stacks of 40 frames hold a few
+        // thousand distinct frames).
+        let mut names = Names::default();
+        let mut text = String::new();
+        let mut lines = Vec::new();
+        for stack in &p.stacks {
+            let value = view.value(&stack.counts);
+            if value == 0 {
+                continue;
+            }
+            let start = text.len();
+            push_stack(p, stack, multi, &mut names, &mut text);
+            lines.push((start..text.len(), value));
         }
-        let sum = merged
-            .entry(stack_string(p, stack, multi, &mut names))
-            .or_default();
-        *sum = sum.saturating_add(value);
+        lines.sort_unstable_by(|(a, _), (b, _)| text[a.clone()].cmp(&text[b.clone()]));
+        // Stacks that differ only in offsets render identically: inferno
+        // would draw them as one frame anyway, so merge them into one line.
+        lines.dedup_by(|(next, value), (kept, sum)| {
+            let same = text[next.clone()] == text[kept.clone()];
+            if same {
+                *sum = sum.saturating_add(*value);
+            }
+            same
+        });
+        Folded { text, lines }
     }
-    merged
+
+    fn lines(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.lines
+            .iter()
+            .map(|(range, value)| (&self.text[range.clone()], *value))
+    }
 }
 
 /// Sanitized names of frames (by pointer) and of process root frames (by
 /// pid), each made once.
 #[derive(Default)]
 struct Names {
-    frames: HashMap<*const Frame, String>,
+    frames: PtrMap<String>,
     processes: HashMap<u32, String>,
 }
 
@@ -73,12 +103,12 @@ impl Names {
     }
 }
 
-/// `root;...;leaf`, with a process root frame when several processes share
-/// the profile.
-fn stack_string(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names) -> String {
-    let mut out = String::new();
+/// Appends `root;...;leaf` to `out`, with a process root frame when
+/// several processes share the profile.
+fn push_stack(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names, out: &mut String) {
+    let start = out.len();
     let mut push = |name: &str| {
-        if !out.is_empty() {
+        if out.len() > start {
             out.push(';');
         }
         out.push_str(name);
@@ -96,7 +126,6 @@ fn stack_string(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names
     if stack.frames.is_empty() {
         push(NO_STACK);
     }
-    out
 }
 
 /// Makes a name safe inside a folded line, where a traced program chooses

@@ -13,7 +13,7 @@
 use std::{
     cell::RefCell,
     collections::{hash_map::Entry, HashMap},
-    hash::{Hash, Hasher},
+    hash::{BuildHasherDefault, Hash, Hasher},
     io::{self, Write},
     sync::Arc,
 };
@@ -49,20 +49,22 @@ pub fn write_json(p: &Profile, w: &mut impl Write) -> anyhow::Result<()> {
 /// equal frames in distinct `Arc`s (e.g. `[stack lost]`) by value.
 #[derive(Default)]
 pub struct FrameTable<'a> {
-    by_ptr: HashMap<*const Frame, u32>,
+    by_ptr: PtrMap<u32>,
     by_value: HashMap<ByValue<'a>, u32>,
     frames: Vec<&'a Frame>,
 }
 
 impl<'a> FrameTable<'a> {
     /// The table indices of `frames`, in the same order; frames not yet in
-    /// the table are appended. Any list of frames the document writes goes
-    /// through here, so they all share one table.
+    /// the table are appended. (The document writes lists with `Indexed`,
+    /// which builds no list.)
+    #[cfg(test)]
     pub fn index(&mut self, frames: &'a [Arc<Frame>]) -> Vec<u32> {
         frames.iter().map(|f| self.intern(f)).collect()
     }
 
-    fn intern(&mut self, frame: &'a Arc<Frame>) -> u32 {
+    /// The table index of `frame`, appended if it is new.
+    pub fn intern(&mut self, frame: &'a Arc<Frame>) -> u32 {
         // The pointer stays valid and unique: `'a` borrows every Arc.
         let ptr = Arc::as_ptr(frame);
         if let Some(&i) = self.by_ptr.get(&ptr) {
@@ -88,9 +90,59 @@ impl<'a> FrameTable<'a> {
     }
 }
 
+/// A list of frames written as indices into the document's frame table:
+/// what every list of frames in the document is written as (the stacks
+/// today; any later section of stacks the same way).
+pub struct Indexed<'a> {
+    pub frames: &'a [Arc<Frame>],
+    pub table: &'a RefCell<FrameTable<'a>>,
+}
+
+impl Serialize for Indexed<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Interned while written: no list of indices is built per stack
+        // (every allocation of the report costs a trap through the
+        // allocator probes, which stay attached until it is written).
+        let mut seq = s.serialize_seq(Some(self.frames.len()))?;
+        for frame in self.frames {
+            let i = self.table.borrow_mut().intern(frame);
+            seq.serialize_element(&i)?;
+        }
+        seq.end()
+    }
+}
+
 impl Serialize for FrameTable<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(&self.frames)
+    }
+}
+
+/// A map keyed by frame pointers (of frames borrowed for the map's life).
+pub(super) type PtrMap<V> = HashMap<*const Frame, V, BuildHasherDefault<PtrHasher>>;
+
+/// Hashes a pointer with one multiply: SipHash, the default, is most of
+/// the cost of looking up the millions of frames of a large report, and
+/// pointers are not chosen by an attacker.
+#[derive(Default)]
+pub(super) struct PtrHasher(u64);
+
+impl Hasher for PtrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        // The high half of the 128-bit product mixes every bit of the
+        // (aligned, so low-zero) address into the bits the table uses.
+        let m = u128::from(n as u64) * 0x9e37_79b9_7f4a_7c15;
+        self.0 = (m >> 64) as u64 ^ m as u64;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -180,7 +232,7 @@ impl Serialize for Stacks<'_> {
         for stack in self.stacks {
             seq.serialize_element(&IndexedStack {
                 stack,
-                frames: self.table.borrow_mut().index(&stack.frames),
+                table: self.table,
             })?;
         }
         seq.end()
@@ -189,7 +241,7 @@ impl Serialize for Stacks<'_> {
 
 struct IndexedStack<'a> {
     stack: &'a StackReport,
-    frames: Vec<u32>,
+    table: &'a RefCell<FrameTable<'a>>,
 }
 
 impl Serialize for IndexedStack<'_> {
@@ -199,7 +251,7 @@ impl Serialize for IndexedStack<'_> {
         let StackReport {
             pid,
             counts,
-            frames: _,
+            frames,
             truncated,
         } = self.stack;
         let Counts {
@@ -214,7 +266,13 @@ impl Serialize for IndexedStack<'_> {
         m.serialize_field("inuse_objects", inuse_objects)?;
         m.serialize_field("alloc_bytes", alloc_bytes)?;
         m.serialize_field("alloc_objects", alloc_objects)?;
-        m.serialize_field("frames", &self.frames)?;
+        m.serialize_field(
+            "frames",
+            &Indexed {
+                frames,
+                table: self.table,
+            },
+        )?;
         m.serialize_field("truncated", truncated)?;
         m.end()
     }
