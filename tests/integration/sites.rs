@@ -457,3 +457,64 @@ fn probes_at_the_symbols_and_at_emulated_offsets_give_the_same_numbers() {
     let (symbol, probe, why) = free_hook(&at_symbols);
     assert_eq!(probe, symbol, "{why}");
 }
+
+/// The JSON report writes each distinct frame once, in the top-level
+/// table, in order of first appearance, and every stack's frames are
+/// indices into it (read here raw, without `parse_report`).
+#[test]
+fn json_report_writes_each_frame_once_and_stacks_as_indices() {
+    if !root_or_skip("json_report_writes_each_frame_once_and_stacks_as_indices") {
+        return;
+    }
+    let bin = compile_c("sites", "O2-table", O2_FLAGS);
+    let mut target = Target::start(&bin, &[]);
+    let (resolved, _) = trace_sites_with(&mut target, "json-table", true, libc::SIGINT, &[]);
+    assert_sites_exact(&resolved);
+    let text = std::fs::read_to_string(scratch("json-table.json")).expect("read the report");
+    let raw: Value = serde_json::from_str(&text).expect("report is JSON");
+    assert_eq!(raw["format"], "memtrace-bpf/2");
+    let table = raw["frames"].as_array().expect("a frame table");
+    for (i, frame) in table.iter().enumerate() {
+        assert!(frame["function"].is_string(), "table frame {i}: {frame}");
+        assert!(
+            !table[..i].contains(frame),
+            "frame {frame} twice in the table"
+        );
+    }
+    // Walking the stacks in report order meets the indices in order: 0,
+    // then 1 or an old one, then 2 or an old one...
+    let mut next = 0;
+    let mut uses = vec![0usize; table.len()];
+    for stack in raw["stacks"].as_array().expect("stacks") {
+        for ix in stack["frames"].as_array().expect("frame indices") {
+            let ix = ix.as_u64().unwrap_or_else(|| panic!("index {ix}")) as usize;
+            assert!(
+                ix <= next && ix < table.len(),
+                "index {ix}, next new {next}"
+            );
+            next = next.max(ix + 1);
+            uses[ix] += 1;
+        }
+    }
+    assert_eq!(next, table.len(), "every table frame is used");
+    // The sites share their root: each `main` frame (one per call site in
+    // it) is in the table once, and serves the main thread's stacks.
+    let main_uses: usize = (0..table.len())
+        .filter(|&i| table[i]["function"] == "main")
+        .map(|i| uses[i])
+        .sum();
+    assert!(main_uses >= 5, "main in {main_uses} stacks");
+    let references: usize = uses.iter().sum();
+    assert!(
+        references > 2 * table.len(),
+        "{references} frame references to {} table frames",
+        table.len()
+    );
+    // One line per stack: the file is not one line per number.
+    let stacks = raw["stacks"].as_array().expect("stacks").len();
+    let stack_lines = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("{\"pid\":") && l.contains("\"frames\":["))
+        .count();
+    assert_eq!(stack_lines, stacks, "{text}");
+}
