@@ -106,11 +106,12 @@ impl Names {
 /// Appends `root;...;leaf` to `out`, with a process root frame when
 /// several processes share the profile.
 fn push_stack(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names, out: &mut String) {
-    let start = out.len();
+    let mut first = true;
     let mut push = |name: &str| {
-        if out.len() > start {
+        if !first {
             out.push(';');
         }
+        first = false;
         out.push_str(name);
     };
     if multi {
