@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, Target, Tracer, TRACER},
-    sites::read_json,
+    sites::{parse_report, read_json},
 };
 
 /// The symbol name `hostile.c` allocates through, after the test rewrites
@@ -132,7 +132,7 @@ fn hostile_names_are_escaped_in_text_and_collapsed_and_exact_in_json() {
 
     let (json, _) = trace_hostile(&program, "json");
     assert_no_raw_controls("JSON", &json);
-    let report: Value = serde_json::from_str(&json).expect("valid JSON");
+    let report: Value = parse_report(&json);
     let process = &report["processes"][0];
     let mut command = vec![program.to_str().expect("UTF-8 path")];
     command.extend(HOSTILE_ARGS);

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::harness::{compile_c, root_or_skip, Finished, JsonTracer, Target, Tracer};
+use crate::harness::{compile_c, root_or_skip, scratch, Finished, JsonTracer, Target, Tracer};
 
 /// (in-use bytes, in-use objects, allocated bytes, allocated objects) per
 /// thread for each site in tests/targets/sites.c.
@@ -168,10 +168,55 @@ pub fn at_exit_by_leaf(report: &Value) -> BTreeMap<String, [u64; 3]> {
     out
 }
 
+/// The JSON report at `path`, parsed, with its frames resolved (see
+/// `parse_report`).
 pub fn read_json(path: &std::path::Path) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("read report {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{text}"))
+    parse_report(&text)
+}
+
+/// A JSON report, parsed. The report writes each distinct frame once, in
+/// the top-level `frames` table, and every stack's `frames` as indices into
+/// it; here each index is replaced by its frame object, in every stack list
+/// of the document, so tests read `stack["frames"][0]["function"]`.
+pub fn parse_report(text: &str) -> Value {
+    let mut report: Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{text}"));
+    assert_eq!(report["format"], "memtrace-bpf/2", "report format");
+    let map = report.as_object_mut().expect("report is an object");
+    let table = match map.remove("frames") {
+        Some(Value::Array(table)) => table,
+        other => panic!("report without a frame table (frames: {other:?})"),
+    };
+    map.values_mut().for_each(|v| resolve_frames(v, &table));
+    map.insert("frames".to_string(), Value::Array(table));
+    report
+}
+
+/// Replaces the indices of every `frames` list under `v` by table entries.
+fn resolve_frames(v: &mut Value, table: &[Value]) {
+    match v {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                if key == "frames" {
+                    for f in value.as_array_mut().expect("frames is a list") {
+                        let i = f.as_u64().unwrap_or_else(|| panic!("frame index {f}"));
+                        *f = table
+                            .get(i as usize)
+                            .unwrap_or_else(|| panic!("frame {i} of a table of {}", table.len()))
+                            .clone();
+                    }
+                } else {
+                    resolve_frames(value, table);
+                }
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| resolve_frames(item, table)),
+        _ => {}
+    }
 }
 
 pub const FP_FLAGS: &[&str] = &[
@@ -399,4 +444,65 @@ fn probes_at_the_symbols_and_at_emulated_offsets_give_the_same_numbers() {
     );
     let (symbol, probe, why) = free_hook(&at_symbols);
     assert_eq!(probe, symbol, "{why}");
+}
+
+/// The JSON report writes each distinct frame once, in the top-level
+/// table, in order of first appearance, and every stack's frames are
+/// indices into it (read here raw, without `parse_report`).
+#[test]
+fn json_report_writes_each_frame_once_and_stacks_as_indices() {
+    if !root_or_skip("json_report_writes_each_frame_once_and_stacks_as_indices") {
+        return;
+    }
+    let bin = compile_c("sites", "O2-table", O2_FLAGS);
+    let mut target = Target::start(&bin, &[]);
+    let (resolved, _) = trace_sites_with(&mut target, "json-table", true, libc::SIGINT, &[]);
+    assert_sites_exact(&resolved);
+    let text = std::fs::read_to_string(scratch("json-table.json")).expect("read the report");
+    let raw: Value = serde_json::from_str(&text).expect("report is JSON");
+    assert_eq!(raw["format"], "memtrace-bpf/2");
+    let table = raw["frames"].as_array().expect("a frame table");
+    for (i, frame) in table.iter().enumerate() {
+        assert!(frame["function"].is_string(), "table frame {i}: {frame}");
+        assert!(
+            !table[..i].contains(frame),
+            "frame {frame} twice in the table"
+        );
+    }
+    // Walking the stacks in report order meets the indices in order: 0,
+    // then 1 or an old one, then 2 or an old one...
+    let mut next = 0;
+    let mut uses = vec![0usize; table.len()];
+    for stack in raw["stacks"].as_array().expect("stacks") {
+        for ix in stack["frames"].as_array().expect("frame indices") {
+            let ix = ix.as_u64().unwrap_or_else(|| panic!("index {ix}")) as usize;
+            assert!(
+                ix <= next && ix < table.len(),
+                "index {ix}, next new {next}"
+            );
+            next = next.max(ix + 1);
+            uses[ix] += 1;
+        }
+    }
+    assert_eq!(next, table.len(), "every table frame is used");
+    // The sites share their root: each `main` frame (one per call site in
+    // it) is in the table once, and serves the main thread's stacks.
+    let main_uses: usize = (0..table.len())
+        .filter(|&i| table[i]["function"] == "main")
+        .map(|i| uses[i])
+        .sum();
+    assert!(main_uses >= 5, "main in {main_uses} stacks");
+    let references: usize = uses.iter().sum();
+    assert!(
+        references > 2 * table.len(),
+        "{references} frame references to {} table frames",
+        table.len()
+    );
+    // One line per stack: the file is not one line per number.
+    let stacks = raw["stacks"].as_array().expect("stacks").len();
+    let stack_lines = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("{\"pid\":") && l.contains("\"frames\":["))
+        .count();
+    assert_eq!(stack_lines, stacks, "{text}");
 }

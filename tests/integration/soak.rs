@@ -70,8 +70,7 @@ fn hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat() {
         peak - base,
         RUNS - WARMUP
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("report")).expect("JSON");
+    let report = crate::sites::read_json(&path);
     // Hundreds of exited processes make a handful of notes, not one each,
     // and none that blames the program for having exited quickly.
     let notes: Vec<&str> = report["notes"]

@@ -3,7 +3,9 @@
 //! makes 2^17 allocations, each from its own 40-frame stack (DWARF, exact
 //! mode, the default ring buffer); the tracer is stopped with SIGINT and
 //! timed until it exits, once per format. Peak RSS is the tracer's own
-//! (getrusage of the reaped child), so it includes the report.
+//! (getrusage of the reaped child), so it includes the report. The CPU
+//! seconds the tracer spent from SIGINT to exit are shown too: on a busy
+//! machine they vary less than the wall time.
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -14,6 +16,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use crate::cmd::{repo_root, run as run_cmd, target_dir};
+use crate::cpu::cpu_secs;
 
 const LEVELS: u32 = 17;
 
@@ -34,25 +37,37 @@ pub fn run() -> Result<()> {
         1u32 << LEVELS
     );
     println!(
-        "{:<10} {:>10} {:>14} {:>12}",
-        "format", "report s", "peak RSS MiB", "lost events"
+        "{:<10} {:>10} {:>10} {:>14} {:>10} {:>12}",
+        "format", "report s", "CPU s", "peak RSS MiB", "file MiB", "lost events"
     );
     for format in ["text", "collapsed", "json"] {
-        let (secs, peak_kib, lost) = one(&tracer, &target, format)?;
+        let Run {
+            secs,
+            cpu_secs,
+            peak_kib,
+            lost,
+        } = one(&tracer, &target, format)?;
+        let file_mib = std::fs::metadata(report_path(format))?.len() as f64 / (1024.0 * 1024.0);
         println!(
-            "{format:<10} {secs:>10.2} {:>14} {lost:>12}",
+            "{format:<10} {secs:>10.2} {cpu_secs:>10.2} {:>14} {file_mib:>10.1} {lost:>12}",
             peak_kib / 1024
         );
     }
     Ok(())
 }
 
-/// One trace: seconds from SIGINT to exit, peak RSS (KiB), lost events.
-fn one(
-    tracer: &std::path::Path,
-    target: &std::path::Path,
-    format: &str,
-) -> Result<(f64, u64, u64)> {
+/// What one trace measured.
+struct Run {
+    /// Wall-clock seconds from SIGINT to exit.
+    secs: f64,
+    /// The tracer's CPU seconds (user + system) in that time.
+    cpu_secs: f64,
+    peak_kib: u64,
+    lost: u64,
+}
+
+/// One trace, stopped with SIGINT once the target has allocated.
+fn one(tracer: &std::path::Path, target: &std::path::Path, format: &str) -> Result<Run> {
     let mut t = Command::new(target)
         .arg(LEVELS.to_string())
         .stdin(Stdio::piped())
@@ -62,7 +77,7 @@ fn one(
     let mut t_out = BufReader::new(t.stdout.take().context("stdout")?);
     let mut line = String::new();
     t_out.read_line(&mut line)?;
-    let out_path = target_dir().join(format!("bench/many_stacks.{format}"));
+    let out_path = report_path(format);
     let mut tr = Command::new(tracer)
         .args([
             "--pid",
@@ -94,20 +109,27 @@ fn one(
     t_out.read_line(&mut line)?;
     // Let the tracer catch up with the burst before it is stopped.
     std::thread::sleep(Duration::from_secs(2));
+    let cpu_before = cpu_secs(tr.id()).context("reading the tracer's CPU time")?;
     let start = Instant::now();
     // SAFETY: kill sends a signal to our own child.
     unsafe { libc::kill(tr.id() as libc::pid_t, libc::SIGINT) };
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut err, &mut rest);
-    let status = wait4(tr.id())?;
+    let reaped = wait4(tr.id())?;
     let secs = start.elapsed().as_secs_f64();
     drop(stdin);
     let _ = t.wait();
-    if !status.0 {
+    if !reaped.ok {
         bail!("the tracer failed: {rest}");
     }
     let lost = if format == "json" {
-        let v: serde_json::Value = serde_json::from_reader(std::fs::File::open(&out_path)?)?;
+        // Format memtrace-bpf/2: frames are a table; losses read as before.
+        let text = std::fs::read_to_string(&out_path)?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", out_path.display()))?;
+        if v["format"] != "memtrace-bpf/2" {
+            bail!("unexpected report format {}", v["format"]);
+        }
         v["losses"]["ringbuf_full"].as_u64().unwrap_or(0)
     } else {
         // Text has them in the report, collapsed on stderr.
@@ -120,11 +142,30 @@ fn one(
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0)
     };
-    Ok((secs, status.1, lost))
+    Ok(Run {
+        secs,
+        cpu_secs: reaped.cpu_secs - cpu_before,
+        peak_kib: reaped.peak_kib,
+        lost,
+    })
 }
 
-/// Reaps `pid`: (exited with 0, its peak RSS in KiB).
-fn wait4(pid: u32) -> Result<(bool, u64)> {
+/// Where the report in `format` is written.
+fn report_path(format: &str) -> std::path::PathBuf {
+    target_dir().join(format!("bench/many_stacks.{format}"))
+}
+
+/// A reaped child.
+struct Reaped {
+    /// It exited with status 0.
+    ok: bool,
+    /// User + system CPU seconds over its life.
+    cpu_secs: f64,
+    peak_kib: u64,
+}
+
+/// Reaps `pid`.
+fn wait4(pid: u32) -> Result<Reaped> {
     let mut status = 0;
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: waits for our own child; fills the status and rusage we pass.
@@ -134,8 +175,10 @@ fn wait4(pid: u32) -> Result<(bool, u64)> {
     }
     // SAFETY: initialized by the successful call above.
     let usage = unsafe { usage.assume_init() };
-    Ok((
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        usage.ru_maxrss as u64,
-    ))
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(Reaped {
+        ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        cpu_secs: secs(usage.ru_utime) + secs(usage.ru_stime),
+        peak_kib: usage.ru_maxrss as u64,
+    })
 }
