@@ -21,6 +21,7 @@ pub mod report;
 pub mod sampling;
 pub mod scope;
 pub mod session;
+pub mod stats;
 pub mod symbolize;
 pub mod target;
 pub mod unwind;

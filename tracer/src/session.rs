@@ -23,6 +23,7 @@ use crate::{
     profile::{self, Meta},
     report::{self, Output},
     scope::{Scope, Start},
+    stats::{Stats, STATS_INTERVAL},
     symbolize::Modules,
 };
 
@@ -362,6 +363,10 @@ async fn collect(
     let mut killed: Option<String> = None;
     let mut tick = tokio::time::interval(DRAIN_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // --verbose: a stats line every STATS_INTERVAL (not at the start).
+    let mut stats = Stats::new();
+    let mut stats_tick = tokio::time::interval_at(now + STATS_INTERVAL, STATS_INTERVAL);
+    stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             // In the wind-down, a second Ctrl-C stops waiting for the command.
@@ -396,9 +401,10 @@ async fn collect(
                     kill_command(scope, &mut deadline);
                 }
             },
-            _ = tick.tick() => { collector.drain(); }
+            _ = tick.tick() => stats.count(collector.drain()),
+            _ = stats_tick.tick(), if hooks.verbose => stats.print(collector),
             guard = events.readable() => {
-                collector.drain();
+                stats.count(collector.drain());
                 if let Ok(mut guard) = guard {
                     guard.clear_ready();
                 }
