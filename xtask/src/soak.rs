@@ -276,6 +276,12 @@ fn rss_verdict(
         mib(last.rss_kib),
         mib(peak),
     ));
+    if let Some(kib) = series.peak_kib {
+        v.say(format!(
+            "soak {name}: tracer peak RSS, the final report included: {:.1} MiB (not bounded)",
+            mib(kib)
+        ));
+    }
     v.check(
         growth <= args.max_growth_mib as f64,
         format!(

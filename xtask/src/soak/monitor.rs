@@ -38,6 +38,9 @@ pub struct StatsLine {
 pub struct Series {
     pub rss: Vec<RssSample>,
     pub stats: Vec<StatsLine>,
+    /// The tracer's own peak RSS (KiB), the final report included, from
+    /// its `--verbose` "peak RSS" line.
+    pub peak_kib: Option<u64>,
 }
 
 impl Series {
@@ -56,7 +59,7 @@ pub struct Monitor {
     pub progress: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     sampler: JoinHandle<Vec<RssSample>>,
-    stderr: JoinHandle<Vec<StatsLine>>,
+    stderr: JoinHandle<(Vec<StatsLine>, Option<u64>)>,
     /// The tracer's JSON report, once it has exited.
     pub report: PathBuf,
 }
@@ -130,26 +133,32 @@ impl Monitor {
         // SAFETY: kill with a pid we started and have not waited for yet.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
         let status = self.child.wait().context("waiting for the tracer")?;
-        let stats = self
+        let (stats, peak_kib) = self
             .stderr
             .join()
             .map_err(|_| anyhow::anyhow!("the tracer's stderr reader panicked"))?;
         if !status.success() {
             bail!("the tracer failed ({status})");
         }
-        Ok(Series { rss, stats })
+        Ok(Series {
+            rss,
+            stats,
+            peak_kib,
+        })
     }
 }
 
 /// Copies the tracer's stderr to `log`, says when it traces (`ready`),
-/// echoes its stats lines and warnings, and returns the stats lines.
+/// echoes its stats lines and warnings, and returns the stats lines and
+/// its peak RSS.
 fn read_stderr(
     pipe: impl std::io::Read,
     mut log: fs::File,
     started: Instant,
     ready: mpsc::Sender<()>,
-) -> Vec<StatsLine> {
+) -> (Vec<StatsLine>, Option<u64>) {
     let mut stats = Vec::new();
+    let mut peak = None;
     for line in BufReader::new(pipe).lines().map_while(Result::ok) {
         let _ = writeln!(log, "{line}");
         if line.starts_with("memtrace-bpf: tracing ") {
@@ -161,8 +170,11 @@ fn read_stderr(
         } else if line.contains("warning") || line.contains("error") {
             eprintln!("{line}");
         }
+        if let Some(kib) = line.split("; peak RSS ").nth(1) {
+            peak = kib.trim_end_matches(" KiB").parse().ok();
+        }
     }
-    stats
+    (stats, peak)
 }
 
 /// `memtrace-bpf: [stats] 10 s: LIVE map N entries, M processes tracked,
