@@ -313,6 +313,11 @@ impl State {
         self.live_map.keys().filter(Result::is_ok).count()
     }
 
+    /// Processes with per-process state here (dropped when they exit).
+    pub fn tracked_processes(&self) -> usize {
+        self.tracked.len()
+    }
+
     /// Deletes LIVE entries of exited processes, a bounded number per
     /// drain (one syscall each) so that the reader is never held up long;
     /// the kernel map then holds only blocks of processes that still run.

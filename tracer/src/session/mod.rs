@@ -10,6 +10,7 @@ pub mod forks;
 pub mod scope;
 mod settings;
 mod single;
+mod stats;
 mod trace_loop;
 
 use std::time::Instant;
@@ -80,6 +81,8 @@ pub struct Trace<'a> {
     started: Instant,
     /// Snapshots written so far (--interval).
     snapshots: u32,
+    /// --verbose: events counted for the periodic stats line.
+    stats: stats::Stats,
 }
 
 impl<'a> Trace<'a> {
@@ -120,6 +123,7 @@ impl<'a> Trace<'a> {
             names: Names::default(),
             started: Instant::now(),
             snapshots: 0,
+            stats: stats::Stats::new(),
         })
     }
 

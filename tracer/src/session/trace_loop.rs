@@ -93,6 +93,13 @@ impl Trace<'_> {
         };
         // Why the command was killed, in the wind-down.
         let mut killed: Option<String> = None;
+        // --verbose: a stats line every STATS_INTERVAL (not at the start).
+        let mut stats_tick = tokio::time::interval_at(
+            now + super::stats::STATS_INTERVAL,
+            super::stats::STATS_INTERVAL,
+        );
+        stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let verbose = self.settings.cli.verbose;
         loop {
             let snapshot_due = self.next_snapshot();
             let next = tokio::select! {
@@ -134,11 +141,15 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = tick.tick() => {
-                    self.collector.drain();
+                    self.stats.count(self.collector.drain());
+                    Next::Continue
+                }
+                _ = stats_tick.tick(), if verbose => {
+                    self.stats.print(&self.collector);
                     Next::Continue
                 }
                 guard = events.readable() => {
-                    self.collector.drain();
+                    self.stats.count(self.collector.drain());
                     if let Ok(mut guard) = guard {
                         guard.clear_ready();
                     }

@@ -1,0 +1,74 @@
+//! `--verbose`: one line on stderr every STATS_INTERVAL while tracing, so
+//! that a long trace shows whether its memory stays flat (the kernel's LIVE
+//! map, the processes with state, the tracer's RSS) and how busy it is.
+//! Only numbers: nothing a traced process controls goes into the line.
+
+use std::time::{Duration, Instant};
+
+use crate::collect::collector::Collector;
+
+/// Counting the LIVE map's keys costs one syscall per entry (about 1 s for
+/// a full million-entry map): at most this often.
+pub const STATS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Events handled since the last line.
+pub struct Stats {
+    started: Instant,
+    since: Instant,
+    events: u64,
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        let now = Instant::now();
+        Stats {
+            started: now,
+            since: now,
+            events: 0,
+        }
+    }
+
+    /// `n` events were handled (what a drain returned).
+    pub fn count(&mut self, n: usize) {
+        self.events += n as u64;
+    }
+
+    /// Prints the line and starts the next interval.
+    pub fn print(&mut self, collector: &Collector) {
+        let now = Instant::now();
+        let secs = now.duration_since(self.since).as_secs_f64().max(1e-3);
+        let state = &collector.state;
+        let rss = self_rss_kib()
+            .map(|kib| format!("{:.1} MiB", kib as f64 / 1024.0))
+            .unwrap_or_else(|| "unknown".into());
+        eprintln!(
+            "memtrace-bpf: [stats] {:.0} s: LIVE map {} entries, {} processes tracked, \
+             {} live blocks, RSS {rss}, {:.0} events/s",
+            now.duration_since(self.started).as_secs_f64(),
+            state.live_entries(),
+            state.tracked_processes(),
+            state.heap.live_blocks(),
+            self.events as f64 / secs,
+        );
+        self.since = now;
+        self.events = 0;
+    }
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::new()
+    }
+}
+
+/// The tracer's own VmRSS in KiB (/proc/self/status).
+fn self_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
