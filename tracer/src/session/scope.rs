@@ -20,9 +20,9 @@ use crate::{
     report::ProcessInfo,
     session::forks::{Forks, ProcessChange},
     stacks::symbolize::Modules,
-    target::allocators::Program,
     target::launch::{check_dynamic, Launched},
     target::process::{has_exited, read_cmdline, Process},
+    target::search::Program,
 };
 
 pub enum Scope {
@@ -727,7 +727,7 @@ fn check_binary(binary: &Path) -> anyhow::Result<PathBuf> {
              it (--binary PROGRAM or --pid PID)"
         );
     }
-    if let Ok(info) = crate::target::allocators::ObjectInfo::parse(&path) {
+    if let Ok(info) = crate::target::elf::ObjectInfo::parse(&path) {
         let exe = path.display().to_string();
         if !info.is_native() {
             let machine = info.machine().to_string();

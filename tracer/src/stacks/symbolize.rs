@@ -540,8 +540,7 @@ mod tests {
             .map(|n| {
                 use object::{Object as _, ObjectSymbol as _};
                 let sym = file.symbols().find(|s| s.name() == Ok(n)).expect("symbol");
-                crate::target::allocators::vaddr_to_file_offset(&file, sym.address())
-                    .expect("offset")
+                crate::target::elf::vaddr_to_file_offset(&file, sym.address()).expect("offset")
             })
             .collect();
         let symbolizer = Symbolizer::builder()

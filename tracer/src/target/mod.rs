@@ -3,5 +3,8 @@
 //! loader's search order.
 
 pub mod allocators;
+pub mod elf;
 pub mod launch;
+pub mod ld_so_conf;
 pub mod process;
+pub mod search;
