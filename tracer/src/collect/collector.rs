@@ -21,7 +21,7 @@ use crate::{
     probes::loader::EventMaps,
     report::Losses,
     session::forks::ProcessChange,
-    stacks::symbolize::{Modules, NormFrame},
+    stacks::modules::{Modules, NormFrame},
     stacks::unwind::{Sample, Unwinders},
 };
 

@@ -25,7 +25,7 @@ use crate::{
     probes::loader::{self, Limits},
     report::{self, Output},
     session::scope::{Scope, Start},
-    stacks::symbolize::Modules,
+    stacks::modules::Modules,
     target::allocators::Choice,
 };
 

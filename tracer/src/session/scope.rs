@@ -19,7 +19,7 @@ use crate::{
     probes::loader::Loaded,
     report::ProcessInfo,
     session::forks::{Forks, ProcessChange},
-    stacks::symbolize::Modules,
+    stacks::modules::Modules,
     target::launch::{check_dynamic, Launched},
     target::process::{has_exited, read_cmdline, Process},
     target::search::Program,

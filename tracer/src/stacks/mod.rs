@@ -1,4 +1,5 @@
 //! Call stacks: unwinding copied stacks with CFI, and naming frames.
 
+pub mod modules;
 pub mod symbolize;
 pub mod unwind;
