@@ -129,6 +129,7 @@ fn expand(sym: &blazesym::symbolize::Sym<'_>, module: &str, offset: u64) -> Vec<
     out.push(frame(&sym.name, sym.code_info.as_deref(), false));
     out
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -294,6 +294,7 @@ impl ObjectCache {
         Some((id, info))
     }
 }
+
 /// The ELF header says 64-bit x86 (e_machine at byte 18): the loader
 /// skips libraries of other architectures in its search directories.
 pub(super) fn is_x86_64_elf(path: &Path) -> bool {
@@ -306,6 +307,7 @@ pub(super) fn is_x86_64_elf(path: &Path) -> bool {
         && header[4] == 2
         && u16::from_le_bytes([header[18], header[19]]) == 62
 }
+
 /// Most bytes of an ELF object read to find its symbols (debug builds of
 /// large libraries reach a few hundred MiB).
 const MAX_OBJECT_BYTES: u64 = 1 << 30;

@@ -87,6 +87,7 @@ pub fn ld_so_conf_lines(text: &[u8]) -> Vec<ConfLine<'_>> {
     }
     out
 }
+
 /// Most bytes of an ld.so.conf file, and most files one include reads.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 const MAX_CONFIG_INCLUDES: usize = 256;
