@@ -5,7 +5,9 @@
 //! gone. The per-process unwinders built from them are in `unwind.rs`.
 
 use std::{
+    collections::HashMap,
     ops::Range,
+    os::unix::fs::MetadataExt as _,
     path::Path,
     sync::Arc,
     time::{Duration, Instant},
@@ -84,21 +86,63 @@ impl Sections {
         }
     }
 }
+
 /// A parsed file no unwinder uses any more is kept this long, so that a
 /// program run again and again (a shell loop) is not parsed each time.
-pub(super) const UNUSED_FILE_TTL: Duration = Duration::from_secs(10);
+const UNUSED_FILE_TTL: Duration = Duration::from_secs(10);
 
 /// Which file: (device, inode), the same through every path and mount
 /// namespace it is seen from.
-pub(super) type FileKey = (u64, u64);
+type FileKey = (u64, u64);
 
-pub(super) struct CachedFile {
+struct CachedFile {
     /// None when the file is not ELF or could not be parsed.
-    pub(super) sections: Option<Arc<Sections>>,
+    sections: Option<Arc<Sections>>,
     /// When an unwinder last took it.
-    pub(super) used: Instant,
+    used: Instant,
 }
-pub(super) fn read_sections(path: &Path) -> Option<Arc<Sections>> {
+
+/// Parsed files by identity, shared by the unwinders of every process.
+#[derive(Default)]
+pub(super) struct SectionCache {
+    files: HashMap<FileKey, CachedFile>,
+}
+
+impl SectionCache {
+    /// The sections of the file at `host` (a path the tracer can open),
+    /// parsed on its first use.
+    pub(super) fn get(&mut self, host: &Path) -> Option<Arc<Sections>> {
+        let meta = std::fs::metadata(host).ok()?;
+        let file = self
+            .files
+            .entry((meta.dev(), meta.ino()))
+            .or_insert_with(|| CachedFile {
+                sections: read_sections(host),
+                used: Instant::now(),
+            });
+        file.used = Instant::now();
+        file.sections.clone()
+    }
+
+    /// Drops parsed files that no process's unwinder holds and none took
+    /// for UNUSED_FILE_TTL.
+    pub(super) fn evict_unused(&mut self) {
+        self.files.retain(|_, f| {
+            let in_use = f
+                .sections
+                .as_ref()
+                .is_some_and(|s| Arc::strong_count(s) > 1);
+            in_use || f.used.elapsed() < UNUSED_FILE_TTL
+        });
+    }
+
+    /// How many parsed files are held.
+    pub(super) fn held(&self) -> usize {
+        self.files.len()
+    }
+}
+
+fn read_sections(path: &Path) -> Option<Arc<Sections>> {
     let data = std::fs::read(path).ok()?;
     Sections::parse(&data).map(Arc::new)
 }

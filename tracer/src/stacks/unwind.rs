@@ -5,17 +5,15 @@
 //! device and inode, not by path), and dropped a while after the last
 //! process that maps it is gone (`cfi.rs`).
 
-use std::{
-    collections::HashMap, ops::Range, os::unix::fs::MetadataExt as _, path::PathBuf, sync::Arc,
-    time::Instant,
-};
+use std::{collections::HashMap, ops::Range, path::PathBuf, sync::Arc};
 
-use super::cfi::{read_sections, CachedFile, Data, FileKey, Sections, UNUSED_FILE_TTL};
-use crate::target::process::Mapping;
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
     FrameAddress, Module, Unwinder as _,
 };
+
+use super::cfi::{Data, SectionCache, Sections};
+use crate::target::process::Mapping;
 
 /// Frames beyond this many are dropped and the stack marked truncated (the
 /// kernel's frame-pointer walks stop at 127 here, perf_event_max_stack).
@@ -95,8 +93,9 @@ impl UnwindStats {
 
 /// Where the file a process maps at a path is found from here.
 pub type Resolver = fn(u32, &str) -> PathBuf;
+
 pub struct Unwinders {
-    files: HashMap<FileKey, CachedFile>,
+    files: SectionCache,
     procs: HashMap<u32, ProcessUnwinder>,
     resolve: Resolver,
     pub stats: UnwindStats,
@@ -111,7 +110,7 @@ impl Default for Unwinders {
 impl Unwinders {
     pub fn with_resolver(resolve: Resolver) -> Self {
         Unwinders {
-            files: HashMap::new(),
+            files: SectionCache::default(),
             procs: HashMap::new(),
             resolve,
             stats: UnwindStats::default(),
@@ -127,18 +126,12 @@ impl Unwinders {
     /// Drops parsed files that no process's unwinder holds and none took
     /// for UNUSED_FILE_TTL.
     pub fn evict_unused(&mut self) {
-        self.files.retain(|_, f| {
-            let in_use = f
-                .sections
-                .as_ref()
-                .is_some_and(|s| Arc::strong_count(s) > 1);
-            in_use || f.used.elapsed() < UNUSED_FILE_TTL
-        });
+        self.files.evict_unused();
     }
 
     /// How many processes and parsed files are held (for tests, --verbose).
     pub fn held(&self) -> (usize, usize) {
-        (self.procs.len(), self.files.len())
+        (self.procs.len(), self.files.held())
     }
 
     pub fn unwind(&mut self, pid: u32, maps: &[Mapping], sample: &Sample<'_>) -> Unwound {
@@ -213,17 +206,7 @@ impl Unwinders {
     }
 
     fn sections(&mut self, pid: u32, path: &str) -> Option<Arc<Sections>> {
-        let host = (self.resolve)(pid, path);
-        let meta = std::fs::metadata(&host).ok()?;
-        let file = self
-            .files
-            .entry((meta.dev(), meta.ino()))
-            .or_insert_with(|| CachedFile {
-                sections: read_sections(&host),
-                used: Instant::now(),
-            });
-        file.used = Instant::now();
-        file.sections.clone()
+        self.files.get(&(self.resolve)(pid, path))
     }
 }
 
