@@ -1,7 +1,5 @@
-//! Address normalization while a process lives: its file-backed mappings
-//! as read from /proc/PID/maps, and one open file per mapped object, shared
-//! by every process that maps it, so frames are named at report time even
-//! after those processes exited (`symbolize.rs`).
+//! Address normalization while a process lives, and one open file per
+//! mapped object, so `symbolize.rs` names frames after processes exited.
 
 use std::{
     collections::HashMap,
