@@ -17,8 +17,9 @@ use crate::{
     probes::placement,
     probes::uprobe_session,
     report::Hook,
-    target::allocators::{EntryPoint, Hooked, CORE},
+    target::allocators::Hooked,
     target::elf::Thunk,
+    target::entry_points::{EntryPoint, CORE},
 };
 use iced_x86::Register;
 

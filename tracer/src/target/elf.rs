@@ -16,7 +16,7 @@ use object::{
     read::elf::ElfFile64, Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _,
 };
 
-use super::allocators::ENTRY_POINTS;
+use super::entry_points::ENTRY_POINTS;
 
 /// What one ELF file offers: the entry points it defines (name to file
 /// offset) and what the loader needs to find its dependencies. Names of

@@ -4,6 +4,7 @@
 
 pub mod allocators;
 pub mod elf;
+pub mod entry_points;
 pub mod launch;
 pub mod ld_so_conf;
 pub mod process;
