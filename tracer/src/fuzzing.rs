@@ -5,11 +5,14 @@
 
 use iced_x86::Register;
 
-use crate::{probes::placement, target::allocators, target::process};
+use crate::{
+    probes::placement,
+    target::{elf::ObjectInfo, ld_so_conf::ld_so_conf_lines, process},
+};
 
 /// ELF symbol, PLT-thunk and dynamic-section discovery on any file.
 pub fn elf(data: &[u8]) {
-    if let Ok(info) = allocators::ObjectInfo::from_bytes(data) {
+    if let Ok(info) = ObjectInfo::from_bytes(data) {
         let _ = info.defines_malloc_and_free();
     }
 }
@@ -21,7 +24,7 @@ pub fn maps(data: &[u8]) {
 
 /// An ld.so.conf text from a process's root directory.
 pub fn ld_so_conf(data: &[u8]) {
-    let _ = allocators::ld_so_conf_lines(data);
+    let _ = ld_so_conf_lines(data);
 }
 
 /// The probe-placement decoder on any function body: the first byte picks

@@ -20,7 +20,7 @@ use crate::{
     report::Losses,
     session::forks::ProcessChange,
     stacks::{
-        symbolize::Modules,
+        modules::Modules,
         unwind::{Sample, Unwinders},
     },
     target::liveness::{has_exited_since, start_time},

@@ -16,7 +16,8 @@ use crate::{
         counted, was, Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
         StackReport, MAX_EXIT_STACKS,
     },
-    stacks::symbolize::{Names, NormFrame},
+    stacks::modules::NormFrame,
+    stacks::symbolize::Names,
 };
 
 /// What the session knows about the trace besides the collected data.

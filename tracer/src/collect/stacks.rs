@@ -11,7 +11,7 @@ use std::{
 use crate::{
     collect::{collector::State, processes::ProcessIndex},
     model::heap::StackHandle,
-    stacks::{symbolize::NormFrame, unwind::Sample},
+    stacks::{modules::NormFrame, unwind::Sample},
 };
 
 /// An interned stack: the process it belongs to and its frames, leaf first.

@@ -9,7 +9,9 @@ use crate::{
     error::TraceError,
     probes::loader::{self, AttachOptions, Loaded},
     report::{Hook, ProcessAllocator},
-    target::allocators::{Choice, FileId, Hooked, ObjectCache, Program},
+    target::allocators::{Choice, Hooked},
+    target::elf::{FileId, ObjectCache},
+    target::search::Program,
 };
 
 pub struct Hooks {

@@ -17,7 +17,9 @@ use crate::{
     probes::placement,
     probes::uprobe_session,
     report::Hook,
-    target::allocators::{EntryPoint, Hooked, Thunk, CORE},
+    target::allocators::Hooked,
+    target::elf::Thunk,
+    target::entry_points::{EntryPoint, CORE},
 };
 use iced_x86::Register;
 
@@ -455,7 +457,7 @@ struct Plan<'a> {
 }
 
 fn plan<'a>(
-    info: &crate::target::allocators::ObjectInfo,
+    info: &crate::target::elf::ObjectInfo,
     host_path: &Path,
     spec: &'a EntryPoint,
     offset: u64,
@@ -608,7 +610,7 @@ pub fn attach_binary_entry(loaded: &mut Loaded, path: &Path) -> anyhow::Result<(
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = object::File::parse(&*data)
         .with_context(|| format!("{} is not an ELF file", path.display()))?;
-    let offset = crate::target::allocators::vaddr_to_file_offset(&file, file.entry())
+    let offset = crate::target::elf::vaddr_to_file_offset(&file, file.entry())
         .with_context(|| format!("{}: its entry point is in no segment", path.display()))?;
     attach_one(loaded, "binary_entry", offset, path, None)
 }

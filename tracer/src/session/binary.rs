@@ -14,11 +14,11 @@ use crate::{
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
     session::forks::ProcessChange,
-    stacks::symbolize::Modules,
+    stacks::modules::Modules,
     target::{
-        allocators::Program,
         launch::check_dynamic,
         process::{has_exited, program_of, read_cmdline},
+        search::Program,
     },
 };
 
@@ -239,7 +239,7 @@ fn check_binary(binary: &Path) -> anyhow::Result<PathBuf> {
              it (--binary PROGRAM or --pid PID)"
         );
     }
-    if let Ok(info) = crate::target::allocators::ObjectInfo::parse(&path) {
+    if let Ok(info) = crate::target::elf::ObjectInfo::parse(&path) {
         let exe = path.display().to_string();
         if !info.is_native() {
             let machine = info.machine().to_string();

@@ -34,7 +34,7 @@ use crate::{
         settings::Settings,
         trace_loop::{Phase, Signals},
     },
-    stacks::symbolize::{Modules, Names},
+    stacks::{modules::Modules, symbolize::Names},
 };
 
 /// Runs the trace and writes the report; returns the exit code (0, or the

@@ -10,12 +10,12 @@ use crate::{
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
     session::{binary::Binary, forks::ProcessChange, single::Single},
-    stacks::symbolize::Modules,
+    stacks::modules::Modules,
     target::{
-        allocators::Program,
         launch::Launched,
         liveness::PidFd,
         process::{has_exited, Mapping},
+        search::Program,
     },
 };
 

@@ -10,10 +10,10 @@ use crate::{
     report::ProcessInfo,
     session::forks::{Forks, ProcessChange},
     target::{
-        allocators::Program,
         launch::Launched,
         liveness::PidFd,
         process::{has_exited, program_of, read_cmdline, Mapping, Process},
+        search::Program,
     },
 };
 

@@ -1,4 +1,6 @@
 //! Call stacks: unwinding copied stacks with CFI, and naming frames.
 
+pub mod cfi;
+pub mod modules;
 pub mod symbolize;
 pub mod unwind;

@@ -3,97 +3,21 @@
 //! it maps and dropped when the process exits; each file's unwind sections
 //! are parsed once, shared by every process that maps the file (keyed by
 //! device and inode, not by path), and dropped a while after the last
-//! process that maps it is gone.
+//! process that maps it is gone (`cfi.rs`).
 
-use std::{
-    collections::HashMap,
-    ops::Range,
-    os::unix::fs::MetadataExt as _,
-    path::{Path, PathBuf},
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, ops::Range, path::PathBuf, sync::Arc};
 
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
-    ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _,
+    FrameAddress, Module, Unwinder as _,
 };
-use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
+use super::cfi::{Data, SectionCache, Sections};
 use crate::target::process::Mapping;
 
 /// Frames beyond this many are dropped and the stack marked truncated (the
 /// kernel's frame-pointer walks stop at 127 here, perf_event_max_stack).
 pub const MAX_FRAMES: usize = 256;
-
-type Data = Arc<[u8]>;
-
-/// The unwind-relevant parts of one ELF file.
-struct Sections {
-    /// PT_LOAD segments: (file offset range, vaddr) to compute load bias.
-    loads: Vec<(Range<u64>, u64)>,
-    text: Option<(Range<u64>, Data)>,
-    eh_frame: Option<(Range<u64>, Data)>,
-    eh_frame_hdr: Option<(Range<u64>, Data)>,
-    debug_frame: Option<Data>,
-    got: Option<Range<u64>>,
-}
-
-impl Sections {
-    fn parse(data: &[u8]) -> Option<Sections> {
-        let file = object::File::parse(data).ok()?;
-        let section = |name: &str| {
-            let s = file.section_by_name(name)?;
-            let bytes = s.uncompressed_data().ok()?;
-            Some((s.address()..s.address() + s.size(), Data::from(&*bytes)))
-        };
-        Some(Sections {
-            loads: file
-                .segments()
-                .map(|seg| {
-                    let (off, size) = seg.file_range();
-                    (off..off + size, seg.address())
-                })
-                .collect(),
-            text: section(".text"),
-            eh_frame: section(".eh_frame"),
-            eh_frame_hdr: section(".eh_frame_hdr"),
-            debug_frame: section(".debug_frame").map(|(_, d)| d),
-            got: file
-                .section_by_name(".got")
-                .map(|s| s.address()..s.address() + s.size()),
-        })
-    }
-
-    /// Load bias of a mapping of this file: actual address - stated address.
-    /// Mappings are page-aligned, segments need not be (lld, which links
-    /// Rust, puts the text segment at file offset 0x14500, vaddr 0x15500,
-    /// mapped from offset 0x14000): match on the page-aligned offsets.
-    fn bias(&self, m: &Mapping) -> Option<u64> {
-        let (range, vaddr) = self
-            .loads
-            .iter()
-            .find(|(r, _)| r.start & !0xfff == m.offset)
-            .or_else(|| self.loads.iter().find(|(r, _)| r.contains(&m.offset)))?;
-        let svma = (vaddr & !0xfff) + (m.offset - (range.start & !0xfff));
-        Some(m.start.wrapping_sub(svma))
-    }
-
-    fn module_info(&self) -> ExplicitModuleSectionInfo<Data> {
-        ExplicitModuleSectionInfo {
-            base_svma: 0,
-            text_svma: self.text.as_ref().map(|(r, _)| r.clone()),
-            text: self.text.as_ref().map(|(_, d)| d.clone()),
-            got_svma: self.got.clone(),
-            eh_frame_svma: self.eh_frame.as_ref().map(|(r, _)| r.clone()),
-            eh_frame: self.eh_frame.as_ref().map(|(_, d)| d.clone()),
-            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
-            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
-            debug_frame: self.debug_frame.clone(),
-            ..Default::default()
-        }
-    }
-}
 
 struct ProcessUnwinder {
     unwinder: UnwinderX86_64<Data>,
@@ -170,23 +94,8 @@ impl UnwindStats {
 /// Where the file a process maps at a path is found from here.
 pub type Resolver = fn(u32, &str) -> PathBuf;
 
-/// A parsed file no unwinder uses any more is kept this long, so that a
-/// program run again and again (a shell loop) is not parsed each time.
-const UNUSED_FILE_TTL: Duration = Duration::from_secs(10);
-
-/// Which file: (device, inode), the same through every path and mount
-/// namespace it is seen from.
-type FileKey = (u64, u64);
-
-struct CachedFile {
-    /// None when the file is not ELF or could not be parsed.
-    sections: Option<Arc<Sections>>,
-    /// When an unwinder last took it.
-    used: Instant,
-}
-
 pub struct Unwinders {
-    files: HashMap<FileKey, CachedFile>,
+    files: SectionCache,
     procs: HashMap<u32, ProcessUnwinder>,
     resolve: Resolver,
     pub stats: UnwindStats,
@@ -201,7 +110,7 @@ impl Default for Unwinders {
 impl Unwinders {
     pub fn with_resolver(resolve: Resolver) -> Self {
         Unwinders {
-            files: HashMap::new(),
+            files: SectionCache::default(),
             procs: HashMap::new(),
             resolve,
             stats: UnwindStats::default(),
@@ -217,18 +126,12 @@ impl Unwinders {
     /// Drops parsed files that no process's unwinder holds and none took
     /// for UNUSED_FILE_TTL.
     pub fn evict_unused(&mut self) {
-        self.files.retain(|_, f| {
-            let in_use = f
-                .sections
-                .as_ref()
-                .is_some_and(|s| Arc::strong_count(s) > 1);
-            in_use || f.used.elapsed() < UNUSED_FILE_TTL
-        });
+        self.files.evict_unused();
     }
 
     /// How many processes and parsed files are held (for tests, --verbose).
     pub fn held(&self) -> (usize, usize) {
-        (self.procs.len(), self.files.len())
+        (self.procs.len(), self.files.held())
     }
 
     pub fn unwind(&mut self, pid: u32, maps: &[Mapping], sample: &Sample<'_>) -> Unwound {
@@ -303,23 +206,8 @@ impl Unwinders {
     }
 
     fn sections(&mut self, pid: u32, path: &str) -> Option<Arc<Sections>> {
-        let host = (self.resolve)(pid, path);
-        let meta = std::fs::metadata(&host).ok()?;
-        let file = self
-            .files
-            .entry((meta.dev(), meta.ino()))
-            .or_insert_with(|| CachedFile {
-                sections: read_sections(&host),
-                used: Instant::now(),
-            });
-        file.used = Instant::now();
-        file.sections.clone()
+        self.files.get(&(self.resolve)(pid, path))
     }
-}
-
-fn read_sections(path: &Path) -> Option<Arc<Sections>> {
-    let data = std::fs::read(path).ok()?;
-    Sections::parse(&data).map(Arc::new)
 }
 
 /// Unwinds one sample; also returns how many stack bytes it read.
@@ -403,8 +291,11 @@ mod tests {
     //! tests/targets/sites.c built with `-O2 -fomit-frame-pointer`; the
     //! binary and the samples are checked in under tests/fixtures/unwind.
 
+    use std::path::Path;
+
+    use object::{Object as _, ObjectSymbol as _};
+
     use super::*;
-    use object::ObjectSymbol as _;
 
     const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/unwind");
 
@@ -528,36 +419,6 @@ mod tests {
         u.evict_unused();
         assert_eq!(u.held(), (0, 1), "kept a while for the next process");
     }
-
-    #[test]
-    fn load_bias_matches_page_aligned_segments_as_lld_lays_them_out() {
-        // rust-lld: text at file offset 0x14500, vaddr 0x15500, mapped from
-        // file offset 0x14000 (which the first segment also contains).
-        let sections = Sections {
-            loads: vec![(0..0x14500, 0), (0x14500..0x54980, 0x15500)],
-            text: None,
-            eh_frame: None,
-            eh_frame_hdr: None,
-            debug_frame: None,
-            got: None,
-        };
-        let exec = Mapping {
-            start: 0x7000_0001_5000,
-            end: 0x7000_0005_5000,
-            offset: 0x14000,
-            executable: true,
-            path: "rust_allocs".into(),
-        };
-        assert_eq!(sections.bias(&exec), Some(0x7000_0000_0000));
-        let first = Mapping {
-            start: 0x7000_0000_0000,
-            offset: 0,
-            executable: false,
-            ..exec
-        };
-        assert_eq!(sections.bias(&first), Some(0x7000_0000_0000));
-    }
-
     #[test]
     fn a_window_too_small_for_the_stack_is_marked_truncated() {
         let f = &fixtures()[0];

@@ -335,8 +335,7 @@ pub fn check_dynamic(path: &Path) -> anyhow::Result<()> {
     let has_interp = file.section_by_name(".interp").is_some();
     // A static executable is its own allocator: traceable when its symbol
     // table still names malloc and free.
-    if !has_interp && !crate::target::allocators::ObjectInfo::parse(path)?.defines_malloc_and_free()
-    {
+    if !has_interp && !crate::target::elf::ObjectInfo::parse(path)?.defines_malloc_and_free() {
         bail!(TraceError::StaticCommand(path.display().to_string()));
     }
     Ok(())

@@ -3,6 +3,10 @@
 //! loader's search order.
 
 pub mod allocators;
+pub mod elf;
+pub mod entry_points;
 pub mod launch;
+pub mod ld_so_conf;
 pub mod liveness;
 pub mod process;
+pub mod search;

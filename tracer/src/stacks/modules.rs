@@ -1,0 +1,449 @@
+//! Address normalization while a process lives, and one open file per
+//! mapped object, so `symbolize.rs` names frames after processes exited.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::{fd::AsRawFd, unix::fs::MetadataExt as _},
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use crate::target::process::{host_path, Mapping};
+
+/// Which file an object is: the same (device, inode) in every process that
+/// maps it, whatever path or mount namespace it is seen through. A file
+/// that could not be opened is known by its path only.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum ObjectKey {
+    File { dev: u64, ino: u64 },
+    Unopened(String),
+}
+
+/// A mapped object file, shared by every process that maps it and kept
+/// open so it can be read after those processes exited or the file was
+/// replaced on disk.
+struct Object {
+    key: ObjectKey,
+    /// Path as the first process that mapped it saw it.
+    path: String,
+    file: Option<File>,
+    /// Live processes (tracked here) that map it.
+    users: u32,
+    /// An interned frame refers to it: kept until the report.
+    referenced: bool,
+}
+
+/// A return address turned into (module, file offset of `ip - 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NormFrame {
+    /// Index into the object table (one entry per file, not per process);
+    /// None when the address is in no mapped file (JIT code, or the maps
+    /// changed or the process exited before we looked).
+    pub module: Option<u32>,
+    /// File offset in the module, or the raw address when `module` is None.
+    pub offset: u64,
+}
+
+/// What is kept for a live process; dropped when it exits.
+struct Proc {
+    /// File-backed mappings, sorted by start.
+    maps: Vec<Mapping>,
+    /// The object of each mapping (same index as `maps`).
+    objects: Vec<u32>,
+    last_read: Option<Instant>,
+    /// Reads inside MIN_REREAD_INTERVAL so far (see `refresh`).
+    quick_reads: u32,
+    generation: u64,
+}
+
+#[derive(Default)]
+pub struct Modules {
+    /// Slots freed by eviction are None and reused.
+    objects: Vec<Option<Object>>,
+    free: Vec<u32>,
+    by_key: HashMap<ObjectKey, u32>,
+    procs: HashMap<u32, Proc>,
+    /// Source of `Proc::generation`: unique across pids and their reuse.
+    generations: u64,
+    /// Processes whose maps could not be read before they exited.
+    unread: std::collections::BTreeSet<u32>,
+}
+
+/// Addresses outside every mapped file (JIT code) would otherwise make each
+/// event re-read /proc/PID/maps.
+const MIN_REREAD_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A new process maps its libraries in its first milliseconds, so reads
+/// soon after its exec must not block the next few: this many are free of
+/// MIN_REREAD_INTERVAL (a short-lived process is gone 100 ms later).
+const QUICK_READS: u32 = 8;
+
+/// The path a mapping shows (one place to adapt if its type changes).
+fn map_path(m: &Mapping) -> &str {
+    m.path.as_str()
+}
+
+impl Modules {
+    /// Re-reads /proc/PID/maps, rate-limited (MIN_REREAD_INTERVAL after
+    /// the first QUICK_READS). Returns whether the maps were read (false
+    /// too when the process is gone).
+    pub fn refresh(&mut self, pid: u32) -> bool {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if p.last_read
+                .is_some_and(|t| t.elapsed() < MIN_REREAD_INTERVAL)
+            {
+                if p.quick_reads >= QUICK_READS {
+                    return false;
+                }
+                p.quick_reads += 1;
+            }
+        }
+        let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else {
+            self.note_unread(pid);
+            return false;
+        };
+        let maps = crate::target::process::parse_maps(&text);
+        if maps.is_empty() {
+            self.note_unread(pid);
+            return false; // a zombie: keep what we had
+        }
+        self.merge_maps(pid, maps);
+        true
+    }
+
+    /// The maps could not be read: the process is gone (or going). Later
+    /// samples of it do not try again before MIN_REREAD_INTERVAL.
+    fn note_unread(&mut self, pid: u32) {
+        self.unread.insert(pid);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.last_read = Some(Instant::now());
+            p.quick_reads = QUICK_READS;
+        }
+    }
+
+    /// Every process with maps kept here.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs.keys().copied()
+    }
+
+    /// Processes whose maps could not be read (again) because they had
+    /// exited: addresses outside the maps read before have no names.
+    pub fn unread(&self) -> &std::collections::BTreeSet<u32> {
+        &self.unread
+    }
+
+    /// Merges freshly read maps into what is known for `pid`: known mappings
+    /// that nothing new overlaps stay. A re-read is for a library loaded
+    /// since (dlopen); if the process exec'ed meanwhile, events of its old
+    /// image still in the ring buffer (the EXEC event comes after them,
+    /// then `forget` clears the maps) are resolved with the old mappings,
+    /// not with the new image's.
+    fn merge_maps(&mut self, pid: u32, new: Vec<Mapping>) {
+        let (old_maps, old_objects) = match self.procs.get_mut(&pid) {
+            Some(p) => (std::mem::take(&mut p.maps), std::mem::take(&mut p.objects)),
+            None => (Vec::new(), Vec::new()),
+        };
+        let mut merged: Vec<(Mapping, u32)> = Vec::with_capacity(new.len() + old_maps.len());
+        let mut opened: HashMap<String, u32> = HashMap::new();
+        for m in &new {
+            // An unchanged mapping keeps its object: no open, no stat.
+            let same = old_maps.iter().position(|o| o == m);
+            let object = match same {
+                Some(i) => old_objects[i],
+                None => match opened.get(map_path(m)) {
+                    Some(&o) => o,
+                    None => {
+                        let o = self.identify(pid, m);
+                        opened.insert(map_path(m).to_string(), o);
+                        o
+                    }
+                },
+            };
+            self.retain_object(object);
+            merged.push((m.clone(), object));
+        }
+        for (o, &object) in old_maps.iter().zip(&old_objects) {
+            if !new.iter().any(|n| n.start < o.end && o.start < n.end) {
+                self.retain_object(object);
+                merged.push((o.clone(), object));
+            }
+        }
+        for &object in &old_objects {
+            self.release_object(object);
+        }
+        merged.sort_by_key(|(m, _)| m.start);
+        let (maps, objects): (Vec<Mapping>, Vec<u32>) = merged.into_iter().unzip();
+        // Unchanged maps keep their generation: nothing to rebuild.
+        if maps != old_maps {
+            self.generations += 1;
+        }
+        let generation = self.generations;
+        let p = self.procs.entry(pid).or_insert_with(|| Proc {
+            maps: Vec::new(),
+            objects: Vec::new(),
+            last_read: None,
+            quick_reads: 0,
+            generation,
+        });
+        p.maps = maps;
+        p.objects = objects;
+        p.last_read = Some(Instant::now());
+        p.generation = generation;
+        self.unread.remove(&pid);
+    }
+
+    /// The object a mapping of `pid` shows: opened through
+    /// /proc/PID/map_files (the very file mapped, even if deleted or
+    /// replaced since), else through the process's root.
+    fn identify(&mut self, pid: u32, m: &Mapping) -> u32 {
+        let file = File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+            .or_else(|_| File::open(host_path(pid, map_path(m))))
+            .ok();
+        let key = match file.as_ref().and_then(|f| f.metadata().ok()) {
+            Some(meta) => ObjectKey::File {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            },
+            None => ObjectKey::Unopened(map_path(m).to_string()),
+        };
+        if let Some(&i) = self.by_key.get(&key) {
+            return i; // the file we opened now closes here
+        }
+        let object = Object {
+            key: key.clone(),
+            path: map_path(m).to_string(),
+            file,
+            users: 0,
+            referenced: false,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.objects[i as usize] = Some(object);
+                i
+            }
+            None => {
+                self.objects.push(Some(object));
+                (self.objects.len() - 1) as u32
+            }
+        };
+        self.by_key.insert(key, i);
+        i
+    }
+
+    fn retain_object(&mut self, i: u32) {
+        if let Some(Some(o)) = self.objects.get_mut(i as usize) {
+            o.users += 1;
+        }
+    }
+
+    /// One process less maps object `i`: evicted (its file closed) when no
+    /// live process maps it and no interned frame refers to it.
+    fn release_object(&mut self, i: u32) {
+        let Some(slot) = self.objects.get_mut(i as usize) else {
+            return;
+        };
+        let Some(o) = slot else {
+            return;
+        };
+        o.users = o.users.saturating_sub(1);
+        if o.users == 0 && !o.referenced {
+            self.by_key.remove(&o.key);
+            *slot = None;
+            self.free.push(i);
+        }
+    }
+
+    /// Whether `addr` lies in a mapping known for `pid`.
+    pub fn covers(&self, pid: u32, addr: u64) -> bool {
+        self.find(pid, addr).is_some()
+    }
+
+    /// `refresh` without the rate limit.
+    pub fn refresh_now(&mut self, pid: u32) -> bool {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.last_read = None;
+        }
+        self.refresh(pid)
+    }
+
+    /// The process exec'ed: its maps are read again at its next event
+    /// (objects its interned frames refer to stay, for stacks of the old
+    /// image).
+    pub fn forget(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            let objects = std::mem::take(&mut p.objects);
+            p.maps.clear();
+            p.last_read = None;
+            p.quick_reads = 0;
+            for o in objects {
+                self.release_object(o);
+            }
+        }
+    }
+
+    /// The process exited and its events are handled: everything kept
+    /// for it goes; the objects its frames refer to stay.
+    pub fn drop_process(&mut self, pid: u32) {
+        if let Some(p) = self.procs.remove(&pid) {
+            for o in p.objects {
+                self.release_object(o);
+            }
+        }
+    }
+
+    /// How many processes and objects are held (for --verbose and tests).
+    pub fn held(&self) -> (usize, usize) {
+        (self.procs.len(), self.by_key.len())
+    }
+
+    /// Changes each time `pid`'s maps are set (to rebuild what was built
+    /// from older ones).
+    pub fn generation(&self, pid: u32) -> u64 {
+        self.procs.get(&pid).map_or(0, |p| p.generation)
+    }
+
+    /// Sets `pid`'s maps as read elsewhere (the initial read of a target).
+    pub fn set_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
+        self.forget(pid);
+        self.merge_maps(pid, maps);
+    }
+
+    /// The process's file-backed mappings as last read.
+    pub fn maps(&self, pid: u32) -> &[Mapping] {
+        self.procs.get(&pid).map_or(&[], |p| p.maps.as_slice())
+    }
+
+    fn find_index(&self, pid: u32, addr: u64) -> Option<usize> {
+        let maps = &self.procs.get(&pid)?.maps;
+        let i = maps.partition_point(|m| m.start <= addr).checked_sub(1)?;
+        maps.get(i).filter(|m| addr < m.end).map(|_| i)
+    }
+
+    fn find(&self, pid: u32, addr: u64) -> Option<&Mapping> {
+        let i = self.find_index(pid, addr)?;
+        self.procs.get(&pid)?.maps.get(i)
+    }
+
+    /// Normalizes return addresses of process `pid`. Re-reads the maps once
+    /// if an address is not covered (a library loaded after the last read).
+    pub fn normalize(&mut self, pid: u32, return_addrs: &[u64]) -> Vec<NormFrame> {
+        let uncovered = return_addrs
+            .iter()
+            .any(|&a| self.find(pid, a.saturating_sub(1)).is_none());
+        if uncovered {
+            self.refresh(pid);
+        }
+        return_addrs
+            .iter()
+            .map(|&ret| self.normalize_one(pid, ret.saturating_sub(1)))
+            .collect()
+    }
+
+    fn normalize_one(&mut self, pid: u32, addr: u64) -> NormFrame {
+        let found = self.find_index(pid, addr).and_then(|i| {
+            let p = self.procs.get(&pid)?;
+            Some((p.maps.get(i)?, *p.objects.get(i)?))
+        });
+        let Some((m, object)) = found else {
+            return NormFrame {
+                module: None,
+                offset: addr,
+            };
+        };
+        let offset = addr - m.start + m.offset;
+        if let Some(Some(o)) = self.objects.get_mut(object as usize) {
+            o.referenced = true;
+        }
+        NormFrame {
+            module: Some(object),
+            offset,
+        }
+    }
+
+    pub fn path(&self, module: u32) -> &str {
+        match self.objects.get(module as usize) {
+            Some(Some(o)) => o.path.as_str(),
+            _ => "[unknown]",
+        }
+    }
+
+    pub(super) fn open_path(&self, module: u32) -> Option<PathBuf> {
+        let Some(Some(o)) = self.objects.get(module as usize) else {
+            return None;
+        };
+        let file = o.file.as_ref()?;
+        Some(PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid that no process has (above the kernel's pid_max limit):
+    /// files are then opened by their path.
+    const NO_SUCH_PID: u32 = 1 << 23;
+
+    /// This test process's own executable mapping, moved to `shift`.
+    fn exe_mapping(shift: u64) -> Mapping {
+        let text = std::fs::read("/proc/self/maps").expect("own maps");
+        let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
+        let mut m = crate::target::process::parse_maps(&text)
+            .into_iter()
+            .find(|m| m.executable && std::path::Path::new(&m.path) == exe)
+            .expect("an executable mapping of the test binary");
+        m.start += shift;
+        m.end += shift;
+        m
+    }
+
+    #[test]
+    fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
+        let mut modules = Modules::default();
+        let me = std::process::id();
+        let a = exe_mapping(0);
+        let b = exe_mapping(0x1000_0000);
+        modules.set_maps(me, vec![a.clone()]);
+        modules.set_maps(NO_SUCH_PID, vec![b.clone()]);
+        assert_eq!(modules.held(), (2, 1), "two processes, one file");
+        // The same code at different addresses: the same (object, offset).
+        let fa = modules.normalize(me, &[a.start + 0x101]);
+        let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x101]);
+        assert_eq!(fa, fb);
+        assert!(fa[0].module.is_some());
+        modules.drop_process(me);
+        modules.drop_process(NO_SUCH_PID);
+        assert_eq!(modules.held(), (0, 1), "an interned frame refers to it");
+        assert_eq!(modules.path(fa[0].module.expect("module")), a.path);
+        assert!(modules.open_path(fa[0].module.expect("module")).is_some());
+    }
+
+    #[test]
+    fn an_object_no_process_maps_and_no_frame_refers_to_is_closed() {
+        let mut modules = Modules::default();
+        modules.set_maps(NO_SUCH_PID, vec![exe_mapping(0)]);
+        assert_eq!(modules.held(), (1, 1));
+        modules.drop_process(NO_SUCH_PID);
+        assert_eq!(modules.held(), (0, 0));
+        // Its slot is reused by the next file.
+        modules.set_maps(NO_SUCH_PID + 1, vec![exe_mapping(0)]);
+        assert_eq!(modules.objects.len(), 1);
+    }
+
+    #[test]
+    fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation() {
+        let mut modules = Modules::default();
+        let m = exe_mapping(0);
+        modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
+        let old = modules.normalize(NO_SUCH_PID, &[m.start + 0x11]);
+        modules.forget(NO_SUCH_PID);
+        assert!(modules.maps(NO_SUCH_PID).is_empty());
+        assert_eq!(modules.held().1, 1, "the old image's frame keeps it");
+        modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
+        let generation = modules.generation(NO_SUCH_PID);
+        modules.merge_maps(NO_SUCH_PID, vec![m.clone()]);
+        assert_eq!(modules.generation(NO_SUCH_PID), generation);
+        assert_eq!(modules.normalize(NO_SUCH_PID, &[m.start + 0x11]), old);
+    }
+}
