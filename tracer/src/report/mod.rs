@@ -8,6 +8,7 @@ use serde::Serialize;
 mod collapsed;
 mod flamegraph;
 mod json;
+mod json_layout;
 mod losses;
 mod output;
 mod text;
@@ -19,6 +20,8 @@ pub use losses::{LossLine, Losses};
 pub use output::Output;
 pub use text::{write_losses, write_text};
 
+#[cfg(test)]
+mod fixtures;
 #[cfg(test)]
 mod tests;
 

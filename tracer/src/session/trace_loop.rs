@@ -3,7 +3,7 @@
 //! --interval snapshots.
 
 use std::{
-    os::fd::AsRawFd,
+    os::fd::{AsRawFd, RawFd},
     time::{Duration, Instant},
 };
 
@@ -65,23 +65,7 @@ enum Next {
 impl Trace<'_> {
     /// Drains events until the phase ends (see `Phase`). Returns why it ended.
     pub async fn collect(&mut self, phase: Phase) -> anyhow::Result<String> {
-        let exit = match self.scope.exit_fd().map(|pidfd| pidfd.fd.as_raw_fd()) {
-            // SAFETY: the scope owns the pidfd and lives as long as the
-            // trace, which this function borrows whole: the raw fd stays
-            // open while the AsyncFd exists.
-            Some(fd) => Some(
-                unsafe { AsyncFd::register(fd) }
-                    .map_err(|e| anyhow::anyhow!("watching the target for exit: {e}"))?,
-            ),
-            None => None,
-        };
-        // SAFETY: the collector, which owns the ring buffer, is borrowed
-        // with the trace for this whole function, so the fd stays open
-        // while the AsyncFd exists.
-        let events = unsafe {
-            AsyncFd::register_with_interest(self.collector.events_fd(), Interest::READABLE)
-        }
-        .map_err(|e| anyhow::anyhow!("watching the ring buffer: {e}"))?;
+        let (exit, events) = self.watch()?;
         let mut poll = tokio::time::interval(POLL_INTERVAL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut tick = tokio::time::interval(DRAIN_INTERVAL);
@@ -165,6 +149,30 @@ impl Trace<'_> {
         }
     }
 
+    /// The fds the loop waits on: the target's pidfd (readable at its exit,
+    /// --pid and -- CMD) and the reader's eventfd (events queued).
+    fn watch(&self) -> anyhow::Result<(Option<AsyncFd<RawFd>>, AsyncFd<RawFd>)> {
+        let exit = match self.scope.exit_fd().map(|pidfd| pidfd.fd.as_raw_fd()) {
+            // SAFETY: the scope owns the pidfd for the whole trace, and
+            // `collect`, the only caller, drops the AsyncFd before it
+            // returns, while it still borrows the trace: the raw fd stays
+            // open while the AsyncFd exists.
+            Some(fd) => Some(
+                unsafe { AsyncFd::register(fd) }
+                    .map_err(|e| anyhow::anyhow!("watching the target for exit: {e}"))?,
+            ),
+            None => None,
+        };
+        // SAFETY: the collector owns the reader's eventfd for the whole
+        // trace, and `collect` drops the AsyncFd before it returns: the fd
+        // stays open while the AsyncFd exists.
+        let events = unsafe {
+            AsyncFd::register_with_interest(self.collector.events_fd(), Interest::READABLE)
+        }
+        .map_err(|e| anyhow::anyhow!("watching the ring buffer: {e}"))?;
+        Ok((exit, events))
+    }
+
     /// SIGINT or SIGTERM ends the trace; in the wind-down, a second one
     /// stops waiting for the command.
     fn on_signal(
@@ -226,7 +234,7 @@ impl Trace<'_> {
     }
 }
 
-async fn exited(exit: Option<&AsyncFd<std::os::fd::RawFd>>) {
+async fn exited(exit: Option<&AsyncFd<RawFd>>) {
     match exit {
         Some(fd) => {
             let _ = fd.readable().await;
