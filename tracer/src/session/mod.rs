@@ -1,6 +1,7 @@
 //! One tracing session: preflight, attach, collect until the end condition,
 //! detach, drain, report.
 
+mod facts;
 pub mod forks;
 pub mod scope;
 
@@ -123,7 +124,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
                 escape::text(&h.function),
                 escape::text(&h.module),
                 h.offset,
-                escape::text(&h.status),
+                escape::text(&h.status.to_string()),
                 h.probe_offset,
                 escape::text(&h.placement)
             );
@@ -140,7 +141,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     let functions = hooks
         .lines
         .iter()
-        .filter(|h| h.status.starts_with("attached"))
+        .filter(|h| h.status.is_attached())
         .count();
     eprintln!(
         "memtrace-bpf: tracing {}: {} hooked in {hooked}; {}",
@@ -203,7 +204,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
 
     let mut processes = scope.processes(&collector.state.processes);
     for p in &mut processes {
-        p.allocators = hooks.describe_process(p.pid);
+        p.allocators = facts::process_allocators(&hooks.process_objects(p.pid));
     }
     let mut scope_notes = scope.notes();
     scope_notes.extend(scope.fork_notes(&loaded));
@@ -237,7 +238,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         processes,
         duration,
         end_reason,
-        hooks: hooks.lines.clone(),
+        hooks: facts::report_hooks(&hooks.lines),
         unwind: cli.unwind,
         stack_bytes: cli.stack_bytes,
         sample_rate: cli.sample_rate,
