@@ -330,11 +330,14 @@ fn attach_sessions(
     if loaded.session_progs.is_empty() {
         // The kernel lets a session program tail-call only programs of the
         // same attach type: load session copies of the real programs.
-        let roles: Vec<Role> = Role::ALL.into_iter().filter(|r| *r != Role::Free).collect();
-        let mut names: Vec<&str> = roles.iter().map(|&r| roles::of(r).program).collect();
+        let session_roles: Vec<Role> = Role::ALL.into_iter().filter(|r| *r != Role::Free).collect();
+        let mut names: Vec<&str> = session_roles
+            .iter()
+            .map(|&r| roles::of(r).program)
+            .collect();
         names.push(RETURN_PROGRAM);
         let mut copies = uprobe_session::load_session_copies(BPF_OBJECT, &names, &loaded.map_fds)?;
-        for (role, name) in roles.iter().zip(&names) {
+        for (role, name) in session_roles.iter().zip(&names) {
             let fd = copies.remove(*name).context("session copy")?;
             uprobe_session::set_prog_slot(loaded.progs_fd, *role as u32, &fd)?;
             loaded.session_progs.push(fd);
