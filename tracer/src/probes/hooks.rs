@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::{
     error::TraceError,
     probes::loader::{self, AttachOptions, Loaded},
-    report::{Hook, ProcessAllocator},
+    probes::plan::HookFact,
     target::allocators::{Choice, Hooked},
     target::elf::{FileId, ObjectCache},
     target::search::Program,
@@ -20,12 +20,12 @@ pub struct Hooks {
     opts: AttachOptions,
     /// Files attached (for every process, or for the one traced pid).
     attached: HashSet<FileId>,
-    /// Report lines, one per entry point per attached file.
-    pub lines: Vec<Hook>,
+    /// What became of each entry point of each attached file.
+    pub lines: Vec<HookFact>,
     /// Objects hooked, described ("jemalloc (/usr/lib/...)"), in order.
     pub objects: Vec<String>,
-    /// What each inspected process uses.
-    pub per_process: BTreeMap<u32, Vec<ProcessAllocator>>,
+    /// The allocator objects each inspected process uses.
+    pub per_process: BTreeMap<u32, Vec<Hooked>>,
     /// Processes whose objects could not be attached: (pid, why).
     pub failures: Vec<(u32, String)>,
     /// Say on stderr when an object is hooked (once the trace runs).
@@ -81,7 +81,7 @@ impl Hooks {
                 let uses = crate::escape::text(&uses.join(", ")).into_owned();
                 eprintln!("memtrace-bpf: pid {pid} uses {uses}");
             }
-            self.per_process.insert(pid, describe(&objects));
+            self.per_process.insert(pid, objects);
         }
         Ok(())
     }
@@ -114,32 +114,20 @@ impl Hooks {
         }
     }
 
-    /// What `pid` uses, for a process the trace saw but did not inspect
-    /// (a child forked without exec): read now if it still runs.
-    pub fn describe_process(&mut self, pid: u32) -> Vec<ProcessAllocator> {
+    /// The allocator objects `pid` uses; for a process the trace saw but
+    /// did not inspect (a child forked without exec), read now if it still
+    /// runs.
+    pub fn process_objects(&mut self, pid: u32) -> Vec<Hooked> {
         if let Some(known) = self.per_process.get(&pid) {
             return known.clone();
         }
         Program::running(pid)
             .ok()
             .and_then(|p| p.allocators(&mut self.cache, &self.choice).ok())
-            .map(|objects| describe(&objects))
             .unwrap_or_default()
     }
 
     pub fn is_empty(&self) -> bool {
         self.attached.is_empty()
     }
-}
-
-fn describe(objects: &[Hooked]) -> Vec<ProcessAllocator> {
-    objects
-        .iter()
-        .map(|o| ProcessAllocator {
-            kind: o.kind.to_string(),
-            path: o.path.to_string_lossy().into_owned(),
-            resolves_malloc: o.resolves_malloc,
-            functions: o.entry_points.iter().map(|e| e.name.clone()).collect(),
-        })
-        .collect()
 }

@@ -13,15 +13,11 @@ use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use crate::{
     cli::{ProbePlacement, UnwindMode},
-    error::TraceError,
-    probes::placement,
+    probes::plan::{self, HookFact, PlannedProbe},
+    probes::roles,
     probes::uprobe_session,
-    report::Hook,
     target::allocators::Hooked,
-    target::elf::Thunk,
-    target::entry_points::{EntryPoint, CORE},
 };
-use iced_x86::Register;
 
 /// The BPF object built by build.rs from tracer-ebpf.
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrace"));
@@ -31,37 +27,6 @@ const EXEC_PROGRAM: &str = "process_exec";
 const EXEC_TRACEPOINT: &str = "sched_process_exec";
 const FORK_PROGRAM: &str = "process_fork";
 const EXIT_PROGRAM: &str = "process_exit";
-
-/// The argument registers each entry program reads (System V ABI order
-/// rdi, rsi, rdx): instructions skipped by probe placement must not write them.
-fn args_read(role: Role) -> &'static [Register] {
-    use Register::{RDI, RDX, RSI};
-    match role {
-        Role::Malloc | Role::Free | Role::Valloc | Role::Pvalloc => &[RDI],
-        Role::Calloc | Role::Realloc => &[RDI, RSI],
-        Role::ReallocArray => &[RDI, RSI, RDX],
-        Role::PosixMemalign => &[RDI, RDX],
-        Role::AlignedAlloc | Role::Memalign => &[RSI],
-        Role::Xallocx => &[RDI, RSI, RDX],
-    }
-}
-
-/// The entry program in tracer-ebpf for each role.
-fn entry_program(role: Role) -> &'static str {
-    match role {
-        Role::Malloc => "malloc_enter",
-        Role::Calloc => "calloc_enter",
-        Role::Realloc => "realloc_enter",
-        Role::ReallocArray => "reallocarray_enter",
-        Role::Free => "free_enter",
-        Role::PosixMemalign => "posix_memalign_enter",
-        Role::AlignedAlloc => "aligned_alloc_enter",
-        Role::Memalign => "memalign_enter",
-        Role::Valloc => "valloc_enter",
-        Role::Pvalloc => "pvalloc_enter",
-        Role::Xallocx => "xallocx_enter",
-    }
-}
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
 pub const MAX_FILTERED_PIDS: u32 = 8192;
@@ -310,9 +275,8 @@ fn raise_memlock_limit() {
 }
 
 /// Attaches the entry points of `object` for process `pid` (every process
-/// when None). Returns one `Hook` line per entry point for the report; for
-/// the object that malloc resolves to, the C functions it lacks are listed
-/// too, and malloc and free are required.
+/// when None) as `plan::plan` decides. Returns one fact per entry point for
+/// the report.
 ///
 /// Return probes are attached before any entry probe, so that every entry
 /// that fires has its return hooked; `detach` removes them in the opposite
@@ -322,215 +286,59 @@ pub fn attach(
     object: &Hooked,
     pid: Option<u32>,
     opts: &AttachOptions,
-) -> anyhow::Result<Vec<Hook>> {
+) -> anyhow::Result<Vec<HookFact>> {
     let host_path = object.host_path.as_path();
-    let display_path = object.path.to_string_lossy();
-    let display_path = display_path.as_ref();
-    let info = &object.info;
-    let offsets = &info.defined;
+    let module = object.path.to_string_lossy();
     let pid = pid.and_then(NonZeroU32::new);
-    let mut hooked_at: HashMap<u64, &str> = HashMap::new();
-    let mut hooks = Vec::new();
-    let mut to_attach: Vec<Plan> = Vec::new();
-    let mut listed: Vec<&EntryPoint> = object.entry_points.iter().collect();
-    let missing_core: Vec<EntryPoint> = if object.resolves_malloc {
-        CORE.iter()
-            .filter(|(n, _)| !object.entry_points.iter().any(|e| e.name == *n))
-            .map(|&(n, role)| EntryPoint {
-                name: n.to_string(),
-                role,
-                standard: true,
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    listed.extend(missing_core.iter());
-    for spec in listed {
-        let mut hook = Hook {
-            function: spec.name.clone(),
-            module: display_path.to_string(),
-            ..Hook::default()
-        };
-        let required = object.resolves_malloc && matches!(spec.name.as_str(), "malloc" | "free");
-        match offsets.get(&spec.name) {
-            None if required => {
-                return Err(TraceError::MissingRequired {
-                    path: display_path.to_string(),
-                    symbol: if spec.name == "malloc" {
-                        "malloc"
-                    } else {
-                        "free"
-                    },
-                }
-                .into())
-            }
-            None => hook.status = "not defined in this object".into(),
-            Some(&offset) => {
-                hook.offset = offset;
-                let thunk_to = info
-                    .thunks
-                    .get(&spec.name)
-                    .and_then(|t| counted_at(object, spec, t));
-                // Two probes on one address would both fire for every call.
-                if let Some(first) = hooked_at.get(&offset) {
-                    hook.status = format!("alias of {first}, counted there");
-                } else if let Some(how) = thunk_to {
-                    hook.status = how;
-                } else {
-                    hooked_at.insert(offset, &spec.name);
-                    let plan = plan(info, host_path, spec, offset, opts)?;
-                    hook.probe_offset = plan.plain.0;
-                    hook.placement = plan.plain.1.clone();
-                    hook.status = "attached".into();
-                    to_attach.push(plan);
-                }
-            }
-        }
-        hooks.push(hook);
-    }
+    let planned = plan::plan(object, opts.placement)?;
+    let facts = |session: bool| planned.iter().map(|p| p.fact(&module, session)).collect();
     if opts.sessions && !opts.noop {
-        match attach_sessions(loaded, &to_attach, host_path, pid) {
-            Ok(()) => {
-                for plan in to_attach.iter().filter(|p| p.spec.role != Role::Free) {
-                    if let Some(hook) = hooks.iter_mut().find(|h| h.function == plan.spec.name) {
-                        hook.status = "attached (uprobe session)".into();
-                        hook.probe_offset = plan.session.0;
-                        hook.placement = plan.session.1.clone();
-                    }
-                }
-                return Ok(hooks);
-            }
+        match attach_sessions(loaded, &planned, host_path, pid) {
+            Ok(()) => return Ok(facts(true)),
             Err(e) => loaded.session_error = Some(format!("{e:#}")),
         }
     }
-    let (ret, entry): (&str, fn(Role) -> &'static str) = if opts.noop {
-        ("noop_return", |_| "noop_enter")
-    } else {
-        (RETURN_PROGRAM, entry_program)
-    };
-    for plan in &to_attach {
-        if plan.spec.role != Role::Free {
-            attach_one(loaded, ret, plan.plain.0, host_path, pid)?;
+    let to_attach = || planned.iter().filter_map(|p| Some((p.role, p.placed()?)));
+    for (role, placed) in to_attach() {
+        if roles::of(role).returns {
+            let ret = if opts.noop {
+                "noop_return"
+            } else {
+                RETURN_PROGRAM
+            };
+            attach_one(loaded, ret, placed.plain.0, host_path, pid)?;
         }
     }
-    for plan in &to_attach {
-        attach_one(loaded, entry(plan.spec.role), plan.plain.0, host_path, pid)?;
+    for (role, placed) in to_attach() {
+        let entry = if opts.noop {
+            "noop_enter"
+        } else {
+            roles::of(role).program
+        };
+        attach_one(loaded, entry, placed.plain.0, host_path, pid)?;
     }
-    Ok(hooks)
-}
-
-/// When entry point `spec` of `object` only jumps to another function
-/// whose probe counts the call (a second probe would count it twice, and
-/// both return probes would fire for one entry): why it is not probed.
-fn counted_at(object: &Hooked, spec: &EntryPoint, thunk: &Thunk) -> Option<String> {
-    let hooked_here = |name: &str, standard_only: bool| {
-        object
-            .entry_points
-            .iter()
-            .any(|e| e.name == name && e.role == spec.role && (e.standard || !standard_only))
-    };
-    match thunk {
-        // Through the PLT it reaches the standard function of that name,
-        // which is hooked here when this object is the one malloc
-        // resolves to.
-        Thunk::Plt(target) if object.resolves_malloc && hooked_here(target, true) => {
-            Some(format!("jumps to {target} through the PLT, counted there"))
-        }
-        Thunk::Direct(target) if hooked_here(target, false) => {
-            Some(format!("jumps to {target}, counted there"))
-        }
-        _ => None,
-    }
-}
-
-/// Where one entry point's probes go: as plain uprobes (`plain`: file
-/// offset and why), and as a uprobe session program (`session`), which may
-/// sit past instructions that moved an argument because its attach cookie
-/// (`cookie`: role and argument locations, see tracer_common::cookie) tells
-/// the program where the argument went.
-struct Plan<'a> {
-    spec: &'a EntryPoint,
-    plain: (u64, String),
-    session: (u64, String),
-    cookie: u64,
-}
-
-fn plan<'a>(
-    info: &crate::target::elf::ObjectInfo,
-    host_path: &Path,
-    spec: &'a EntryPoint,
-    offset: u64,
-    opts: &AttachOptions,
-) -> anyhow::Result<Plan<'a>> {
-    let role_cookie = spec.role as u64;
-    if opts.placement == ProbePlacement::Entry {
-        let at = (offset, "symbol (--probe-placement entry)".to_string());
-        return Ok(Plan {
-            spec,
-            plain: at.clone(),
-            session: at,
-            cookie: role_cookie,
-        });
-    }
-    let size = info.sizes.get(&spec.name).copied().unwrap_or(0);
-    let code = read_code(host_path, offset, size)?;
-    let plain = placement::place(&code, args_read(spec.role));
-    // free is never a session program: no cookie reaches it.
-    let session = if spec.role == Role::Free {
-        plain.clone()
-    } else {
-        placement::place_with(&code, args_read(spec.role), true)
-    };
-    let mut cookie = role_cookie;
-    for (from, to) in &session.moved {
-        let index = placement::ARG_REGISTERS
-            .iter()
-            .position(|r| r == from)
-            .context("moved a non-argument register")?;
-        cookie |= register_code(*to)? << (tracer_common::cookie::ARG_SHIFT + 4 * index as u32);
-    }
-    Ok(Plan {
-        spec,
-        plain: (offset + plain.offset, plain.reason),
-        session: (offset + session.offset, session.reason),
-        cookie,
-    })
-}
-
-/// tracer_common::cookie's code for a register an argument may be in.
-fn register_code(reg: Register) -> anyhow::Result<u64> {
-    use tracer_common::cookie as c;
-    Ok(match reg {
-        Register::RDI => c::RDI,
-        Register::RSI => c::RSI,
-        Register::RDX => c::RDX,
-        Register::RCX => c::RCX,
-        Register::R8 => c::R8,
-        Register::R9 => c::R9,
-        Register::RAX => c::RAX,
-        Register::R10 => c::R10,
-        Register::R11 => c::R11,
-        other => anyhow::bail!("an argument moved to {other:?}, which probes cannot read"),
-    })
+    Ok(facts(false))
 }
 
 /// Attaches the allocating functions as one uprobe session link (see
 /// uprobe_session.rs) and free as a plain uprobe.
 fn attach_sessions(
     loaded: &mut Loaded,
-    to_attach: &[Plan],
+    planned: &[PlannedProbe],
     path: &Path,
     pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
     if loaded.session_progs.is_empty() {
         // The kernel lets a session program tail-call only programs of the
         // same attach type: load session copies of the real programs.
-        let roles: Vec<Role> = Role::ALL.into_iter().filter(|r| *r != Role::Free).collect();
-        let mut names: Vec<&str> = roles.iter().map(|&r| entry_program(r)).collect();
+        let session_roles: Vec<Role> = Role::ALL.into_iter().filter(|r| *r != Role::Free).collect();
+        let mut names: Vec<&str> = session_roles
+            .iter()
+            .map(|&r| roles::of(r).program)
+            .collect();
         names.push(RETURN_PROGRAM);
         let mut copies = uprobe_session::load_session_copies(BPF_OBJECT, &names, &loaded.map_fds)?;
-        for (role, name) in roles.iter().zip(&names) {
+        for (role, name) in session_roles.iter().zip(&names) {
             let fd = copies.remove(*name).context("session copy")?;
             uprobe_session::set_prog_slot(loaded.progs_fd, *role as u32, &fd)?;
             loaded.session_progs.push(fd);
@@ -543,15 +351,15 @@ fn attach_sessions(
         loaded.session_progs.push(dispatcher);
     }
 
-    let (offsets, cookies): (Vec<u64>, Vec<u64>) = to_attach
-        .iter()
-        .filter(|p| p.spec.role != Role::Free)
-        .map(|p| (p.session.0, p.cookie))
+    let placed = || planned.iter().filter_map(|p| Some((p.role, p.placed()?)));
+    let (offsets, cookies): (Vec<u64>, Vec<u64>) = placed()
+        .filter(|(role, _)| *role != Role::Free)
+        .map(|(_, p)| (p.session.0, p.cookie))
         .unzip();
     // free first: a block recorded before free is hooked would have its
     // free missed, stay "live" and be replaced when its address is reused.
-    for p in to_attach.iter().filter(|p| p.spec.role == Role::Free) {
-        attach_one(loaded, entry_program(p.spec.role), p.plain.0, path, pid)?;
+    for (role, p) in placed().filter(|(role, _)| *role == Role::Free) {
+        attach_one(loaded, roles::of(role).program, p.plain.0, path, pid)?;
     }
     let prog = loaded.session_progs.last().context("session program")?;
     let link = uprobe_session::attach(
@@ -584,23 +392,6 @@ fn map_fds(ebpf: &Ebpf) -> anyhow::Result<HashMap<String, OwnedFd>> {
         fds.insert(name.to_string(), data.fd().as_fd().try_clone_to_owned()?);
     }
     Ok(fds)
-}
-
-/// The first bytes of the function at file offset `offset`.
-/// The function at file offset `offset`: `size` bytes (at most
-/// placement::MAX_FUNCTION), or placement::WINDOW when the size is unknown.
-fn read_code(path: &Path, offset: u64, size: u64) -> anyhow::Result<Vec<u8>> {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    file.seek(SeekFrom::Start(offset))?;
-    let len = match size {
-        0 => placement::WINDOW as u64,
-        n => n.min(placement::MAX_FUNCTION as u64),
-    };
-    let mut code = Vec::with_capacity(len as usize);
-    file.take(len).read_to_end(&mut code)?;
-    Ok(code)
 }
 
 /// `--binary`: attaches `binary_entry` (tracer-ebpf) at the program's ELF

@@ -6,5 +6,7 @@ pub mod hooks;
 pub mod kernel_btf;
 pub mod loader;
 pub mod placement;
+pub mod plan;
 pub mod preflight;
+pub mod roles;
 pub mod uprobe_session;

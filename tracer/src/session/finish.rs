@@ -21,7 +21,7 @@ pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
                 escape::text(&h.function),
                 escape::text(&h.module),
                 h.offset,
-                escape::text(&h.status),
+                escape::text(&h.status.to_string()),
                 h.probe_offset,
                 escape::text(&h.placement)
             );
@@ -38,7 +38,7 @@ pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
     let functions = hooks
         .lines
         .iter()
-        .filter(|h| h.status.starts_with("attached"))
+        .filter(|h| h.status.is_attached())
         .count();
     eprintln!(
         "memtrace-bpf: tracing {}: {} hooked in {hooked}; {}",

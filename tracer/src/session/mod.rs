@@ -5,6 +5,7 @@
 //! last snapshot.
 
 mod binary;
+mod facts;
 mod finish;
 pub mod forks;
 pub mod scope;
@@ -154,14 +155,14 @@ impl<'a> Trace<'a> {
         let cli = self.settings.cli;
         let mut processes = self.scope.processes(&self.collector.state.processes);
         for p in &mut processes {
-            p.allocators = self.hooks.describe_process(p.pid);
+            p.allocators = facts::process_allocators(&self.hooks.process_objects(p.pid));
         }
         let meta = Meta {
             target: self.scope.target(),
             processes,
             duration: self.started.elapsed(),
             end_reason: end_reason.to_string(),
-            hooks: self.hooks.lines.clone(),
+            hooks: facts::report_hooks(&self.hooks.lines),
             unwind: cli.unwind,
             stack_bytes: cli.stack_bytes,
             sample_rate: cli.sample_rate,

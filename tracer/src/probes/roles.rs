@@ -1,0 +1,96 @@
+//! What the probes do for each allocator role: one row per `Role`, so that
+//! the program, the arguments it reads and whether the role's C function
+//! must exist are decided in one place instead of in `attach`.
+
+use iced_x86::Register::{self, RDI, RDX, RSI};
+use tracer_common::Role;
+
+/// How one role is probed.
+pub struct RoleProbe {
+    pub role: Role,
+    /// The entry program in tracer-ebpf.
+    pub program: &'static str,
+    /// The argument registers the entry program reads (System V ABI order
+    /// rdi, rsi, rdx): instructions skipped by probe placement must not
+    /// write them.
+    pub args: &'static [Register],
+    /// The C name that the object malloc resolves to must define: without
+    /// it calls of this role would go uncounted (malloc and free).
+    pub required: Option<&'static str>,
+    /// Whether a return probe reads the result (all but free, which
+    /// returns nothing).
+    pub returns: bool,
+}
+
+/// One row per role, in `Role` discriminant order (a test checks it).
+pub const ROLES: [RoleProbe; 11] = [
+    row(Role::Malloc, "malloc_enter", &[RDI], Some("malloc")),
+    row(Role::Calloc, "calloc_enter", &[RDI, RSI], None),
+    row(Role::Realloc, "realloc_enter", &[RDI, RSI], None),
+    row(
+        Role::ReallocArray,
+        "reallocarray_enter",
+        &[RDI, RSI, RDX],
+        None,
+    ),
+    RoleProbe {
+        returns: false,
+        ..row(Role::Free, "free_enter", &[RDI], Some("free"))
+    },
+    row(
+        Role::PosixMemalign,
+        "posix_memalign_enter",
+        &[RDI, RDX],
+        None,
+    ),
+    row(Role::AlignedAlloc, "aligned_alloc_enter", &[RSI], None),
+    row(Role::Memalign, "memalign_enter", &[RSI], None),
+    row(Role::Valloc, "valloc_enter", &[RDI], None),
+    row(Role::Pvalloc, "pvalloc_enter", &[RDI], None),
+    row(Role::Xallocx, "xallocx_enter", &[RDI, RSI, RDX], None),
+];
+
+const fn row(
+    role: Role,
+    program: &'static str,
+    args: &'static [Register],
+    required: Option<&'static str>,
+) -> RoleProbe {
+    RoleProbe {
+        role,
+        program,
+        args,
+        required,
+        returns: true,
+    }
+}
+
+/// The row of `role`.
+pub fn of(role: Role) -> &'static RoleProbe {
+    &ROLES[role as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_row_per_role_in_discriminant_order() {
+        assert_eq!(ROLES.len(), Role::ALL.len());
+        for role in Role::ALL {
+            assert_eq!(of(role).role, role);
+        }
+    }
+
+    #[test]
+    fn only_malloc_and_free_are_required_and_free_has_no_return() {
+        let required: Vec<&str> = ROLES.iter().filter_map(|r| r.required).collect();
+        assert_eq!(required, ["malloc", "free"]);
+        let no_return: Vec<Role> = ROLES
+            .iter()
+            .filter(|r| !r.returns)
+            .map(|r| r.role)
+            .collect();
+        assert_eq!(no_return, [Role::Free]);
+    }
+}

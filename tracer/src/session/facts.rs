@@ -1,0 +1,38 @@
+//! What the probes and the target inspection found, as the report shows
+//! it: the report receives facts and renders them, and probes/ and
+//! target/ know nothing of the report.
+
+use crate::{
+    probes::plan::HookFact,
+    report::{Hook, ProcessAllocator},
+    target::allocators::Hooked,
+};
+
+/// One report line per entry point; `status` in the words the report has
+/// always used (`HookStatus`'s Display).
+pub fn report_hooks(facts: &[HookFact]) -> Vec<Hook> {
+    facts
+        .iter()
+        .map(|f| Hook {
+            function: f.function.clone(),
+            module: f.module.clone(),
+            offset: f.offset,
+            probe_offset: f.probe_offset,
+            placement: f.placement.clone(),
+            status: f.status.to_string(),
+        })
+        .collect()
+}
+
+/// The allocator objects a process uses, for the report's process list.
+pub fn process_allocators(objects: &[Hooked]) -> Vec<ProcessAllocator> {
+    objects
+        .iter()
+        .map(|o| ProcessAllocator {
+            kind: o.kind.to_string(),
+            path: o.path.to_string_lossy().into_owned(),
+            resolves_malloc: o.resolves_malloc,
+            functions: o.entry_points.iter().map(|e| e.name.clone()).collect(),
+        })
+        .collect()
+}
