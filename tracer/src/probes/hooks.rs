@@ -3,7 +3,11 @@
 //! allocator objects are found (allocators.rs) and any not yet hooked are
 //! attached then.
 
-use std::collections::{BTreeMap, HashSet};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    path::PathBuf,
+    sync::Arc,
+};
 
 use crate::{
     error::TraceError,
@@ -25,7 +29,11 @@ pub struct Hooks {
     /// Objects hooked, described ("jemalloc (/usr/lib/...)"), in order.
     pub objects: Vec<String>,
     /// The allocator objects each inspected process uses.
-    pub per_process: BTreeMap<u32, Vec<Hooked>>,
+    pub per_process: BTreeMap<u32, Arc<[Hooked]>>,
+    /// The distinct lists in `per_process`, by the files they name: the
+    /// processes of one program share one (a host that starts thousands
+    /// of processes keeps a pointer per pid, not a copy of every list).
+    lists: HashMap<Vec<(FileId, PathBuf)>, Arc<[Hooked]>>,
     /// Processes whose objects could not be attached: (pid, why).
     pub failures: Vec<(u32, String)>,
     /// Say on stderr when an object is hooked (once the trace runs).
@@ -44,6 +52,7 @@ impl Hooks {
             lines: Vec::new(),
             objects: Vec::new(),
             per_process: BTreeMap::new(),
+            lists: HashMap::new(),
             failures: Vec::new(),
             announce: false,
             verbose: false,
@@ -81,7 +90,14 @@ impl Hooks {
                 let uses = crate::escape::text(&uses.join(", ")).into_owned();
                 eprintln!("memtrace-bpf: pid {pid} uses {uses}");
             }
-            self.per_process.insert(pid, objects);
+            let key: Vec<(FileId, PathBuf)> =
+                objects.iter().map(|o| (o.id, o.path.clone())).collect();
+            let shared = self
+                .lists
+                .entry(key)
+                .or_insert_with(|| objects.into())
+                .clone();
+            self.per_process.insert(pid, shared);
         }
         Ok(())
     }
@@ -114,12 +130,15 @@ impl Hooks {
         }
     }
 
-    /// The allocator objects `pid` uses; for a process the trace saw but
-    /// did not inspect (a child forked without exec), read now if it still
-    /// runs.
-    pub fn process_objects(&mut self, pid: u32) -> Vec<Hooked> {
+    /// The allocator objects `pid` uses; for a running process the trace
+    /// saw but did not inspect (a child forked without exec), read now (not
+    /// for one that exited: its pid may be another process's now).
+    pub fn process_objects(&mut self, pid: u32, running: bool) -> Vec<Hooked> {
         if let Some(known) = self.per_process.get(&pid) {
-            return known.clone();
+            return known.to_vec();
+        }
+        if !running {
+            return Vec::new();
         }
         Program::running(pid)
             .ok()

@@ -155,7 +155,8 @@ impl<'a> Trace<'a> {
         let cli = self.settings.cli;
         let mut processes = self.scope.processes(&self.collector.state.processes);
         for p in &mut processes {
-            p.allocators = facts::process_allocators(&self.hooks.process_objects(p.pid));
+            let objects = self.hooks.process_objects(p.pid, !p.exited);
+            p.allocators = facts::process_allocators(&objects);
         }
         let meta = Meta {
             target: self.scope.target(),
