@@ -58,7 +58,11 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             let stack = state.stacks.get(h)?;
             // Addresses outside the maps read before the process exited
             // have no module: not a stack-depth problem.
-            let exited_early = unread.contains(&stack.pid)
+            let folded = state
+                .processes
+                .get(stack.process)
+                .is_some_and(|p| p.folded > 0);
+            let exited_early = (unread.contains(&stack.pid) || folded)
                 && stack
                     .frames
                     .as_ref()

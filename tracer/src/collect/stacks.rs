@@ -106,7 +106,8 @@ impl StackTable {
                     truncated: false,
                 },
             );
-            let ptr = stack.frames.as_ref().map_or(0, |f| f.as_ptr() as usize);
+            let frames = stack.frames.map(|f| self.canonical(f));
+            let ptr = frames.as_ref().map_or(0, |f| f.as_ptr() as usize);
             let key = (group, ptr, stack.truncated);
             let into = match self.folded.get(&key) {
                 Some(&into) => into,
@@ -114,7 +115,7 @@ impl StackTable {
                     let into = self.push(Stack {
                         pid: 0,
                         process: group,
-                        frames: stack.frames,
+                        frames,
                         truncated: stack.truncated,
                     });
                     self.folded.insert(key, into);
@@ -124,6 +125,34 @@ impl StackTable {
             merge(h, into);
             self.free.push(h);
         }
+    }
+
+    /// A folded stack's frames: addresses outside every mapped file (a
+    /// process gone before its maps were read) differ from process to
+    /// process (ASLR), so they become one `[unknown]` frame; the process's
+    /// own list is dropped once no stack holds it.
+    fn canonical(&mut self, frames: Arc<[NormFrame]>) -> Arc<[NormFrame]> {
+        if frames.iter().all(|f| f.module.is_some()) {
+            return frames;
+        }
+        let mut known: Vec<NormFrame> = Vec::with_capacity(frames.len());
+        for f in frames.iter() {
+            let f = match f.module {
+                Some(_) => *f,
+                None => NormFrame {
+                    module: None,
+                    offset: 0,
+                },
+            };
+            if f.module.is_some() || known.last() != Some(&f) {
+                known.push(f);
+            }
+        }
+        // Held by the set and by `frames` only: no other stack uses it.
+        if Arc::strong_count(&frames) == 2 {
+            self.frame_lists.remove(&frames);
+        }
+        self.intern_frames(known)
     }
 
     /// Stacks held (live handles, for --verbose and tests).
@@ -217,5 +246,73 @@ impl State {
         });
         self.stacks.by_addrs.entry(pid).or_default().insert(key, h);
         h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(table: &mut StackTable, unknown_at: u64) -> Arc<[NormFrame]> {
+        table.intern_frames(vec![
+            NormFrame {
+                module: Some(1),
+                offset: 0x10,
+            },
+            NormFrame {
+                module: None,
+                offset: unknown_at,
+            },
+            NormFrame {
+                module: None,
+                offset: unknown_at + 8,
+            },
+        ])
+    }
+
+    #[test]
+    fn folded_processes_share_one_stack_and_their_own_lists_and_handles_go() {
+        let mut t = StackTable::default();
+        // Two processes of one program, gone before their maps were read:
+        // the same code path at different (ASLR) unknown addresses.
+        for (process, addr) in [(1, 0x7f00_0000), (2, 0x7e00_0000)] {
+            let frames = Some(frames(&mut t, addr));
+            t.push(Stack {
+                pid: 100 + process,
+                process,
+                frames,
+                truncated: true,
+            });
+        }
+        assert_eq!(t.frame_lists.len(), 2);
+        let mut merged = Vec::new();
+        t.fold(1, 9, |from, into| merged.push((from, into)));
+        t.fold(2, 9, |from, into| merged.push((from, into)));
+        // One folded stack for both, holding one canonical list.
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[0].1, merged[1].1);
+        let folded = t.get(merged[0].1).expect("folded stack");
+        assert_eq!((folded.pid, folded.process), (0, 9));
+        let offsets: Vec<_> = folded
+            .frames
+            .as_ref()
+            .expect("frames")
+            .iter()
+            .map(|f| (f.module, f.offset))
+            .collect();
+        assert_eq!(offsets, [(Some(1), 0x10), (None, 0)]);
+        assert_eq!(t.frame_lists.len(), 1, "the per-process lists are gone");
+        // Their handles are reused: held = the folded stack only.
+        assert_eq!(t.held(), 1);
+        let h = t.push(Stack {
+            pid: 7,
+            process: 3,
+            frames: None,
+            truncated: false,
+        });
+        assert!(
+            merged.iter().any(|&(from, _)| from == h),
+            "handle {h} reused"
+        );
     }
 }
