@@ -259,7 +259,7 @@ impl<'a> Builder<'a> {
         let Some(frame) = group.last() else {
             return self.special_location(NO_STACK);
         };
-        let mapping_id = self.mapping(frame);
+        let mapping_id = self.mapping(frame, group.len() > 1);
         let line = group.iter().map(|f| self.line(f)).collect();
         let id = self.locations.len() as u64 + 1;
         self.locations.push(proto::Location {
@@ -323,8 +323,9 @@ impl<'a> Builder<'a> {
     }
 
     /// The id of the mapping of `frame`'s object (0 when it was in no
-    /// file), its range widened to hold the frame's offset.
-    fn mapping(&mut self, frame: &'a Frame) -> u64 {
+    /// file), its range widened to hold the frame's offset; `inlined`: code
+    /// was inlined into the frame.
+    fn mapping(&mut self, frame: &'a Frame, inlined: bool) -> u64 {
         let module = frame.module.as_str();
         if module.is_empty() || module == UNKNOWN {
             return 0;
@@ -360,7 +361,7 @@ impl<'a> Builder<'a> {
         m.memory_limit = m.memory_limit.max(frame.offset.saturating_add(1));
         m.has_filenames |= frame.file.is_some();
         m.has_line_numbers |= frame.line.is_some();
-        m.has_inline_frames |= frame.inlined;
+        m.has_inline_frames |= inlined;
         id
     }
 
@@ -520,3 +521,7 @@ impl Strings {
         id
     }
 }
+
+#[cfg(test)]
+#[path = "pprof_tests.rs"]
+mod tests;
