@@ -321,3 +321,43 @@ fn go_tool_pprof_tagfocus_keeps_one_process_of_a_binary_trace() {
         "no site_churn line with {churn} objects:\n{top}"
     );
 }
+
+#[test]
+fn pprof_to_a_terminal_is_refused_with_the_remedy() {
+    // A pseudo-terminal as the tracer's stdout, as when a user types the
+    // command without -o.
+    let (mut leader, mut follower) = (0, 0);
+    // SAFETY: openpty writes two descriptors into the integers given; the
+    // name, termios and winsize pointers may be null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut leader,
+            &mut follower,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened by openpty and are owned
+    // here alone.
+    let (leader, follower) = unsafe {
+        use std::os::fd::FromRawFd as _;
+        (
+            std::fs::File::from_raw_fd(leader),
+            std::fs::File::from_raw_fd(follower),
+        )
+    };
+    let out = Command::new(crate::harness::TRACER)
+        .args(["--format", "pprof", "--pid", "1"])
+        .stdout(follower)
+        .output()
+        .expect("run memtrace-bpf");
+    drop(leader);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--format pprof writes gzip-compressed protobuf: add -o FILE.pb.gz"),
+        "{stderr}"
+    );
+}
