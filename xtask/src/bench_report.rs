@@ -34,25 +34,26 @@ pub fn run() -> Result<()> {
         1u32 << LEVELS
     );
     println!(
-        "{:<10} {:>10} {:>14} {:>12}",
+        "{:<10} {:>10} {:>14} {:>12}  rendering alone (--verbose)",
         "format", "report s", "peak RSS MiB", "lost events"
     );
-    for format in ["text", "collapsed", "json"] {
-        let (secs, peak_kib, lost) = one(&tracer, &target, format)?;
+    for format in ["text", "collapsed", "json", "pprof"] {
+        let (secs, peak_kib, lost, render) = one(&tracer, &target, format)?;
         println!(
-            "{format:<10} {secs:>10.2} {:>14} {lost:>12}",
+            "{format:<10} {secs:>10.2} {:>14} {lost:>12}  {render}",
             peak_kib / 1024
         );
     }
     Ok(())
 }
 
-/// One trace: seconds from SIGINT to exit, peak RSS (KiB), lost events.
+/// One trace: seconds from SIGINT to exit, peak RSS (KiB), lost events,
+/// and the tracer's own line on what rendering took.
 fn one(
     tracer: &std::path::Path,
     target: &std::path::Path,
     format: &str,
-) -> Result<(f64, u64, u64)> {
+) -> Result<(f64, u64, u64, String)> {
     let mut t = Command::new(target)
         .arg(LEVELS.to_string())
         .stdin(Stdio::piped())
@@ -71,6 +72,7 @@ fn one(
             "1",
             "--format",
             format,
+            "--verbose",
             "-o",
         ])
         .arg(&out_path)
@@ -110,17 +112,22 @@ fn one(
         let v: serde_json::Value = serde_json::from_reader(std::fs::File::open(&out_path)?)?;
         v["losses"]["ringbuf_full"].as_u64().unwrap_or(0)
     } else {
-        // Text has them in the report, collapsed on stderr.
+        // Text has them in the report, collapsed and pprof on stderr.
         let text = match format {
             "text" => std::fs::read_to_string(&out_path)?,
-            _ => rest,
+            _ => rest.clone(),
         };
         text.lines()
             .find(|l| l.trim_start().starts_with("ringbuf_full"))
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0)
     };
-    Ok((secs, status.1, lost))
+    let render = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("memtrace-bpf: report rendered in "))
+        .unwrap_or("?")
+        .to_string();
+    Ok((secs, status.1, lost, render))
 }
 
 /// Reaps `pid`: (exited with 0, its peak RSS in KiB).

@@ -34,48 +34,49 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
 }
 
-/// Samples are encoded this many at a time, each batch as a `Profile` that
-/// holds only them: concatenated messages merge (repeated fields append), so
-/// the samples of a 100 k-stack report never sit in memory all at once.
-const SAMPLES_PER_BATCH: usize = 4096;
+/// Encoded samples are handed to gzip in pieces of about this size.
+const BATCH_BYTES: usize = 256 << 10;
 
 /// Writes `p` as a gzip-compressed pprof profile whose default sample type
 /// is `view`.
+///
+/// Each sample is encoded on its own, as a `Profile` that holds only it:
+/// concatenated messages merge (repeated fields append), so the samples of
+/// a 100 k-stack report never sit in memory all at once, and one `Sample`
+/// is refilled for every stack (no allocation per stack: with other
+/// tracers' probes on malloc, allocations made most of the time).
 pub fn write_pprof(p: &Profile, view: View, w: &mut impl Write) -> anyhow::Result<()> {
     // Go's runtime compresses profiles with BestSpeed too.
     let mut gz = GzEncoder::new(w, Compression::fast());
     let mut b = Builder::new(p);
-    let mut batch = Vec::with_capacity(SAMPLES_PER_BATCH);
+    let mut part = proto::Profile {
+        sample: vec![proto::Sample::default()],
+        ..Default::default()
+    };
+    let mut buf: Vec<u8> = Vec::with_capacity(BATCH_BYTES * 2);
     for stack in &p.stacks {
-        if let Some(sample) = b.sample(stack) {
-            batch.push(sample);
+        let Some(sample) = part.sample.first_mut() else {
+            break;
+        };
+        if !b.fill_sample(stack, sample) {
+            continue;
         }
-        if batch.len() == SAMPLES_PER_BATCH {
-            write_samples(&mut gz, &mut batch)?;
+        part.encode(&mut buf)
+            .context("cannot encode a pprof sample")?;
+        if buf.len() >= BATCH_BYTES {
+            gz.write_all(&buf)
+                .context("cannot write the pprof profile")?;
+            buf.clear();
         }
     }
-    write_samples(&mut gz, &mut batch)?;
     let rest = b.finish(view);
-    gz.write_all(&rest.encode_to_vec())
+    rest.encode(&mut buf)
+        .context("cannot encode the pprof profile")?;
+    gz.write_all(&buf)
         .context("cannot write the pprof profile")?;
     gz.finish()
         .and_then(|w| w.flush())
         .context("cannot write the pprof profile")
-}
-
-/// Appends `batch` to the profile being written, and empties it.
-fn write_samples(w: &mut impl Write, batch: &mut Vec<proto::Sample>) -> anyhow::Result<()> {
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let part = proto::Profile {
-        sample: std::mem::take(batch),
-        ..Default::default()
-    };
-    w.write_all(&part.encode_to_vec())
-        .context("cannot write the pprof profile")?;
-    batch.reserve(SAMPLES_PER_BATCH);
-    Ok(())
 }
 
 /// The names pprof gives our views (`default_sample_type`, `-sample_index`).
@@ -89,20 +90,25 @@ pub fn sample_type_name(view: View) -> &'static str {
 }
 
 /// A location's frames: one real frame and the frames inlined into it
-/// before it (innermost first), all at one address. Hashed by content, so
-/// equal frames of different stacks share one location.
-#[derive(PartialEq, Eq)]
+/// before it (innermost first), all at one address. Compared by identity:
+/// a report holds each distinct frame once (`StackReport::frames`), so
+/// equal frames of different stacks are one `Arc` and share one location,
+/// and hashing a pointer is what keeps 100 k stacks fast (hashing names
+/// and paths took most of the time).
 struct Group<'a>(&'a [Arc<Frame>]);
+
+impl PartialEq for Group<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().zip(other.0).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+}
+
+impl Eq for Group<'_> {}
 
 impl Hash for Group<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         for f in self.0 {
-            f.function.hash(state);
-            f.module.hash(state);
-            f.offset.hash(state);
-            f.file.hash(state);
-            f.line.hash(state);
-            f.inlined.hash(state);
+            Arc::as_ptr(f).hash(state);
         }
     }
 }
@@ -160,54 +166,50 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// The sample of one stack, or None when all its numbers are 0.
-    fn sample(&mut self, stack: &'a StackReport) -> Option<proto::Sample> {
+    /// Makes `sample` the sample of one stack; false when all its numbers
+    /// are 0 (nothing to show).
+    fn fill_sample(&mut self, stack: &'a StackReport, sample: &mut proto::Sample) -> bool {
         let c = &stack.counts;
-        if [
+        let values = [
             c.alloc_objects,
             c.alloc_bytes,
             c.inuse_objects,
             c.inuse_bytes,
-        ] == [0; 4]
-        {
-            return None;
+        ];
+        if values == [0; 4] {
+            return false;
         }
-        let mut location_id: Vec<u64> = groups(&stack.frames).map(|g| self.location(g)).collect();
+        sample.location_id.clear();
+        for group in groups(&stack.frames) {
+            let id = self.location(group);
+            sample.location_id.push(id);
+        }
         if stack.frames.is_empty() {
-            location_id.push(self.special_location(NO_STACK));
+            sample.location_id.push(self.special_location(NO_STACK));
         }
         if stack.truncated {
-            location_id.push(self.special_location(TRUNCATED));
+            sample.location_id.push(self.special_location(TRUNCATED));
         }
-        let value = [
-            c.alloc_objects,
-            c.alloc_bytes,
-            c.inuse_objects,
-            c.inuse_bytes,
-        ]
-        .map(saturating_i64)
-        .to_vec();
-        Some(proto::Sample {
-            location_id,
-            value,
-            label: self.labels(stack),
-        })
+        sample.value.clear();
+        sample.value.extend(values.map(saturating_i64));
+        sample.label.clear();
+        self.labels(stack, &mut sample.label);
+        true
     }
 
     /// `pid`, `comm`, `command` and, as Go writes it, `bytes`: the average
     /// size of the blocks allocated at this stack.
-    fn labels(&mut self, stack: &StackReport) -> Vec<proto::Label> {
+    fn labels(&mut self, stack: &StackReport, labels: &mut Vec<proto::Label>) {
         let (comm, command) = self.process_strings(stack.pid, stack.start_time);
-        let mut labels = vec![
+        labels.extend([
             self.num_label("pid", i64::from(stack.pid)),
             self.str_label("comm", comm),
             self.str_label("command", command),
-        ];
+        ]);
         let c = &stack.counts;
         if let Some(size) = c.alloc_bytes.checked_div(c.alloc_objects) {
             labels.push(self.num_label("bytes", saturating_i64(size)));
         }
-        labels
     }
 
     fn num_label(&mut self, key: &str, num: i64) -> proto::Label {

@@ -297,7 +297,8 @@ fn an_empty_profile_is_still_a_valid_file() {
 fn samples_past_one_batch_are_all_written() {
     let mut p = profile();
     let one = p.stacks[0].clone();
-    p.stacks = (0..SAMPLES_PER_BATCH as u64 * 2 + 3)
+    // Each sample is some 40 bytes: several batches.
+    p.stacks = (0..(BATCH_BYTES / 10) as u64)
         .map(|i| StackReport {
             frames: vec![frame(&format!("f{i}"), 0x2000 + i, 1, false)],
             ..one.clone()
