@@ -19,7 +19,7 @@ use crate::{
 /// (in-use bytes, in-use objects, allocated bytes, allocated objects) per
 /// thread for each function of tests/targets/rjem/src/main.rs: requested
 /// sizes (for a realloc the new size), not jemalloc's size classes.
-const EXPECTED_PER_THREAD: &[(&str, [u64; 4])] = &[
+pub const EXPECTED_PER_THREAD: &[(&str, [u64; 4])] = &[
     // 10 x malloc(1000).
     ("site_malloc", [10_000, 10, 10_000, 10]),
     // 7 x calloc(1, 300).
@@ -67,7 +67,7 @@ const ENTRY_POINTS: &[&str] = &[
 /// Builds tests/targets/rjem (release) once per test process into
 /// TARGET_DIR/rjem; jemalloc's C build takes about a minute the first time.
 /// Concurrent test processes wait on cargo's own lock of that directory.
-fn rjem_binary() -> &'static Path {
+pub fn rjem_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let manifest =

@@ -37,19 +37,20 @@ pub fn run() -> Result<()> {
         1u32 << LEVELS
     );
     println!(
-        "{:<10} {:>10} {:>10} {:>14} {:>10} {:>12}",
+        "{:<10} {:>10} {:>10} {:>14} {:>10} {:>12}  rendering alone (--verbose)",
         "format", "report s", "CPU s", "peak RSS MiB", "file MiB", "lost events"
     );
-    for format in ["text", "collapsed", "json"] {
+    for format in ["text", "collapsed", "json", "pprof"] {
         let Run {
             secs,
             cpu_secs,
             peak_kib,
             lost,
+            render,
         } = one(&tracer, &target, format)?;
         let file_mib = std::fs::metadata(report_path(format))?.len() as f64 / (1024.0 * 1024.0);
         println!(
-            "{format:<10} {secs:>10.2} {cpu_secs:>10.2} {:>14} {file_mib:>10.1} {lost:>12}",
+            "{format:<10} {secs:>10.2} {cpu_secs:>10.2} {:>14} {file_mib:>10.1} {lost:>12}  {render}",
             peak_kib / 1024
         );
     }
@@ -64,6 +65,8 @@ struct Run {
     cpu_secs: f64,
     peak_kib: u64,
     lost: u64,
+    /// The tracer's own line on what rendering took.
+    render: String,
 }
 
 /// One trace, stopped with SIGINT once the target has allocated.
@@ -86,6 +89,7 @@ fn one(tracer: &std::path::Path, target: &std::path::Path, format: &str) -> Resu
             "1",
             "--format",
             format,
+            "--verbose",
             "-o",
         ])
         .arg(&out_path)
@@ -132,21 +136,27 @@ fn one(tracer: &std::path::Path, target: &std::path::Path, format: &str) -> Resu
         }
         v["losses"]["ringbuf_full"].as_u64().unwrap_or(0)
     } else {
-        // Text has them in the report, collapsed on stderr.
+        // Text has them in the report, collapsed and pprof on stderr.
         let text = match format {
             "text" => std::fs::read_to_string(&out_path)?,
-            _ => rest,
+            _ => rest.clone(),
         };
         text.lines()
             .find(|l| l.trim_start().starts_with("ringbuf_full"))
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0)
     };
+    let render = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("memtrace-bpf: report rendered in "))
+        .unwrap_or("?")
+        .to_string();
     Ok(Run {
         secs,
         cpu_secs: reaped.cpu_secs - cpu_before,
         peak_kib: reaped.peak_kib,
         lost,
+        render,
     })
 }
 

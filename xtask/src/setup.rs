@@ -26,6 +26,7 @@ pub fn run() -> Result<()> {
     setpriv(&mut apt)?;
     allocators(&mut apt)?;
     redis(&mut apt)?;
+    go(&mut apt)?;
     lint_tools()?;
     Ok(())
 }
@@ -168,6 +169,17 @@ fn redis(apt: &mut Apt) -> Result<()> {
         apt.ensure(&[package])?;
     }
     Ok(())
+}
+
+/// The pprof tests open our files with the real consumer, `go tool pprof`
+/// (Debian's golang-go; its pprof works offline).
+fn go(apt: &mut Apt) -> Result<()> {
+    if let Some(v) = first_line("go", "version") {
+        println!("ok: {v}");
+        return Ok(());
+    }
+    println!("installing: golang-go (for `go tool pprof` in the pprof tests)");
+    apt.ensure(&["golang-go"])
 }
 
 /// `cargo xtask test` runs clippy and rustfmt on the default toolchain.

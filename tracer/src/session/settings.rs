@@ -130,8 +130,10 @@ fn write_report(
             Format::Json => report::write_json(profile, &mut w),
             Format::Collapsed => Ok(report::write_collapsed(profile, cli.view, &mut w)?),
             Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w),
+            Format::Pprof => report::write_pprof(profile, cli.view, &mut w),
         }
     };
+    let (started, rss_before) = (std::time::Instant::now(), rss_kib());
     match output {
         Some(output) => output.write_with(&mut render)?,
         None => {
@@ -140,12 +142,43 @@ fn write_report(
             out.flush().context("writing the report to stdout")?;
         }
     }
-    if losses_to_stderr && matches!(cli.format, Format::Collapsed | Format::Flamegraph) {
+    if cli.verbose {
+        // For `cargo xtask bench-report`: what rendering alone costs. The
+        // allocator keeps most of what was freed, so RSS after rendering
+        // is close to its peak during it.
+        let rss = rss_kib();
+        eprintln!(
+            "memtrace-bpf: report rendered in {:.1} ms; RSS +{} KiB (peak RSS +{} KiB)",
+            started.elapsed().as_secs_f64() * 1e3,
+            rss.0.saturating_sub(rss_before.0),
+            rss.1.saturating_sub(rss_before.1)
+        );
+    }
+    if losses_to_stderr
+        && matches!(
+            cli.format,
+            Format::Collapsed | Format::Flamegraph | Format::Pprof
+        )
+    {
         // These formats have no place for them: the counters go to stderr.
         let mut err = std::io::stderr().lock();
         report::write_losses(&profile.losses, &mut err)?;
     }
     Ok(())
+}
+
+/// This process's (RSS, peak RSS so far) in KiB (VmRSS, VmHWM), 0 when
+/// unknown.
+fn rss_kib() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
 
 #[cfg(test)]
