@@ -188,7 +188,7 @@ async fn json(State(app): State<Arc<App>>) -> Response {
         Ok(s) => s,
         Err(response) => return response,
     };
-    let body = render(snapshot.profile.clone(), |p, w| report::write_json(p, w));
+    let body = render(snapshot.profile.clone(), report::write_json);
     respond(body.await, "application/json", None)
 }
 

@@ -75,7 +75,9 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         runtime.block_on(trace.collect(Phase::WindDown))
     })?;
     // The server stops with the trace; the report follows.
-    server.map(serve::Server::stop);
+    if let Some(server) = server {
+        server.stop();
+    }
     let duration = trace.started.elapsed();
     trace.finish()?;
     let mut profile = trace.snapshot(&end_reason);
