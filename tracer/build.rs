@@ -1,6 +1,6 @@
 /// Builds tracer-ebpf for the BPF target (nightly + bpf-linker, installed by
 /// `cargo xtask setup`) and leaves the object in OUT_DIR for
-/// `include_bytes_aligned!`.
+/// `include_bytes_aligned!`; then generates the pprof message types.
 fn main() -> anyhow::Result<()> {
     let root_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tracer-ebpf");
     aya_build::build_ebpf(
@@ -10,5 +10,15 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         }],
         aya_build::Toolchain::default(),
-    )
+    )?;
+    pprof_proto()
+}
+
+/// `perftools.profiles` from the published profile.proto (checked in under
+/// proto/), compiled by protox (pure Rust) so the build needs no `protoc`.
+fn pprof_proto() -> anyhow::Result<()> {
+    println!("cargo:rerun-if-changed=proto/profile.proto");
+    let descriptors = protox::compile(["profile.proto"], ["proto"])?;
+    prost_build::Config::new().compile_fds(descriptors)?;
+    Ok(())
 }

@@ -17,6 +17,8 @@ pub enum Format {
     Flamegraph,
     /// The whole profile as JSON (schema in README).
     Json,
+    /// Gzip-compressed pprof protobuf for `go tool pprof`, Pyroscope, Parca.
+    Pprof,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -140,7 +142,8 @@ pub struct Cli {
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
 
-    /// Which number collapsed stacks and flamegraphs show.
+    /// Which number collapsed stacks and flamegraphs show, and pprof's
+    /// default sample type.
     #[arg(long, value_enum, default_value_t = View::InuseSpace)]
     pub view: View,
 
@@ -343,6 +346,16 @@ impl Cli {
             if std::io::stdout().is_terminal() {
                 return Err(
                     "--format flamegraph writes SVG: add -o FILE.svg or redirect stdout".into(),
+                );
+            }
+        }
+        if self.format == Format::Pprof && self.output.is_none() {
+            use std::io::IsTerminal;
+            if std::io::stdout().is_terminal() {
+                return Err(
+                    "--format pprof writes gzip-compressed protobuf: add -o FILE.pb.gz \
+                            or redirect stdout"
+                        .into(),
                 );
             }
         }

@@ -10,6 +10,7 @@ mod flamegraph;
 mod json;
 mod losses;
 mod output;
+mod pprof;
 mod text;
 
 pub use collapsed::write_collapsed;
@@ -17,6 +18,7 @@ pub use flamegraph::write_flamegraph;
 pub use json::write_json;
 pub use losses::{LossLine, Losses};
 pub use output::Output;
+pub use pprof::{sample_type_name, write_pprof};
 pub use text::{write_losses, write_text};
 
 #[cfg(test)]

@@ -212,7 +212,7 @@ fn parse_view(text: &str) -> Option<View> {
 
 /// A pprof profile, as Go's `net/http/pprof` sends one.
 async fn pprof(profile: Arc<Profile>, view: View, name: &str) -> Response {
-    let body = render(profile, move |p, w| write_pprof(p, view, w));
+    let body = render(profile, move |p, w| report::write_pprof(p, view, w));
     respond(
         body.await,
         "application/octet-stream",
@@ -263,9 +263,4 @@ fn error(status: StatusCode, message: &str) -> Response {
         format!("{message}\n"),
     )
         .into_response()
-}
-
-/// Until the pprof branch is merged.
-fn write_pprof(_: &Profile, _: View, _: &mut Vec<u8>) -> anyhow::Result<()> {
-    anyhow::bail!("pprof output is not in this build yet")
 }

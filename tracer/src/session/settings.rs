@@ -130,6 +130,7 @@ fn write_report(
             Format::Json => report::write_json(profile, &mut w),
             Format::Collapsed => Ok(report::write_collapsed(profile, cli.view, &mut w)?),
             Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w),
+            Format::Pprof => report::write_pprof(profile, cli.view, &mut w),
         }
     };
     match output {
@@ -140,7 +141,12 @@ fn write_report(
             out.flush().context("writing the report to stdout")?;
         }
     }
-    if losses_to_stderr && matches!(cli.format, Format::Collapsed | Format::Flamegraph) {
+    if losses_to_stderr
+        && matches!(
+            cli.format,
+            Format::Collapsed | Format::Flamegraph | Format::Pprof
+        )
+    {
         // These formats have no place for them: the counters go to stderr.
         let mut err = std::io::stderr().lock();
         report::write_losses(&profile.losses, &mut err)?;
