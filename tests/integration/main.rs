@@ -21,6 +21,7 @@ mod rjem;
 mod safety;
 mod sampling;
 mod scopes;
+mod serve;
 mod sites;
 mod snapshots;
 mod soak;

@@ -123,6 +123,13 @@ pub struct Cli {
     #[arg(long, value_name = "SECS")]
     pub interval: Option<f64>,
 
+    /// Serve the profile over HTTP while tracing, on HOST:PORT (`:PORT`
+    /// is 127.0.0.1:PORT; port 0 picks a free one): /debug/pprof/heap and
+    /// /debug/pprof/allocs for `go tool pprof` and profile scrapers,
+    /// /metrics for Prometheus, /flamegraph.svg, /profile.json.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub serve: Option<String>,
+
     /// Report format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -222,6 +229,9 @@ impl Cli {
     pub fn validate(&self) -> Result<(), String> {
         self.validate_target()?;
         self.validate_numbers()?;
+        if let Some(addr) = &self.serve {
+            crate::serve::parse_addr(addr)?;
+        }
         self.validate_output()
     }
 
@@ -429,6 +439,9 @@ mod tests {
             (&["--interval", "NaN", "-o", "h{n}"], Some("from 0.1")),
             (&["--interval", "1e300", "-o", "h{n}"], Some("from 0.1")),
             (&["-o", "heap-{n}.json"], Some("add --interval")),
+            (&["--serve", ":6060"], None),
+            (&["--serve", "6060"], Some("HOST:PORT")),
+            (&["--serve", ":99999"], Some("HOST:PORT")),
         ];
         for (args, expected) in table {
             let got = check(args);

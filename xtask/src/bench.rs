@@ -35,6 +35,8 @@ struct Mode {
     name: &'static str,
     what: &'static str,
     tracer_args: Option<&'static [&'static str]>,
+    /// --serve, with /debug/pprof/heap scraped once a second during the run.
+    scrape: bool,
 }
 
 const MODES: &[Mode] = &[
@@ -42,36 +44,49 @@ const MODES: &[Mode] = &[
         name: "untraced",
         what: "no probes",
         tracer_args: None,
+        scrape: false,
     },
     Mode {
         name: "noop-symbols",
         what: "no-op probes at the symbols (naive floor)",
         tracer_args: Some(&["--noop-probes", "--probe-placement", "entry"]),
+        scrape: false,
     },
     Mode {
         name: "noop-placed",
         what: "no-op probes at the placed offsets (our floor)",
         tracer_args: Some(&["--noop-probes"]),
+        scrape: false,
     },
     Mode {
         name: "fp-exact",
         what: "memtrace-bpf --unwind fp --sample-rate 1",
         tracer_args: Some(&["--unwind", "fp", "--sample-rate", "1"]),
+        scrape: false,
     },
     Mode {
         name: "dwarf-exact",
         what: "memtrace-bpf --sample-rate 1",
         tracer_args: Some(&["--sample-rate", "1"]),
+        scrape: false,
     },
     Mode {
         name: "default-no-sessions",
         what: "memtrace-bpf --uprobe-sessions off",
         tracer_args: Some(&["--uprobe-sessions", "off"]),
+        scrape: false,
     },
     Mode {
         name: "default",
         what: "memtrace-bpf (defaults: dwarf, sampled, sessions)",
         tracer_args: Some(&[]),
+        scrape: false,
+    },
+    Mode {
+        name: "default-scraped",
+        what: "memtrace-bpf --serve, /debug/pprof/heap scraped every second",
+        tracer_args: Some(&["--serve", "127.0.0.1:0"]),
+        scrape: true,
     },
 ];
 
@@ -86,6 +101,8 @@ struct RunResult {
     peak_rss_kib: Option<u64>,
     recorded: u64,
     lost: u64,
+    /// Scrapes answered with 200 (default-scraped only).
+    scrapes: u64,
 }
 
 pub fn run() -> Result<()> {
@@ -188,6 +205,16 @@ fn report(med: &[RunResult], dir: &Path) -> Result<()> {
         "dwarf vs fp, exact: {:+.0} ns per recorded allocation",
         ns("dwarf-exact") - ns("fp-exact")
     );
+    let scraped = &med[MODES
+        .iter()
+        .position(|m| m.name == "default-scraped")
+        .unwrap_or(0)];
+    println!(
+        "scraping /debug/pprof/heap every second ({} scrapes in the median run, {} lost): {:+.1}% ns per pair (target < 3%)",
+        scraped.scrapes,
+        scraped.lost,
+        100.0 * (ns("default-scraped") / ns("default") - 1.0)
+    );
     let dwarf = &med[MODES
         .iter()
         .position(|m| m.name == "dwarf-exact")
@@ -207,6 +234,7 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
     let mut target = Proc::spawn(cmd, true)?;
     target.wait_line("ready")?;
     let report_path: PathBuf = dir.join(format!("{}.json", mode.name));
+    let mut served: Option<String> = None;
     let mut tracer_proc = match mode.tracer_args {
         None => None,
         Some(args) => {
@@ -223,6 +251,14 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
             .args(args);
             let mut t = Proc::spawn(cmd, false)?;
             t.wait_line("tracing pid")?;
+            if mode.scrape {
+                let line = t.wait_line("serving the profile on http://")?;
+                served = line
+                    .split("http://")
+                    .nth(1)
+                    .and_then(|rest| rest.split('/').next())
+                    .map(str::to_string);
+            }
             Some(t)
         }
     };
@@ -230,10 +266,12 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
     // (BTF, ELF parsing) and the final symbolization are not counted.
     let tracer_cpu = || tracer_proc.as_ref().and_then(|t| cpu_secs(t.child.id()));
     let cpu_before = tracer_cpu();
+    let scraper = served.map(Scraper::start);
     let started = std::time::Instant::now();
     target.send("go\n")?;
     let line = target.wait_line("ns_per_pair")?;
     let run_secs = started.elapsed().as_secs_f64();
+    let scrapes = scraper.map(Scraper::stop).transpose()?.unwrap_or(0);
     let cpu_after = tracer_cpu();
     let ns_per_pair: f64 = line
         .split_whitespace()
@@ -244,6 +282,7 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
         ns_per_pair,
         allocs_per_sec: (PAIRS * THREADS) as f64 / run_secs,
         tracer_cpu_secs: cpu_before.zip(cpu_after).map(|(a, b)| (b - a) / run_secs),
+        scrapes,
         ..Default::default()
     };
     if let Some(t) = tracer_proc.as_mut() {
@@ -268,6 +307,58 @@ fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunRes
             .sum();
     }
     Ok(result)
+}
+
+/// Scrapes `/debug/pprof/heap` once a second, as a profile scraper would,
+/// until stopped.
+struct Scraper {
+    stop: mpsc::Sender<()>,
+    thread: thread::JoinHandle<Result<u64>>,
+}
+
+impl Scraper {
+    fn start(addr: String) -> Scraper {
+        let (stop, stopped) = mpsc::channel();
+        let thread = thread::spawn(move || {
+            let mut answered = 0;
+            loop {
+                scrape(&addr, "/debug/pprof/heap")?;
+                answered += 1;
+                match stopped.recv_timeout(Duration::from_secs(1)) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                    _ => return Ok(answered),
+                }
+            }
+        });
+        Scraper { stop, thread }
+    }
+
+    /// How many scrapes were answered; an error if one was not.
+    fn stop(self) -> Result<u64> {
+        let _ = self.stop.send(());
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the scraper thread panicked"))?
+    }
+}
+
+/// One GET; fails unless the answer is 200 with a body.
+fn scrape(addr: &str, path: &str) -> Result<()> {
+    use std::io::Read as _;
+    let mut stream =
+        std::net::TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let head = String::from_utf8_lossy(&response[..response.len().min(64)]).to_string();
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("GET {path}: {head}");
+    }
+    Ok(())
 }
 
 /// The tracer's peak RSS from its --verbose line

@@ -25,6 +25,7 @@ pub fn run() -> Result<()> {
     make(&mut apt)?;
     setpriv(&mut apt)?;
     allocators(&mut apt)?;
+    prometheus_parser(&mut apt)?;
     redis(&mut apt)?;
     go(&mut apt)?;
     lint_tools()?;
@@ -180,6 +181,22 @@ fn go(apt: &mut Apt) -> Result<()> {
     }
     println!("installing: golang-go (for `go tool pprof` in the pprof tests)");
     apt.ensure(&["golang-go"])
+}
+
+/// The --serve test parses /metrics with the Prometheus client library's
+/// own text parser (Debian's python3-prometheus-client).
+fn prometheus_parser(apt: &mut Apt) -> Result<()> {
+    let has = Command::new("/usr/bin/python3")
+        .args(["-c", "import prometheus_client.parser"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if has {
+        println!("ok: python3-prometheus-client");
+        return Ok(());
+    }
+    println!("installing: python3-prometheus-client (for the --serve /metrics test)");
+    apt.ensure(&["python3-prometheus-client"])
 }
 
 /// `cargo xtask test` runs clippy and rustfmt on the default toolchain.

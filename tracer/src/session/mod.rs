@@ -30,6 +30,7 @@ use crate::{
         loader::{self, Loaded},
     },
     report::{self, Profile},
+    serve,
     session::{
         scope::{Scope, Start},
         settings::Settings,
@@ -43,6 +44,12 @@ use crate::{
 pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     // Before anything is attached: an unwritable -o must not cost a trace.
     let settings = Settings::new(cli)?;
+    let bound = match &cli.serve {
+        Some(addr) => Some(serve::Bound::bind(
+            serve::parse_addr(addr).map_err(anyhow::Error::msg)?,
+        )?),
+        None => None,
+    };
     // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
     // are being attached, or just after, ends the trace with its report
     // instead of killing the tracer.
@@ -55,12 +62,24 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         Signals::install()?
     };
     let mut trace = Trace::attach(&settings, signals)?;
+    let server = match bound {
+        Some(bound) => {
+            let (server, requests) = bound.start(trace.scope.target())?;
+            trace.serve = Some(requests);
+            Some(server)
+        }
+        None => None,
+    };
     let end_reason = runtime.block_on(trace.collect(Phase::Trace {
         duration: cli.duration,
     }))?;
     let command_note = trace.end_command(&end_reason, |trace| {
         runtime.block_on(trace.collect(Phase::WindDown))
     })?;
+    // The server stops with the trace; the report follows.
+    if let Some(server) = server {
+        server.stop();
+    }
     let duration = trace.started.elapsed();
     trace.finish()?;
     let mut profile = trace.snapshot(&end_reason);
@@ -84,6 +103,10 @@ pub struct Trace<'a> {
     snapshots: u32,
     /// --verbose: events counted for the periodic stats line.
     stats: stats::Stats,
+    /// --serve: the server's requests for snapshots.
+    serve: Option<serve::SnapshotRequests>,
+    /// Events handled so far (for --serve's /metrics).
+    events: u64,
 }
 
 impl<'a> Trace<'a> {
@@ -125,6 +148,8 @@ impl<'a> Trace<'a> {
             started: Instant::now(),
             snapshots: 0,
             stats: stats::Stats::new(),
+            serve: None,
+            events: 0,
         })
     }
 

@@ -120,12 +120,17 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = sleep_until(snapshot_due) => {
-                    self.collector.drain_all();
+                    self.events += self.collector.drain_all() as u64;
                     self.write_snapshot();
                     Next::Continue
                 }
+                reply = next_request(self.serve.as_mut()) => {
+                    self.answer_snapshot(reply);
+                    Next::Continue
+                }
                 _ = tick.tick() => {
-                    self.stats.count(self.collector.drain());
+                    let n = self.collector.drain();
+                    self.count(n);
                     Next::Continue
                 }
                 _ = stats_tick.tick(), if verbose => {
@@ -133,7 +138,8 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 guard = events.readable() => {
-                    self.stats.count(self.collector.drain());
+                    let n = self.collector.drain();
+                    self.count(n);
                     if let Ok(mut guard) = guard {
                         guard.clear_ready();
                     }
@@ -171,6 +177,13 @@ impl Trace<'_> {
         }
         .map_err(|e| anyhow::anyhow!("watching the ring buffer: {e}"))?;
         Ok((exit, events))
+    }
+
+    /// `n` events were handled: for the --verbose stats line and --serve's
+    /// /metrics.
+    fn count(&mut self, n: usize) {
+        self.stats.count(n);
+        self.events += n as u64;
     }
 
     /// SIGINT or SIGTERM ends the trace; in the wind-down, a second one
@@ -225,6 +238,20 @@ impl Trace<'_> {
         }
     }
 
+    /// --serve: builds the snapshot the server asked for, with every event
+    /// queued so far, and hands it back (the server renders it).
+    fn answer_snapshot(&mut self, reply: crate::serve::SnapshotReply) {
+        if reply.is_closed() {
+            return; // the client gave up
+        }
+        self.events += self.collector.drain_all() as u64;
+        let profile = self.snapshot("snapshot served while tracing (the trace went on)");
+        let _ = reply.send(crate::serve::Snapshot {
+            profile: std::sync::Arc::new(profile),
+            events: self.events,
+        });
+    }
+
     /// SIGKILL to a started command still running; no more deadline.
     fn kill_command(&mut self, deadline: &mut Option<tokio::time::Instant>) {
         if let Some(command) = self.scope.running_command() {
@@ -239,6 +266,16 @@ async fn exited(exit: Option<&AsyncFd<RawFd>>) {
         Some(fd) => {
             let _ = fd.readable().await;
         }
+        None => std::future::pending().await,
+    }
+}
+
+/// The server's next snapshot request; never, without --serve.
+async fn next_request(
+    requests: Option<&mut crate::serve::SnapshotRequests>,
+) -> crate::serve::SnapshotReply {
+    match requests {
+        Some(requests) => requests.next().await,
         None => std::future::pending().await,
     }
 }

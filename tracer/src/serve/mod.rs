@@ -1,0 +1,267 @@
+//! `--serve ADDR`: the profile over HTTP while the trace goes on, for
+//! `go tool pprof`, scrapers (Pyroscope, Parca, Alloy) and Prometheus.
+//!
+//! The server runs on a thread of its own with its own tokio runtime. It
+//! never touches the trace: it asks the trace's loop for a snapshot through
+//! a channel (`SnapshotRequests`), the loop builds one between drains and
+//! hands back an `Arc<Profile>`, and the server renders it. A slow, stuck
+//! or malformed client therefore costs the loop nothing; the only work the
+//! loop does for HTTP is one snapshot at a time, and recent ones are
+//! shared by every request (see `routes::App::snapshot`).
+
+mod delta;
+mod metrics;
+mod routes;
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    sync::Arc,
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::report::Profile;
+
+/// Most connections served at once; more are closed as they come.
+const MAX_CONNECTIONS: usize = 64;
+/// How long a client gets to send its request's headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a connection lives, whatever it does: a delta profile's window
+/// plus time to build and send it.
+const CONNECTION_TIME: Duration =
+    Duration::from_secs(routes::MAX_DELTA_SECS + routes::REQUEST_SLACK_SECS);
+/// Largest request head read (hyper's smallest buffer allowed is 8 KiB).
+const MAX_REQUEST_HEAD: usize = 16 * 1024;
+
+/// What the server sends the trace's loop: where to hand back a snapshot.
+pub type SnapshotReply = oneshot::Sender<Snapshot>;
+
+/// A snapshot of the trace, built by the trace's loop.
+pub struct Snapshot {
+    pub profile: Arc<Profile>,
+    /// Events the trace has handled since it started.
+    pub events: u64,
+}
+
+/// The trace loop's end of the channel: snapshot requests from the server.
+pub struct SnapshotRequests(mpsc::Receiver<SnapshotReply>);
+
+impl SnapshotRequests {
+    /// The next request; never resolves once the server is gone (so a
+    /// `select!` branch on it just stays quiet).
+    pub async fn next(&mut self) -> SnapshotReply {
+        match self.0.recv().await {
+            Some(reply) => reply,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// `--serve`'s argument as an address: `HOST:PORT` with HOST an IP address
+/// or `localhost`; a bare `:PORT` is 127.0.0.1.
+pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
+    let bad = || {
+        format!(
+            "--serve takes HOST:PORT (e.g. 127.0.0.1:6060, [::1]:6060, or :6060 for \
+             127.0.0.1:6060), got {text:?}"
+        )
+    };
+    if let Some(port) = text.strip_prefix(':') {
+        let port = port.parse::<u16>().map_err(|_| bad())?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    if let Some(port) = text.strip_prefix("localhost:") {
+        let port = port.parse::<u16>().map_err(|_| bad())?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    text.parse::<SocketAddr>().map_err(|_| bad())
+}
+
+/// The listening socket, bound before anything is attached: a port in use
+/// must not cost a trace.
+pub struct Bound {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+}
+
+impl Bound {
+    pub fn bind(addr: SocketAddr) -> anyhow::Result<Bound> {
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    "another program listens there: pick another port, or stop it"
+                }
+                std::io::ErrorKind::AddrNotAvailable => {
+                    "no interface of this machine has that address: use 127.0.0.1 or one of \
+                     `ip -brief address`"
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    "ports below 1024 need CAP_NET_BIND_SERVICE: pick a port from 1024 up"
+                }
+                _ => "pick another address or port",
+            };
+            anyhow::anyhow!("--serve {addr}: cannot listen ({e}): {hint}")
+        })?;
+        listener
+            .set_nonblocking(true)
+            .context("--serve: making the listening socket non-blocking")?;
+        let addr = listener.local_addr().unwrap_or(addr);
+        if !addr.ip().is_loopback() {
+            eprintln!(
+                "memtrace-bpf: warning: --serve {addr} is not a loopback address: anyone who \
+                 can reach it can read the profile (call stacks, command lines, paths)"
+            );
+        }
+        Ok(Bound { listener, addr })
+    }
+
+    /// Starts the server on its own thread; the trace's loop answers the
+    /// returned requests.
+    pub fn start(self, target: String) -> anyhow::Result<(Server, SnapshotRequests)> {
+        // One request waits at a time: the server shares one snapshot
+        // between all its requests.
+        let (requests, receiver) = mpsc::channel(1);
+        let (stop, stopped) = oneshot::channel();
+        let app = Arc::new(routes::App::new(requests, target));
+        let listener = self.listener;
+        let thread = std::thread::Builder::new()
+            .name("memtrace-serve".into())
+            .spawn(move || serve_thread(listener, app, stopped))
+            .context("--serve: starting the server thread")?;
+        eprintln!(
+            "memtrace-bpf: serving the profile on http://{}/ (/debug/pprof/heap, /metrics, ...)",
+            self.addr
+        );
+        Ok((
+            Server {
+                stop: Some(stop),
+                thread: Some(thread),
+            },
+            SnapshotRequests(receiver),
+        ))
+    }
+}
+
+/// The running server; stopping it (or dropping it) closes the listening
+/// socket and every connection.
+pub struct Server {
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            // The thread only leaves its accept loop and drops its runtime
+            // without waiting for connections: this join is quick.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+fn serve_thread(
+    listener: std::net::TcpListener,
+    app: Arc<routes::App>,
+    stopped: oneshot::Receiver<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        // Rendering runs here (a flamegraph of many stacks takes a while).
+        .max_blocking_threads(2)
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("memtrace-bpf: warning: --serve stopped: no tokio runtime: {e}");
+            return;
+        }
+    };
+    if let Err(e) = runtime.block_on(accept_loop(listener, app, stopped)) {
+        eprintln!("memtrace-bpf: warning: --serve stopped: {e:#}");
+    }
+    // Connections still open (a client that sent nothing, a delta profile
+    // waiting) are dropped, not waited for.
+    runtime.shutdown_background();
+}
+
+async fn accept_loop(
+    listener: std::net::TcpListener,
+    app: Arc<routes::App>,
+    mut stopped: oneshot::Receiver<()>,
+) -> anyhow::Result<()> {
+    let listener =
+        tokio::net::TcpListener::from_std(listener).context("registering the listener")?;
+    let router = routes::router(app);
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stopped => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // Out of file descriptors, or a connection reset before
+                    // it was accepted: do not spin on it.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // Over the limit: closed at once, so it holds nothing.
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_REQUEST_HEAD)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_TIME, connection).await;
+            drop(permit);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        let ok = |s: &str| parse_addr(s).map(|a| a.to_string());
+        assert_eq!(ok(":6060"), Ok("127.0.0.1:6060".into()));
+        assert_eq!(ok("localhost:0"), Ok("127.0.0.1:0".into()));
+        assert_eq!(ok("0.0.0.0:80"), Ok("0.0.0.0:80".into()));
+        assert_eq!(ok("[::1]:6060"), Ok("[::1]:6060".into()));
+        for bad in [
+            "",
+            ":",
+            "6060",
+            ":65536",
+            ":-1",
+            "example.com:80",
+            "1.2.3.4",
+            "[::1]",
+        ] {
+            let err = parse_addr(bad).expect_err(bad);
+            assert!(err.contains("HOST:PORT"), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The endpoints. Every one renders a snapshot the trace's loop built; none
+//! reads a file or takes a path from the request. Only GET (and HEAD).
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use axum::{
+    extract::{Query, State},
+    http::{header, StatusCode},
+    response::{IntoResponse, Response},
+    routing::get,
+    Router,
+};
+use tokio::sync::{mpsc, Mutex};
+
+use super::{delta, metrics, Snapshot, SnapshotReply};
+use crate::report::{self, Profile, View};
+
+/// Longest `?seconds=N` delta profile.
+pub const MAX_DELTA_SECS: u64 = 300;
+/// Time for a request beyond its delta window: to wait for the snapshot,
+/// render and send it.
+pub const REQUEST_SLACK_SECS: u64 = 60;
+/// A snapshot this young is shared instead of building another: parallel
+/// scrapes cost the trace one snapshot.
+const SHARE_SNAPSHOT: Duration = Duration::from_secs(1);
+/// How long a request waits for the trace's loop to build a snapshot.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every endpoint is, for `/` and the 404.
+const ENDPOINTS: &str = "\
+/debug/pprof/heap          pprof, in-use space by default (go tool pprof)
+/debug/pprof/allocs        pprof, allocated space by default; ?seconds=N: what was allocated over the next N s
+/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects
+/profile.json              the whole profile as JSON (the schema of --format json)
+/metrics                   Prometheus text: live bytes and objects, events, loss counters, tracer CPU and RSS
+";
+
+pub struct App {
+    requests: mpsc::Sender<SnapshotReply>,
+    /// The last snapshot and when it was asked for. The lock is held while
+    /// a new one is built: requests that come meanwhile wait and share it.
+    last: Mutex<Option<(Instant, Arc<Snapshot>)>>,
+    /// What is traced, for the index page.
+    target: String,
+}
+
+impl App {
+    pub fn new(requests: mpsc::Sender<SnapshotReply>, target: String) -> App {
+        App {
+            requests,
+            last: Mutex::new(None),
+            target,
+        }
+    }
+
+    /// A snapshot no older than `max_age`: the last one, or a new one from
+    /// the trace's loop.
+    async fn snapshot(&self, max_age: Duration) -> Result<Arc<Snapshot>, Response> {
+        let mut last = self.last.lock().await;
+        if let Some((at, snapshot)) = last.as_ref() {
+            if at.elapsed() <= max_age {
+                return Ok(snapshot.clone());
+            }
+        }
+        let asked = Instant::now();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let ended = || {
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the trace has ended: no more snapshots",
+            )
+        };
+        self.requests.send(reply).await.map_err(|_| ended())?;
+        let snapshot = match tokio::time::timeout(SNAPSHOT_TIMEOUT, answer).await {
+            Ok(Ok(snapshot)) => Arc::new(snapshot),
+            Ok(Err(_)) => return Err(ended()),
+            Err(_) => {
+                return Err(error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the trace did not build a snapshot in time (it is busy): try again",
+                ))
+            }
+        };
+        *last = Some((asked, snapshot.clone()));
+        Ok(snapshot)
+    }
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/debug/pprof/heap", get(heap))
+        .route("/debug/pprof/allocs", get(allocs))
+        .route("/flamegraph.svg", get(flamegraph))
+        .route("/profile.json", get(json))
+        .route("/metrics", get(prometheus))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+type Params = Query<HashMap<String, String>>;
+
+async fn index(State(app): State<Arc<App>>) -> Response {
+    let text = format!(
+        "memtrace-bpf is tracing {}\n\n{ENDPOINTS}",
+        crate::escape::text(&app.target)
+    );
+    (StatusCode::OK, text).into_response()
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        &format!("no such endpoint; memtrace-bpf serves:\n{ENDPOINTS}"),
+    )
+}
+
+async fn heap(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    if params.contains_key("seconds") {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "/debug/pprof/heap is the heap now: ?seconds=N (a delta) is for /debug/pprof/allocs",
+        );
+    }
+    match app.snapshot(SHARE_SNAPSHOT).await {
+        Ok(s) => pprof(s.profile.clone(), View::InuseSpace, "heap").await,
+        Err(response) => response,
+    }
+}
+
+async fn allocs(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    let Some(seconds) = params.get("seconds") else {
+        return match app.snapshot(SHARE_SNAPSHOT).await {
+            Ok(s) => pprof(s.profile.clone(), View::AllocSpace, "allocs").await,
+            Err(response) => response,
+        };
+    };
+    let seconds = match seconds.parse::<u64>() {
+        Ok(n) if (1..=MAX_DELTA_SECS).contains(&n) => n,
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("?seconds= takes a whole number of seconds from 1 to {MAX_DELTA_SECS}"),
+            )
+        }
+    };
+    // Both ends new: a shared snapshot would shift the window.
+    let before = match app.snapshot(Duration::ZERO).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let after = match app.snapshot(Duration::ZERO).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    let profile = delta::between(&before.profile, &after.profile, seconds);
+    pprof(Arc::new(profile), View::AllocSpace, "allocs-delta").await
+}
+
+async fn flamegraph(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    let view = match params.get("view").map(|v| parse_view(v)) {
+        None => View::InuseSpace,
+        Some(Some(view)) => view,
+        Some(None) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "?view= takes inuse-space, inuse-objects, alloc-space or alloc-objects",
+            )
+        }
+    };
+    let snapshot = match app.snapshot(SHARE_SNAPSHOT).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    let body = render(snapshot.profile.clone(), move |p, w| {
+        report::write_flamegraph(p, view, w)
+    });
+    respond(body.await, "image/svg+xml", None)
+}
+
+async fn json(State(app): State<Arc<App>>) -> Response {
+    let snapshot = match app.snapshot(SHARE_SNAPSHOT).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    let body = render(snapshot.profile.clone(), report::write_json);
+    respond(body.await, "application/json", None)
+}
+
+async fn prometheus(State(app): State<Arc<App>>) -> Response {
+    match app.snapshot(SHARE_SNAPSHOT).await {
+        Ok(s) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            metrics::render(&s.profile, s.events),
+        )
+            .into_response(),
+        Err(response) => response,
+    }
+}
+
+fn parse_view(text: &str) -> Option<View> {
+    <View as clap::ValueEnum>::from_str(text, false).ok()
+}
+
+/// A pprof profile, as Go's `net/http/pprof` sends one.
+async fn pprof(profile: Arc<Profile>, view: View, name: &str) -> Response {
+    let body = render(profile, move |p, w| report::write_pprof(p, view, w));
+    respond(
+        body.await,
+        "application/octet-stream",
+        Some(&format!("attachment; filename=\"{name}\"")),
+    )
+}
+
+/// Renders off the server's event loop: a large profile takes a while.
+async fn render(
+    profile: Arc<Profile>,
+    write: impl FnOnce(&Profile, &mut Vec<u8>) -> anyhow::Result<()> + Send + 'static,
+) -> anyhow::Result<Vec<u8>> {
+    tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        write(&profile, &mut out).map(|()| out)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("rendering stopped: {e}"))?
+}
+
+fn respond(
+    body: anyhow::Result<Vec<u8>>,
+    content_type: &str,
+    disposition: Option<&str>,
+) -> Response {
+    match body {
+        Ok(body) => {
+            let mut response =
+                ([(header::CONTENT_TYPE, content_type.to_string())], body).into_response();
+            if let Some(d) = disposition.and_then(|d| header::HeaderValue::from_str(d).ok()) {
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_DISPOSITION, d);
+            }
+            response
+        }
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("rendering the profile failed: {e:#}"),
+        ),
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{message}\n"),
+    )
+        .into_response()
+}
