@@ -12,6 +12,7 @@ mod json_layout;
 mod losses;
 mod output;
 mod pprof;
+mod pprof_meta;
 mod text;
 
 pub use collapsed::write_collapsed;

@@ -1,0 +1,124 @@
+//! The pprof profile's surroundings: its comments, times, the build ids
+//! of its mappings, and its string table.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::Profile;
+use crate::escape;
+
+/// What the text report says around its table: what was traced, for how
+/// long, how, why it ended, and every count of missing data.
+pub(super) fn comments(p: &Profile) -> Vec<String> {
+    let mut c = vec![
+        format!("memtrace-bpf heap profile of {}", p.target),
+        format!(
+            "duration: {:.3} s; ended: {}",
+            p.duration_secs, p.end_reason
+        ),
+        format!(
+            "sample rate: {} bytes: {}",
+            p.sample_rate.max(1),
+            p.sampling_description()
+        ),
+        format!("stacks: {}", p.unwind),
+    ];
+    for l in p.losses.lines().iter().filter(|l| l.count > 0) {
+        let mut line = format!("{}: {} {}", l.name, l.count, l.meaning);
+        if let Some(remedy) = l.remedy {
+            line.push_str(&format!(" ({remedy})"));
+        }
+        c.push(line);
+    }
+    let exit = &p.not_freed_at_exit;
+    if exit.bytes > 0 || exit.objects > 0 {
+        c.push(format!(
+            "not freed at exit by {} exited processes (not in the samples): {} bytes in {} blocks",
+            exit.processes, exit.bytes, exit.objects
+        ));
+    }
+    c.extend(p.notes.iter().cloned());
+    c
+}
+
+pub(super) fn duration_nanos(secs: f64) -> i64 {
+    // `as` saturates for floats; NaN becomes 0.
+    (secs * 1e9) as i64
+}
+
+/// When the trace began: now less its duration (the profile is written as
+/// the trace ends or is snapshotted).
+pub(super) fn start_nanos(duration_nanos: i64) -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    now.saturating_sub(duration_nanos)
+}
+
+pub(super) fn saturating_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The GNU build id of the object at `path`, in hex, as pprof and `file`
+/// show it; "" when it cannot be read (deleted, not ELF, no note). Read at
+/// render time since frames do not carry it; only the headers and the note
+/// are read, not the whole object.
+pub(super) fn build_id(path: &Path) -> String {
+    let Ok(file) = open_regular(path) else {
+        return String::new();
+    };
+    let cache = object::ReadCache::new(file);
+    let Ok(obj) = object::File::parse(&cache) else {
+        return String::new();
+    };
+    use object::Object as _;
+    match obj.build_id() {
+        Ok(Some(id)) => id.iter().map(|b| format!("{b:02x}")).collect(),
+        _ => String::new(),
+    }
+}
+
+/// Opens a regular file without blocking: the path names an object a traced
+/// process mapped, which its owner controls (a FIFO would block us).
+pub(super) fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// pprof's string table: index 0 is "", every string once. Strings are
+/// escaped as the text report escapes them (see the module documentation).
+pub(super) struct Strings {
+    pub(super) table: Vec<String>,
+    ids: HashMap<String, i64>,
+}
+
+impl Default for Strings {
+    fn default() -> Strings {
+        Strings {
+            table: vec![String::new()],
+            ids: HashMap::from([(String::new(), 0)]),
+        }
+    }
+}
+
+impl Strings {
+    pub(super) fn id(&mut self, s: &str) -> i64 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.table.len() as i64;
+        self.table.push(escape::text(s).into_owned());
+        self.ids.insert(s.to_owned(), id);
+        id
+    }
+}
