@@ -25,4 +25,5 @@ mod serve;
 mod sites;
 mod snapshots;
 mod soak;
+mod speedscope;
 mod unwind;

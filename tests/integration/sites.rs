@@ -26,7 +26,7 @@ pub const EXPECTED_PER_THREAD: &[(&str, [u64; 4])] = &[
 ];
 
 /// Both threads run every site.
-const THREADS: u64 = 2;
+pub const THREADS: u64 = 2;
 
 /// Sums the JSON report's stacks by their leaf function.
 pub fn per_site(report: &Value) -> BTreeMap<String, [u64; 4]> {

@@ -28,6 +28,7 @@ pub fn run() -> Result<()> {
     prometheus_parser(&mut apt)?;
     redis(&mut apt)?;
     go(&mut apt)?;
+    speedscope(&mut apt)?;
     lint_tools()?;
     Ok(())
 }
@@ -181,6 +182,37 @@ fn go(apt: &mut Apt) -> Result<()> {
     }
     println!("installing: golang-go (for `go tool pprof` in the pprof tests)");
     apt.ensure(&["golang-go"])
+}
+
+/// The speedscope test validates our file against the schema shipped in the
+/// `speedscope` npm package (installed under target/speedscope) with
+/// Debian's python3-jsonschema.
+fn speedscope(apt: &mut Apt) -> Result<()> {
+    let has_validator = Command::new("/usr/bin/python3")
+        .args(["-c", "import jsonschema"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if has_validator {
+        println!("ok: python3-jsonschema");
+    } else {
+        println!("installing: python3-jsonschema (for the speedscope test)");
+        apt.ensure(&["python3-jsonschema"])?;
+    }
+    let dir = crate::cmd::target_dir().join("speedscope");
+    let schema = dir.join("node_modules/speedscope/dist/release/file-format-schema.json");
+    if schema.is_file() {
+        println!("ok: the speedscope npm package");
+        return Ok(());
+    }
+    println!("installing: the speedscope npm package (for its file-format schema)");
+    std::fs::create_dir_all(&dir)?;
+    run_cmd(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&dir)
+            .arg("speedscope@1"),
+    )
 }
 
 /// The --serve test parses /metrics with the Prometheus client library's

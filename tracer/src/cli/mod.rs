@@ -19,6 +19,8 @@ pub enum Format {
     Json,
     /// Gzip-compressed pprof protobuf for `go tool pprof`, Pyroscope, Parca.
     Pprof,
+    /// speedscope's own JSON format: a profile per view (and per process).
+    Speedscope,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -352,6 +354,16 @@ impl Cli {
             if std::io::stdout().is_terminal() {
                 return Err(
                     "--format flamegraph writes SVG: add -o FILE.svg or redirect stdout".into(),
+                );
+            }
+        }
+        if self.format == Format::Speedscope && self.output.is_none() {
+            use std::io::IsTerminal;
+            if std::io::stdout().is_terminal() {
+                return Err(
+                    "--format speedscope writes a file for speedscope: add -o FILE.speedscope.json \
+                     or redirect stdout"
+                        .into(),
                 );
             }
         }

@@ -13,6 +13,7 @@ mod losses;
 mod output;
 mod pprof;
 mod pprof_meta;
+mod speedscope;
 mod text;
 
 pub use collapsed::write_collapsed;
@@ -21,6 +22,7 @@ pub use json::write_json;
 pub use losses::{LossLine, Losses};
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
+pub use speedscope::write_speedscope;
 pub use text::{write_losses, write_text};
 
 #[cfg(test)]

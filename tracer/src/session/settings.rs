@@ -131,6 +131,7 @@ fn write_report(
             Format::Collapsed => Ok(report::write_collapsed(profile, cli.view, &mut w)?),
             Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w),
             Format::Pprof => report::write_pprof(profile, cli.view, &mut w),
+            Format::Speedscope => report::write_speedscope(profile, cli.view, &mut w),
         }
     };
     let (started, rss_before) = (std::time::Instant::now(), rss_kib());
@@ -157,7 +158,7 @@ fn write_report(
     if losses_to_stderr
         && matches!(
             cli.format,
-            Format::Collapsed | Format::Flamegraph | Format::Pprof
+            Format::Collapsed | Format::Flamegraph | Format::Pprof | Format::Speedscope
         )
     {
         // These formats have no place for them: the counters go to stderr.
