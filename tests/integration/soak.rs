@@ -89,15 +89,15 @@ fn live_at_end(stderr: &str) -> (u64, u64) {
     }
 }
 
-#[test]
-fn hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat() {
-    if !root_or_skip("hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat") {
-        return;
-    }
-    let path = scratch("soak.json");
-    let tracer = Tracer::start_sampling(&[
-        "--binary",
-        PYTHON,
+/// Traces RUNS python runs with `scope` at the default sample rate and
+/// ring buffer, and checks the tracer's RSS growth after the warm-up and
+/// the LIVE entries left at the end. Returns the JSON report (written to
+/// scratch `tag`) and how many LIVE entries of exited processes were
+/// deleted.
+fn soak_python(tag: &str, scope: &[&str]) -> (serde_json::Value, u64) {
+    let path = scratch(tag);
+    let mut args = scope.to_vec();
+    args.extend([
         "--verbose",
         // The default ring buffer: the harness's 256 MiB one would be
         // most of the RSS measured.
@@ -108,6 +108,7 @@ fn hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat() {
         "-o",
         path.to_str().expect("utf-8 path"),
     ]);
+    let tracer = Tracer::start_sampling(&args);
     let (base, peak) = python_runs(&tracer);
     tracer.signal(libc::SIGINT);
     let out = tracer.finish();
@@ -123,7 +124,15 @@ fn hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat() {
         left < MAX_LIVE_AT_END,
         "{left} LIVE entries at the end of {RUNS} runs ({deleted} deleted)"
     );
-    let report = read_json(&path);
+    (read_json(&path), deleted)
+}
+
+#[test]
+fn hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat() {
+    if !root_or_skip("hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat") {
+        return;
+    }
+    let (report, _) = soak_python("soak.json", &["--binary", PYTHON]);
     // Hundreds of exited processes make a handful of notes, not one each,
     // and none that blames the program for having exited quickly.
     let notes: Vec<&str> = report["notes"]
@@ -171,41 +180,12 @@ fn hundreds_of_short_processes_system_wide_keep_the_tracer_rss_and_live_map_flat
         return;
     }
     let _one_at_a_time = system_wide_lock();
-    let path = scratch("soak-system.json");
-    let tracer = Tracer::start_sampling(&[
-        "--comm",
-        "python3.11",
-        "--verbose",
-        // The default ring buffer: the harness's 256 MiB one would be
-        // most of the RSS measured.
-        "--ringbuf-mb",
-        "16",
-        "--format",
-        "json",
-        "-o",
-        path.to_str().expect("utf-8 path"),
-    ]);
-    let (base, peak) = python_runs(&tracer);
-    tracer.signal(libc::SIGINT);
-    let out = tracer.finish();
-    assert!(out.status.success(), "tracer failed: {}", out.stderr);
-    assert!(
-        peak - base < MAX_GROWTH_KIB,
-        "the tracer grew {} KiB over {} short processes (from {base} KiB)",
-        peak - base,
-        RUNS - WARMUP
-    );
-    let (left, deleted) = live_at_end(&out.stderr);
-    assert!(
-        left < MAX_LIVE_AT_END,
-        "{left} LIVE entries at the end of {RUNS} runs ({deleted} deleted)"
-    );
+    let (report, deleted) = soak_python("soak-system.json", &["--comm", "python3.11"]);
     // The runs' blocks were in the map, and left it as they exited.
     assert!(
         deleted >= RUNS as u64,
         "only {deleted} LIVE entries deleted"
     );
-    let report = read_json(&path);
     let processes = report["processes"].as_array().expect("processes").len();
     assert!(processes >= RUNS, "{processes} processes in the report");
 }
