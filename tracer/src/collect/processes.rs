@@ -52,8 +52,8 @@ impl ProcessTable {
         if let Some(&i) = self.current.get(&pid) {
             return i;
         }
-        let command = crate::target::process::read_cmdline(pid);
-        let program = crate::target::process::program_of(pid)
+        let (command, program) = crate::target::process::command_and_program(pid);
+        let program = program
             .or_else(|| self.program_hint.clone())
             .unwrap_or_default();
         self.insert(ProcessRecord {
@@ -135,12 +135,12 @@ impl ProcessTable {
         else {
             return;
         };
-        record.command = crate::target::process::read_cmdline(pid);
-        if record.command.is_empty() {
-            record.command = comm.to_string();
-        }
-        record.program =
-            crate::target::process::program_of(pid).unwrap_or_else(|| comm.to_string());
+        let (command, program) = crate::target::process::command_and_program(pid);
+        record.command = match command.is_empty() {
+            true => comm.to_string(),
+            false => command,
+        };
+        record.program = program.unwrap_or_else(|| comm.to_string());
     }
 
     /// Process `pid` exited: a later process with its pid is a new entry.

@@ -224,9 +224,12 @@ fn mapped_inode(pid: u32, path: &str) -> Option<(u64, String)> {
 }
 
 pub fn read_cmdline(pid: u32) -> String {
-    let Some(raw) = read_cmdline_raw(pid) else {
-        return String::new();
-    };
+    read_cmdline_raw(pid).map_or_else(String::new, |raw| command_line(&raw))
+}
+
+/// A raw /proc/PID/cmdline as the report shows it: arguments joined by
+/// spaces, ` [...]` when it was cut at `MAX_CMDLINE`.
+fn command_line(raw: &[u8]) -> String {
     let mut command = raw
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
@@ -237,6 +240,15 @@ pub fn read_cmdline(pid: u32) -> String {
         command.push_str(" [...]");
     }
     command
+}
+
+/// The command line and the program (see `program_of`) of `pid`, from one
+/// read of /proc/PID/cmdline: ("", None) when it is gone.
+pub fn command_and_program(pid: u32) -> (String, Option<String>) {
+    match read_cmdline_raw(pid) {
+        Some(raw) => (command_line(&raw), program_in(pid, &raw)),
+        None => (String::new(), None),
+    }
 }
 
 /// Longest command line kept (bytes): a process controls its own, up to
@@ -262,7 +274,11 @@ pub fn is_kernel_thread(stat: &str) -> bool {
 /// title (`redis-server *:6379`) gives the title's first word, unless the
 /// whole names an existing file (a path with spaces).
 pub fn program_of(pid: u32) -> Option<String> {
-    let raw = read_cmdline_raw(pid)?;
+    program_in(pid, &read_cmdline_raw(pid)?)
+}
+
+/// `program_of`, from `pid`'s raw cmdline already read.
+fn program_in(pid: u32, raw: &[u8]) -> Option<String> {
     let argv0 = raw.split(|&b| b == 0).next().filter(|a| !a.is_empty())?;
     let argv0 = String::from_utf8_lossy(argv0).into_owned();
     let file = match argv0.starts_with('/') {
