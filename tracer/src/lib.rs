@@ -17,3 +17,4 @@ pub mod serve;
 pub mod session;
 pub mod stacks;
 pub mod target;
+pub mod usage;

@@ -140,24 +140,8 @@ fn label(text: &str) -> String {
 
 /// The tracer's CPU seconds and resident bytes.
 fn tracer_usage() -> (f64, u64) {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct we pass, which is ours and zeroed.
-    let cpu = if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0 {
-        // SAFETY: initialized by the successful call above.
-        let u = unsafe { usage.assume_init() };
-        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        secs(u.ru_utime) + secs(u.ru_stime)
-    } else {
-        0.0
-    };
-    // /proc/self/statm: sizes in pages; the second is resident.
-    let rss_pages = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf only reads a constant.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    (cpu, rss_pages * u64::try_from(page).unwrap_or(4096))
+    let u = crate::usage::own();
+    (u.cpu_secs(), u.rss_kib * 1024)
 }
 
 #[cfg(test)]

@@ -154,17 +154,9 @@ pub fn print_stats(collector: &Collector) {
             );
         }
     }
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct we pass.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0 {
-        // SAFETY: initialized by the successful call above.
-        let u = unsafe { usage.assume_init() };
-        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        eprintln!(
-            "memtrace-bpf: tracer CPU {:.3} s user, {:.3} s system; peak RSS {} KiB",
-            secs(u.ru_utime),
-            secs(u.ru_stime),
-            u.ru_maxrss
-        );
-    }
+    let u = crate::usage::own();
+    eprintln!(
+        "memtrace-bpf: tracer CPU {:.3} s user, {:.3} s system; peak RSS {} KiB",
+        u.user_secs, u.system_secs, u.peak_rss_kib
+    );
 }

@@ -134,7 +134,7 @@ fn write_report(
             Format::Speedscope => report::write_speedscope(profile, cli.view, &mut w),
         }
     };
-    let (started, rss_before) = (std::time::Instant::now(), rss_kib());
+    let (started, before) = (std::time::Instant::now(), crate::usage::own());
     match output {
         Some(output) => output.write_with(&mut render)?,
         None => {
@@ -147,12 +147,12 @@ fn write_report(
         // For `cargo xtask bench-report`: what rendering alone costs. The
         // allocator keeps most of what was freed, so RSS after rendering
         // is close to its peak during it.
-        let rss = rss_kib();
+        let after = crate::usage::own();
         eprintln!(
             "memtrace-bpf: report rendered in {:.1} ms; RSS +{} KiB (peak RSS +{} KiB)",
             started.elapsed().as_secs_f64() * 1e3,
-            rss.0.saturating_sub(rss_before.0),
-            rss.1.saturating_sub(rss_before.1)
+            after.rss_kib.saturating_sub(before.rss_kib),
+            after.peak_rss_kib.saturating_sub(before.peak_rss_kib)
         );
     }
     if losses_to_stderr
@@ -166,20 +166,6 @@ fn write_report(
         report::write_losses(&profile.losses, &mut err)?;
     }
     Ok(())
-}
-
-/// This process's (RSS, peak RSS so far) in KiB (VmRSS, VmHWM), 0 when
-/// unknown.
-fn rss_kib() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 #[cfg(test)]

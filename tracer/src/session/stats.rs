@@ -38,9 +38,10 @@ impl Stats {
         let now = Instant::now();
         let secs = now.duration_since(self.since).as_secs_f64().max(1e-3);
         let state = &collector.state;
-        let rss = self_rss_kib()
-            .map(|kib| format!("{:.1} MiB", kib as f64 / 1024.0))
-            .unwrap_or_else(|| "unknown".into());
+        let rss = match crate::usage::own().rss_kib {
+            0 => "unknown".to_string(),
+            kib => format!("{:.1} MiB", kib as f64 / 1024.0),
+        };
         eprintln!(
             "memtrace-bpf: [stats] {:.0} s: LIVE map {} entries, {} processes tracked, \
              {} live blocks, RSS {rss}, {:.0} events/s",
@@ -59,16 +60,4 @@ impl Default for Stats {
     fn default() -> Self {
         Stats::new()
     }
-}
-
-/// The tracer's own VmRSS in KiB (/proc/self/status).
-fn self_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
