@@ -1,7 +1,11 @@
 //! Symbolization with blazesym at report time (so processes that exited
 //! still get names), of frames normalized by `modules.rs`, and demangling.
 
-use std::{collections::HashMap, path::Path, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+    sync::Arc,
+};
 
 use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer};
 
@@ -27,10 +31,14 @@ impl Names {
         names
     }
 
-    /// Names the frames not named yet.
+    /// Names the frames not named yet, and forgets those no stack holds
+    /// any more (a folded process's own frames): the cache is bounded by
+    /// the frames of the profile, not by every snapshot's.
     pub fn add<'a>(&mut self, modules: &Modules, frames: impl IntoIterator<Item = &'a NormFrame>) {
+        let current: HashSet<NormFrame> = frames.into_iter().copied().collect();
+        self.names.retain(|f, _| current.contains(f));
         let mut by_module: HashMap<Option<u32>, Vec<u64>> = HashMap::new();
-        for f in frames {
+        for f in &current {
             if !self.names.contains_key(f) {
                 by_module.entry(f.module).or_default().push(f.offset);
             }
@@ -147,6 +155,21 @@ fn expand(sym: &blazesym::symbolize::Sym<'_>, module: &str, offset: u64) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_of_frames_no_stack_holds_any_more_are_forgotten() {
+        let modules = Modules::default();
+        let at = |offset| NormFrame {
+            module: None,
+            offset,
+        };
+        let mut names = Names::default();
+        names.add(&modules, &[at(0x10), at(0x20)]);
+        assert_eq!(names.get(&at(0x10))[0].display_name(), "[unknown]+0x10");
+        names.add(&modules, &[at(0x20)]);
+        assert!(names.get(&at(0x10)).is_empty(), "forgotten");
+        assert_eq!(names.get(&at(0x20)).len(), 1);
+    }
 
     #[test]
     fn one_letter_c_function_names_are_not_demangled_as_types() {
