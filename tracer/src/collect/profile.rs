@@ -90,6 +90,9 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
                 counts,
                 frames,
                 truncated: stack.truncated,
+                series: Vec::new(),
+                growth_bytes_per_sec: None,
+                trend: None,
             })
         })
         .collect();
@@ -127,6 +130,8 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         not_freed_at_exit,
         losses,
         notes,
+        snapshots: Vec::new(),
+        min_age_secs: None,
     }
 }
 

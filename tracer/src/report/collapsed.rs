@@ -192,6 +192,9 @@ mod tests {
                 }
                 .into()],
                 truncated: false,
+                series: Vec::new(),
+                growth_bytes_per_sec: None,
+                trend: None,
             }],
             ..Default::default()
         };

@@ -75,6 +75,9 @@ pub(super) fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
         counts,
         frames: frames.into_iter().map(Arc::new).collect(),
         truncated: false,
+        series: Vec::new(),
+        growth_bytes_per_sec: None,
+        trend: None,
     }
 }
 
@@ -153,6 +156,8 @@ pub(super) fn one_process() -> Profile {
             ..Losses::default()
         },
         notes: vec!["pvalloc, memalign: not hooked (optional)".to_string()],
+        snapshots: Vec::new(),
+        min_age_secs: None,
     }
 }
 
@@ -178,6 +183,9 @@ pub(super) fn two_processes() -> Profile {
             frames: vec![frame("[unknown]", "[unknown]", 0x7f00_dead_beef, None).into()],
             // An unwind that stopped at an address without unwind info.
             truncated: true,
+            series: Vec::new(),
+            growth_bytes_per_sec: None,
+            trend: None,
         },
         StackReport {
             pid: 0,
@@ -186,6 +194,9 @@ pub(super) fn two_processes() -> Profile {
             counts: counts(0, 0, 3_000_000, 30),
             frames: vec![frame("alloc_table", APP, 0x1500, Some(("src/table.c", 9))).into()],
             truncated: false,
+            series: Vec::new(),
+            growth_bytes_per_sec: None,
+            trend: None,
         },
         StackReport {
             pid: 102,
@@ -194,6 +205,9 @@ pub(super) fn two_processes() -> Profile {
             counts: counts(524_288, 1, 524_288, 1),
             frames: Vec::new(),
             truncated: false,
+            series: Vec::new(),
+            growth_bytes_per_sec: None,
+            trend: None,
         },
     ];
     Profile {
@@ -218,6 +232,8 @@ pub(super) fn two_processes() -> Profile {
             stale_inflight: 0,
         },
         notes: Vec::new(),
+        snapshots: Vec::new(),
+        min_age_secs: None,
     }
 }
 

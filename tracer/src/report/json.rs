@@ -197,14 +197,18 @@ impl Serialize for Document<'_> {
             not_freed_at_exit,
             losses,
             notes,
+            snapshots,
+            min_age_secs,
         } = self.p;
-        let mut m = s.serialize_struct("Profile", 14)?;
+        let mut m = s.serialize_struct("Profile", 16)?;
         m.serialize_field("format", FORMAT)?;
         m.serialize_field("target", target)?;
         m.serialize_field("duration_secs", duration_secs)?;
         m.serialize_field("end_reason", end_reason)?;
         m.serialize_field("sample_rate", sample_rate)?;
         m.serialize_field("unwind", unwind)?;
+        m.serialize_field("min_age_secs", min_age_secs)?;
+        m.serialize_field("snapshots", snapshots)?;
         m.serialize_field("processes", processes)?;
         m.serialize_field("hooks", hooks)?;
         m.serialize_field("totals", totals)?;
@@ -264,6 +268,9 @@ impl Serialize for IndexedStack<'_> {
             counts,
             frames,
             truncated,
+            series,
+            growth_bytes_per_sec,
+            trend,
         } = self.stack;
         let Counts {
             inuse_bytes,
@@ -271,7 +278,7 @@ impl Serialize for IndexedStack<'_> {
             alloc_bytes,
             alloc_objects,
         } = counts;
-        let mut m = s.serialize_struct("StackReport", 9)?;
+        let mut m = s.serialize_struct("StackReport", 12)?;
         m.serialize_field("pid", pid)?;
         m.serialize_field("start_time", start_time)?;
         m.serialize_field("exited_group", exited_group)?;
@@ -287,6 +294,9 @@ impl Serialize for IndexedStack<'_> {
             },
         )?;
         m.serialize_field("truncated", truncated)?;
+        m.serialize_field("series", series)?;
+        m.serialize_field("growth_bytes_per_sec", growth_bytes_per_sec)?;
+        m.serialize_field("trend", trend)?;
         m.end()
     }
 }

@@ -61,6 +61,38 @@ pub struct Profile {
     pub losses: Losses,
     /// Remarks for the user (skipped optional hooks, limits hit...).
     pub notes: Vec<String>,
+    /// The heap's history (--interval, or --serve's own tick): one point
+    /// per snapshot kept, oldest first; each `StackReport::series` has one
+    /// value per point. Empty without history.
+    pub snapshots: Vec<SnapshotPoint>,
+    /// --min-age: only blocks live at least this long at report time are
+    /// in use (leak candidates); null without it.
+    pub min_age_secs: Option<f64>,
+}
+
+/// One snapshot of the heap's history: when, and the totals then.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct SnapshotPoint {
+    /// Seconds since the trace started. When the history's resolution was
+    /// halved, the time of the later snapshot of each merged pair.
+    pub secs: f64,
+    pub inuse_bytes: u64,
+    pub inuse_objects: u64,
+    pub alloc_bytes: u64,
+}
+
+/// How a stack's in-use bytes moved over the history (see README, "Finding
+/// a leak", for the rule and its thresholds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Trend {
+    /// Rises across the trace: a leak candidate.
+    Growing,
+    /// Rose, then stopped: a cache filling up.
+    Plateau,
+    /// Allocates much more than it keeps, with no trend.
+    Churn,
+    Stable,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -149,6 +181,13 @@ pub struct StackReport {
     /// The stack ends before its root: the unwinder ran out of copied stack
     /// bytes or unwind information. Shown as a `[truncated]` root frame.
     pub truncated: bool,
+    /// In-use bytes at each of `Profile::snapshots` (empty without history).
+    pub series: Vec<u64>,
+    /// Least-squares slope of `series` over the snapshots' times; null
+    /// with fewer than 2 snapshots.
+    pub growth_bytes_per_sec: Option<f64>,
+    /// Null with too few snapshots to tell.
+    pub trend: Option<Trend>,
 }
 
 /// "Not freed at exit", aggregated per program and call stack.

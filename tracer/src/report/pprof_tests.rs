@@ -30,6 +30,9 @@ fn stack(pid: u32, frames: Vec<Arc<Frame>>, counts: Counts, truncated: bool) -> 
         counts,
         frames,
         truncated,
+        series: Vec::new(),
+        growth_bytes_per_sec: None,
+        trend: None,
     }
 }
 
