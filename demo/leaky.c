@@ -7,6 +7,10 @@
  *   session_new     calloc 64 + strdup of 64 bytes; every 4th session is
  *                   never closed, so both blocks leak
  *   grow_log        realloc grows one buffer by 512 bytes, up to 1 MiB
+ *   lookup_cache_put
+ *                   malloc 2048 into a cache of at most 128 entries: once
+ *                   full (after ~13 s) the oldest entry is freed for each
+ *                   new one, so its memory rises, then stays flat
  * Runs until killed.
  *
  * Build: cc -O2 -g -fomit-frame-pointer -pthread -o leaky leaky.c
@@ -26,6 +30,8 @@
 #define CACHE_ENTRY_SIZE 4096
 #define LOG_STEP 512
 #define LOG_MAX (1 << 20)
+#define LOOKUP_ENTRY_SIZE 2048
+#define LOOKUP_ENTRIES 128
 
 /* Publishing a pointer here makes every allocation observable. */
 void *volatile sink;
@@ -42,6 +48,9 @@ struct session {
 	char user[48];
 };
 _Static_assert(sizeof(struct session) == 64, "session is 64 bytes");
+
+/* A ring of the last LOOKUP_ENTRIES entries: bounded, unlike cache_head. */
+static char *lookup_ring[LOOKUP_ENTRIES];
 
 static char *log_buf;
 static size_t log_len;
@@ -116,6 +125,17 @@ static NOINLINE void grow_log(void)
 	sink = log_buf;
 }
 
+static NOINLINE void lookup_cache_put(unsigned long key)
+{
+	char **slot = &lookup_ring[key % LOOKUP_ENTRIES];
+	char *e = xcheck(malloc(LOOKUP_ENTRY_SIZE));
+
+	memset(e, (int)(key & 0x7f), LOOKUP_ENTRY_SIZE);
+	free(*slot); /* the oldest entry, once the ring is full */
+	*slot = e;
+	sink = e;
+}
+
 static NOINLINE void tick(unsigned long n)
 {
 	handle_request(n);
@@ -127,6 +147,7 @@ static NOINLINE void tick(unsigned long n)
 	/* else: the session is forgotten and leaks */
 
 	grow_log();
+	lookup_cache_put(n);
 }
 
 int main(void)
