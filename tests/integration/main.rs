@@ -7,6 +7,7 @@
 
 mod allocators;
 mod buildup;
+mod chromium;
 mod errors;
 mod exec;
 mod forks;
