@@ -15,6 +15,7 @@ mod harness;
 mod launch;
 mod lifecycle;
 mod losses;
+mod page;
 mod pprof;
 mod privileges;
 mod redis;

@@ -106,8 +106,9 @@ fn summary(p: &Profile) -> String {
 }
 
 /// Why there is no chart or growth yet.
-const NO_HISTORY: &str = "no history yet: growth needs snapshots of the heap over time \
-                          (--interval SECS), at least two";
+const NO_HISTORY: &str =
+    "no history yet: the chart and growth need two snapshots of the heap or more \
+                          (one every --interval seconds)";
 
 fn write_history(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
     writeln!(w, "<h2>In-use bytes over time</h2>")?;

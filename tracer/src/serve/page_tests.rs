@@ -134,7 +134,10 @@ fn without_history_the_page_says_so_and_ranks_by_in_use_bytes() {
     assert!(page.contains("memtrace-bpf: in-use bytes"), "{page}");
     // Asked for growth without history: it says why and draws in-use bytes.
     let growth = render(&p, Flame::Growth);
-    assert!(growth.contains("no history yet: growth needs"), "{growth}");
+    assert!(
+        growth.contains("no history yet: the chart and growth need"),
+        "{growth}"
+    );
     assert!(growth.contains("memtrace-bpf: in-use bytes"), "{growth}");
     // Refreshes itself without a script.
     assert!(page.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
