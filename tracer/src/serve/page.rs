@@ -10,7 +10,7 @@
 //! Content-Security-Policy allows no script, no frame and no fetch (see
 //! `CSP`), so even a name that slipped through could not run or call out.
 
-use std::io::Write;
+use std::{collections::HashMap, io::Write, sync::Arc};
 
 use super::chart;
 use crate::report::{self, Frame, Profile, StackReport, View};
@@ -186,42 +186,84 @@ fn by_inuse(p: &Profile) -> Vec<&StackReport> {
     stacks
 }
 
-/// The `FLAME_STACKS` stacks holding the most in-use bytes.
+/// The stacks holding memory, weighted by their in-use bytes.
 fn largest_profile(p: &Profile) -> (Profile, String) {
-    let mut stacks = by_inuse(p);
-    let total = stacks.len();
-    stacks.truncate(FLAME_STACKS);
-    let drawn: u64 = stacks.iter().map(|s| s.counts.inuse_bytes).sum();
-    let note = format!(
-        "the {} largest of {} stacks holding memory: {} of {}",
-        stacks.len(),
-        total,
-        chart::human_bytes(drawn),
-        chart::human_bytes(p.totals.inuse_bytes)
-    );
-    (with_stacks(p, stacks.into_iter().cloned().collect()), note)
+    let weighted: Vec<(&StackReport, u64)> = by_inuse(p)
+        .into_iter()
+        .map(|s| (s, s.counts.inuse_bytes))
+        .collect();
+    let note = flame_note(weighted.len(), "holding memory, weighted by in-use bytes");
+    (with_stacks(p, flame_stacks(&weighted)), note)
 }
 
-/// The `FLAME_STACKS` fastest-growing stacks, each weighted by its growth
-/// in bytes per minute (stacks that shrink or hold steady are left out).
+/// The growing stacks, each weighted by its growth in bytes per minute
+/// (stacks that shrink or hold steady are left out).
 fn growth_profile(p: &Profile) -> (Profile, String) {
-    let growing = top_growing(p, FLAME_STACKS);
-    let stacks = growing
+    let weighted: Vec<(&StackReport, u64)> = top_growing(p, usize::MAX)
+        .into_iter()
+        // Saturating float-to-int cast; below 1 byte/min is 0.
+        .map(|(s, rate)| (s, (rate * 60.0).round() as u64))
+        .collect();
+    let note = flame_note(weighted.len(), "growing, weighted by bytes per minute");
+    (with_stacks(p, flame_stacks(&weighted)), note)
+}
+
+/// `n` stacks `what`, and how many the flamegraph sums as others.
+fn flame_note(n: usize, what: &str) -> String {
+    let stacks = report::counted(n as u64, "stack", "stacks");
+    if n <= FLAME_STACKS {
+        return format!("{stacks} {what}");
+    }
+    format!(
+        "{stacks} {what}: the {FLAME_STACKS} largest drawn, the other {} summed as \
+         {OTHER_STACKS} (every stack: /flamegraph.svg)",
+        n - FLAME_STACKS
+    )
+}
+
+/// The frame that stands for the stacks the page's flamegraph leaves out.
+const OTHER_STACKS: &str = "[other stacks]";
+
+/// The flamegraph's stacks from (stack, weight) pairs, largest first: the
+/// first `FLAME_STACKS` with their weight as in-use bytes, the rest summed
+/// into one `OTHER_STACKS` frame per process, so every width stays true.
+fn flame_stacks(weighted: &[(&StackReport, u64)]) -> Vec<StackReport> {
+    let (kept, rest) = weighted.split_at(weighted.len().min(FLAME_STACKS));
+    let counts = |inuse_bytes| report::Counts {
+        inuse_bytes,
+        ..Default::default()
+    };
+    let mut out: Vec<StackReport> = kept
         .iter()
-        .map(|(s, rate)| StackReport {
-            counts: report::Counts {
-                // Saturating float-to-int cast; below 1 byte/min is 0.
-                inuse_bytes: (rate * 60.0).round() as u64,
-                ..Default::default()
-            },
+        .map(|(s, w)| StackReport {
+            counts: counts(*w),
             ..(*s).clone()
         })
         .collect();
-    let note = format!(
-        "{} growing, weighted by bytes per minute",
-        report::counted(growing.len() as u64, "stack", "stacks")
+    let mut others: HashMap<(u32, Option<u64>, Option<String>), u64> = HashMap::new();
+    for (s, w) in rest {
+        let sum = others
+            .entry((s.pid, s.start_time, s.exited_group.clone()))
+            .or_default();
+        *sum = sum.saturating_add(*w);
+    }
+    let other = Arc::new(Frame {
+        function: OTHER_STACKS.to_string(),
+        ..Frame::default()
+    });
+    out.extend(
+        others
+            .into_iter()
+            .map(|((pid, start_time, exited_group), w)| StackReport {
+                pid,
+                start_time,
+                exited_group,
+                counts: counts(w),
+                frames: vec![other.clone()],
+                ..StackReport::default()
+            }),
     );
-    (with_stacks(p, stacks), note)
+    out
 }
 
 /// Stacks with a positive growth rate, fastest first, at most `n`.

@@ -270,8 +270,18 @@ fn a_large_profile_gives_a_bounded_page() {
             s
         })
         .collect();
-    for flame in [Flame::Inuse, Flame::Growth] {
+    // The flamegraph draws the 200 largest and sums the rest, so its root
+    // is as wide as everything: Σ(1000 + i) bytes, Σ 60·i bytes a minute
+    // (i = 0 does not grow).
+    for (flame, all, others) in [
+        (Flame::Inuse, "all (219,990,000 bytes, 100%)", 19800),
+        (Flame::Growth, "all (11,999,400,000 bytes/min, 100%)", 19799),
+    ] {
         let page = render(&p, flame);
+        assert!(page.contains(all), "{flame:?}: no {all}");
+        assert!(page.contains(">[other stacks]<"), "{flame:?}");
+        let note = format!("the 200 largest drawn, the other {others} summed as [other stacks]");
+        assert!(page.contains(&note), "{flame:?}: no {note}");
         // About 390 KB: 200 flamegraph stacks, 20 table rows.
         assert!(page.len() < 1 << 20, "{} bytes", page.len());
         let table = &page[page.find("Top growing stacks").expect("table")..];
