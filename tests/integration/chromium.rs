@@ -54,10 +54,10 @@ pub fn screenshot(url: &str, budget: Duration, file: &Path, width: u32, height: 
             &format!("--window-size={width},{height}"),
         ],
     );
-    let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let png = std::fs::read(file).unwrap_or_default();
     assert!(
-        size > 0,
-        "chromium wrote no screenshot to {}",
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "chromium wrote no PNG screenshot to {}",
         file.display()
     );
 }
