@@ -106,9 +106,10 @@ fn summary(p: &Profile) -> String {
 }
 
 /// Why there is no chart or growth yet.
-const NO_HISTORY: &str =
-    "no history yet: the chart and growth need two snapshots of the heap or more \
-                          (one every --interval seconds)";
+/// (The history is taken every --interval seconds, or on --serve's own
+/// tick: both are the trace's business, not the page's.)
+const NO_HISTORY: &str = "no history yet: the chart and growth need two snapshots of the \
+                          heap's history or more (see --interval)";
 
 fn write_history(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
     writeln!(w, "<h2>In-use bytes over time</h2>")?;
