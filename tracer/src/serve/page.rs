@@ -171,6 +171,7 @@ fn with_stacks(p: &Profile, stacks: Vec<StackReport>) -> Profile {
         unwind: p.unwind.clone(),
         processes: p.processes.clone(),
         losses: p.losses,
+        min_age_secs: p.min_age_secs,
         stacks,
         ..Profile::default()
     }
