@@ -7,6 +7,7 @@
 
 mod allocators;
 mod buildup;
+mod chromium;
 mod errors;
 mod exec;
 mod forks;
@@ -14,6 +15,7 @@ mod harness;
 mod launch;
 mod lifecycle;
 mod losses;
+mod page;
 mod pprof;
 mod privileges;
 mod redis;

@@ -29,6 +29,7 @@ pub fn run() -> Result<()> {
     redis(&mut apt)?;
     go(&mut apt)?;
     speedscope(&mut apt)?;
+    chromium(&mut apt)?;
     lint_tools()?;
     Ok(())
 }
@@ -213,6 +214,17 @@ fn speedscope(apt: &mut Apt) -> Result<()> {
             .arg(&dir)
             .arg("speedscope@1"),
     )
+}
+
+/// The speedscope and live-page tests open pages in headless Chromium
+/// (Debian's `chromium`; tests/integration/chromium.rs drives it).
+fn chromium(apt: &mut Apt) -> Result<()> {
+    if let Some(v) = first_line("chromium", "--version") {
+        println!("ok: {v}");
+        return Ok(());
+    }
+    println!("installing: chromium (for the speedscope and live-page tests, headless)");
+    apt.ensure(&["chromium"])
 }
 
 /// The --serve test parses /metrics with the Prometheus client library's

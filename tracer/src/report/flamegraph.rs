@@ -13,21 +13,33 @@ use super::{Profile, View};
 /// Writes an interactive flamegraph of `view`. An empty profile gives a small
 /// SVG that says so, because inferno refuses empty input.
 pub fn write_flamegraph(p: &Profile, view: View, w: &mut impl Write) -> anyhow::Result<()> {
+    write_flamegraph_of(p, view, view.describe(), view.unit(), w)
+}
+
+/// Like `write_flamegraph`, with the numbers of `view` named `describe`
+/// in the title and counted in `unit` (the live page draws growth rates
+/// this way, put in the in-use field of a profile of its own).
+pub fn write_flamegraph_of(
+    p: &Profile,
+    view: View,
+    describe: &str,
+    unit: &str,
+    w: &mut impl Write,
+) -> anyhow::Result<()> {
     let lines = folded_lines(p, view);
     // inferno escapes XML; control characters (not allowed in XML 1.0) and
     // the rest are escaped like every target-controlled name.
     let title = format!(
-        "memtrace-bpf: {} — {}",
-        view.describe(),
+        "memtrace-bpf: {describe} — {}",
         crate::escape::text(&p.target)
     );
     if lines.is_empty() {
-        return write_empty_svg(&title, view, w).context("writing the flamegraph");
+        return write_empty_svg(&title, describe, w).context("writing the flamegraph");
     }
     let mut opts = Options::default();
     opts.title = title;
     opts.subtitle = Some(subtitle(p));
-    opts.count_name = view.unit().to_string();
+    opts.count_name = unit.to_string();
     // flamegraph.pl's palette for memory profiles.
     opts.colors = Palette::Basic(BasicPalette::Mem);
     // Colors from a hash of the name, not random: the same profile gives
@@ -51,8 +63,8 @@ fn subtitle(p: &Profile) -> String {
     )
 }
 
-fn write_empty_svg(title: &str, view: View, w: &mut impl Write) -> std::io::Result<()> {
-    let message = format!("no allocations recorded ({})", view.describe());
+fn write_empty_svg(title: &str, describe: &str, w: &mut impl Write) -> std::io::Result<()> {
+    let message = format!("no allocations recorded ({describe})");
     writeln!(w, r#"<?xml version="1.0" standalone="no"?>"#)?;
     writeln!(
         w,

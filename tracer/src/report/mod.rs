@@ -17,7 +17,7 @@ mod speedscope;
 mod text;
 
 pub use collapsed::write_collapsed;
-pub use flamegraph::write_flamegraph;
+pub use flamegraph::{write_flamegraph, write_flamegraph_of};
 pub use json::write_json;
 pub use losses::{LossLine, Losses};
 pub use output::Output;

@@ -9,8 +9,12 @@
 //! loop does for HTTP is one snapshot at a time, and recent ones are
 //! shared by every request (see `routes::App::snapshot`).
 
+mod chart;
 mod delta;
 mod metrics;
+mod page;
+#[cfg(test)]
+mod page_tests;
 mod routes;
 
 use std::{

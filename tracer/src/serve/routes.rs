@@ -16,7 +16,7 @@ use axum::{
 };
 use tokio::sync::{mpsc, Mutex};
 
-use super::{delta, metrics, Snapshot, SnapshotReply};
+use super::{delta, metrics, page, Snapshot, SnapshotReply};
 use crate::report::{self, Profile, View};
 
 /// Longest `?seconds=N` delta profile.
@@ -32,6 +32,7 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What every endpoint is, for `/` and the 404.
 const ENDPOINTS: &str = "\
+/                          the live page: flamegraph, in-use bytes over time, top growing stacks (HTML)
 /debug/pprof/heap          pprof, in-use space by default (go tool pprof)
 /debug/pprof/allocs        pprof, allocated space by default; ?seconds=N: what was allocated over the next N s
 /flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects
@@ -104,12 +105,38 @@ pub fn router(app: Arc<App>) -> Router {
 
 type Params = Query<HashMap<String, String>>;
 
-async fn index(State(app): State<Arc<App>>) -> Response {
-    let text = format!(
-        "memtrace-bpf is tracing {}\n\n{ENDPOINTS}",
-        crate::escape::text(&app.target)
-    );
-    (StatusCode::OK, text).into_response()
+/// The live page (serve/page.rs); `?flame=inuse|growth` picks its
+/// flamegraph.
+async fn index(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    let flame = match params.get("flame").map(|f| page::Flame::parse(f)) {
+        None => page::Flame::Inuse,
+        Some(Some(flame)) => flame,
+        Some(None) => return error(StatusCode::BAD_REQUEST, "?flame= takes inuse or growth"),
+    };
+    let snapshot = match app.snapshot(SHARE_SNAPSHOT).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    let target = app.target.clone();
+    let body = render(snapshot.profile.clone(), move |p, w| {
+        let page = page::Page {
+            target: &target,
+            flame,
+            endpoints: ENDPOINTS,
+        };
+        page::write_page(p, &page, w)
+    });
+    let mut response = respond(body.await, "text/html; charset=utf-8", None);
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, page::CSP),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, header::HeaderValue::from_static(value));
+    }
+    response
 }
 
 async fn not_found() -> Response {

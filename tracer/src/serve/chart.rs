@@ -1,0 +1,171 @@
+//! The live page's small SVG drawings: the total in-use bytes over the
+//! trace, and a sparkline per stack. Numbers only: nothing here comes from
+//! the traced process, so nothing needs escaping.
+
+use std::fmt::Write as _;
+
+use crate::report::SnapshotPoint;
+
+const CHART_WIDTH: f64 = 720.0;
+const CHART_HEIGHT: f64 = 160.0;
+/// Room left of the plot for the byte labels, and below it for the times.
+const LEFT: f64 = 80.0;
+const BOTTOM: f64 = 20.0;
+
+const SPARK_WIDTH: f64 = 120.0;
+const SPARK_HEIGHT: f64 = 24.0;
+
+/// Total in-use bytes at each snapshot, against seconds since the start.
+/// None without history.
+pub fn total_chart(points: &[SnapshotPoint]) -> Option<String> {
+    let (first, last) = (points.first()?, points.last()?);
+    let max = points
+        .iter()
+        .map(|p| p.inuse_bytes)
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let span = (last.secs - first.secs).max(f64::EPSILON);
+    let (plot_w, plot_h) = (CHART_WIDTH - LEFT - 10.0, CHART_HEIGHT - BOTTOM - 10.0);
+    let xy = |p: &SnapshotPoint| {
+        let x = LEFT + (p.secs - first.secs) / span * plot_w;
+        let y = 10.0 + plot_h * (1.0 - p.inuse_bytes as f64 / max);
+        (x, y)
+    };
+    let mut svg = format!(
+        r#"<svg class="chart" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="total in-use bytes over time">"#
+    );
+    let base = 10.0 + plot_h;
+    let _ = write!(
+        svg,
+        r##"<line x1="{LEFT}" y1="{base}" x2="{right}" y2="{base}" stroke="#999"/><line x1="{LEFT}" y1="10" x2="{LEFT}" y2="{base}" stroke="#999"/><text x="{lx}" y="16" text-anchor="end">{top}</text><text x="{lx}" y="{base}" text-anchor="end">0</text><text x="{LEFT}" y="{ty}">{t0}</text><text x="{right}" y="{ty}" text-anchor="end">{t1}</text>"##,
+        right = LEFT + plot_w,
+        lx = LEFT - 6.0,
+        top = human_bytes(max as u64),
+        ty = CHART_HEIGHT - 4.0,
+        t0 = human_secs(first.secs),
+        t1 = human_secs(last.secs),
+    );
+    svg.push_str(&polyline(points.iter().map(xy), "#c0392b", 2.0));
+    for p in points.iter().rev().take(1) {
+        let (x, y) = xy(p);
+        let _ = write!(
+            svg,
+            r##"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="#c0392b"><title>{} at {}</title></circle>"##,
+            human_bytes(p.inuse_bytes),
+            human_secs(p.secs)
+        );
+    }
+    svg.push_str("</svg>");
+    Some(svg)
+}
+
+/// A stack's in-use bytes at each snapshot, scaled to its own largest.
+pub fn sparkline(series: &[u64]) -> String {
+    let max = series.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let step = SPARK_WIDTH / (series.len().max(2) - 1) as f64;
+    let points = series.iter().enumerate().map(|(i, v)| {
+        let y = 2.0 + (SPARK_HEIGHT - 4.0) * (1.0 - *v as f64 / max);
+        (i as f64 * step, y)
+    });
+    let (lo, hi) = (
+        series.iter().copied().min().unwrap_or(0),
+        series.iter().copied().max().unwrap_or(0),
+    );
+    format!(
+        r#"<svg class="spark" width="{SPARK_WIDTH}" height="{SPARK_HEIGHT}" viewBox="0 0 {SPARK_WIDTH} {SPARK_HEIGHT}"><title>{} to {}</title>{}</svg>"#,
+        human_bytes(lo),
+        human_bytes(hi),
+        polyline(points, "#2c7fb8", 1.5)
+    )
+}
+
+fn polyline(points: impl Iterator<Item = (f64, f64)>, color: &str, width: f64) -> String {
+    let mut out = String::from(r#"<polyline fill="none" points=""#);
+    for (x, y) in points {
+        let _ = write!(out, "{x:.1},{y:.1} ");
+    }
+    let _ = write!(out, r#"" stroke="{color}" stroke-width="{width}"/>"#);
+    out
+}
+
+/// `512 B`, `1.5 KiB`, `3.2 GiB`: binary units with one decimal.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    // Precision loss in the cast is irrelevant at one decimal.
+    let mut value = bytes as f64;
+    let mut unit = "B";
+    for next in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = next;
+    }
+    format!("{value:.1} {unit}")
+}
+
+/// `+1.2 MiB/min` from bytes per second (`-` when it shrinks).
+pub fn human_rate(bytes_per_sec: f64) -> String {
+    let per_min = bytes_per_sec * 60.0;
+    let sign = if per_min < 0.0 { "-" } else { "+" };
+    // Saturating cast: a rate past u64 is not a number a person reads.
+    format!("{sign}{}/min", human_bytes(per_min.abs().round() as u64))
+}
+
+/// `45 s`, `12.5 min`, `3.0 h`.
+pub fn human_secs(secs: f64) -> String {
+    if secs < 120.0 {
+        format!("{secs:.0} s")
+    } else if secs < 7200.0 {
+        format!("{:.1} min", secs / 60.0)
+    } else {
+        format!("{:.1} h", secs / 3600.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_rate(20480.0 / 60.0), "+20.0 KiB/min");
+        assert_eq!(human_rate(-1.0), "-60 B/min");
+        assert_eq!(human_secs(30.0), "30 s");
+        assert_eq!(human_secs(600.0), "10.0 min");
+    }
+
+    #[test]
+    fn a_chart_needs_history_and_scales_to_its_largest_point() {
+        assert_eq!(total_chart(&[]), None);
+        let at = |secs, inuse_bytes| SnapshotPoint {
+            secs,
+            inuse_bytes,
+            ..SnapshotPoint::default()
+        };
+        let svg = total_chart(&[at(5.0, 1024), at(10.0, 2048)]).expect("a chart");
+        assert!(svg.contains(">2.0 KiB<"), "{svg}");
+        assert!(svg.contains(">5 s<") && svg.contains(">10 s<"), "{svg}");
+        // The first point is at the left edge, half way up.
+        assert!(svg.contains("points=\"80.0,75.0 710.0,10.0 \""), "{svg}");
+    }
+
+    #[test]
+    fn a_sparkline_draws_each_value() {
+        let svg = sparkline(&[0, 50, 100]);
+        assert!(
+            svg.contains("points=\"0.0,22.0 60.0,12.0 120.0,2.0 \""),
+            "{svg}"
+        );
+        assert!(svg.contains("<title>0 B to 100 B</title>"), "{svg}");
+        // One point, or none: still a drawing, not a division by zero.
+        assert!(sparkline(&[7]).contains("0.0,2.0"));
+        assert!(sparkline(&[]).contains("<polyline"));
+    }
+}

@@ -1,0 +1,434 @@
+//! `/`: the live page. One server-rendered HTML document that reloads
+//! itself every few seconds (a meta refresh: no script at all): the
+//! flamegraph (in-use bytes, or growth when the trace has history), total
+//! in-use bytes over time, the top growing stacks with their sparklines,
+//! and the endpoints.
+//!
+//! Everything the traced process controls (function names, paths, command
+//! lines) is hostile: it is escaped for a terminal (`escape::text`, which
+//! also shows bidirectional overrides) and then for HTML. The response's
+//! Content-Security-Policy allows no script, no frame and no fetch (see
+//! `CSP`), so even a name that slipped through could not run or call out.
+
+use std::{collections::HashMap, io::Write, sync::Arc};
+
+use super::chart;
+use crate::report::{self, Frame, Profile, StackReport, View};
+
+/// Seconds between reloads.
+pub const REFRESH_SECS: u32 = 5;
+/// Rows of the stack table.
+const TOP_STACKS: usize = 20;
+/// Stacks drawn in the flamegraph (the largest): keeps the page to a few
+/// hundred KiB whatever the profile holds; /flamegraph.svg draws them all.
+const FLAME_STACKS: usize = 200;
+/// Frames named per stack in the table, and characters per name.
+const TABLE_FRAMES: usize = 40;
+const NAME_CHARS: usize = 200;
+
+/// No script of any kind (inferno's inline script and handlers included:
+/// the page strips them and this blocks them), nothing fetched, no frame,
+/// no form. Inline styles are allowed: the page's own sheet and the one
+/// inside inferno's SVG; with nothing fetchable, CSS can reach nothing.
+pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
+                       base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Which flamegraph the page draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flame {
+    /// In-use bytes now.
+    Inuse,
+    /// Each stack's positive growth rate over the history.
+    Growth,
+}
+
+impl Flame {
+    /// `?flame=` values.
+    pub fn parse(text: &str) -> Option<Flame> {
+        match text {
+            "inuse" => Some(Flame::Inuse),
+            "growth" => Some(Flame::Growth),
+            _ => None,
+        }
+    }
+}
+
+/// What the page shows.
+pub struct Page<'a> {
+    /// What is traced, as the user named it.
+    pub target: &'a str,
+    pub flame: Flame,
+    /// The server's endpoints, one `PATH  description` per line.
+    pub endpoints: &'a str,
+}
+
+/// Writes the page of `p`.
+pub fn write_page(p: &Profile, page: &Page, w: &mut impl Write) -> anyhow::Result<()> {
+    let title = html(&format!("memtrace-bpf: {}", page.target));
+    write!(
+        w,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">\
+         <title>{title}</title><style>{STYLE}</style></head><body>\n<h1>{title}</h1>\n"
+    )?;
+    writeln!(w, "<p class=\"summary\">{}</p>", summary(p))?;
+    write_history(p, w)?;
+    write_flame(p, page.flame, w)?;
+    write_stacks(p, w)?;
+    write_endpoints(page.endpoints, w)?;
+    writeln!(w, "</body></html>")?;
+    Ok(())
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:1em 2em;color:#222}\
+    h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}\
+    .summary,.none{color:#555}.none{font-style:italic}\
+    table{border-collapse:collapse}td,th{padding:2px 8px;text-align:left;vertical-align:top}\
+    td.n{text-align:right;white-space:nowrap}tr:nth-child(even){background:#f4f4f4}\
+    summary{cursor:pointer}code{font-size:.9em}.chart text{font-size:11px;fill:#555}\
+    .flame{max-width:100%;overflow-x:auto}";
+
+fn summary(p: &Profile) -> String {
+    let t = &p.totals;
+    let lost = match p.losses.lost() {
+        0 => "no events lost".to_string(),
+        n => report::counted(n, "event lost", "events lost"),
+    };
+    html(&format!(
+        "{:.1} s traced · in use: {} in {} · allocated: {} · {} · {lost} · {} · reloads every {REFRESH_SECS} s",
+        p.duration_secs,
+        chart::human_bytes(t.inuse_bytes),
+        report::counted(t.inuse_objects, "object", "objects"),
+        chart::human_bytes(t.alloc_bytes),
+        report::counted(p.stacks.len() as u64, "stack", "stacks"),
+        p.sampling_description(),
+    ))
+}
+
+/// Why there is no chart or growth yet.
+/// (The history is taken every --interval seconds, or on --serve's own
+/// tick: both are the trace's business, not the page's.)
+const NO_HISTORY: &str = "no history yet: the chart and growth need two snapshots of the \
+                          heap's history or more (see --interval)";
+
+fn write_history(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
+    writeln!(w, "<h2>In-use bytes over time</h2>")?;
+    match chart::total_chart(&p.snapshots) {
+        Some(svg) if p.snapshots.len() >= 2 => writeln!(w, "{svg}"),
+        _ => writeln!(w, "<p class=\"none\">{NO_HISTORY}</p>"),
+    }
+}
+
+fn has_growth(p: &Profile) -> bool {
+    p.stacks.iter().any(|s| s.growth_bytes_per_sec.is_some())
+}
+
+fn write_flame(p: &Profile, flame: Flame, w: &mut impl Write) -> anyhow::Result<()> {
+    let link = |label: &str, to: Flame, href: &str| {
+        if to == flame {
+            format!("<strong>{label}</strong>")
+        } else {
+            format!("<a href=\"{href}\">{label}</a>")
+        }
+    };
+    writeln!(
+        w,
+        "<h2>Flamegraph: {} | {} <small>(<a href=\"/flamegraph.svg\">interactive, all stacks</a>)</small></h2>",
+        link("in-use bytes", Flame::Inuse, "/?flame=inuse"),
+        link("growth", Flame::Growth, "/?flame=growth"),
+    )?;
+    let mut svg = Vec::new();
+    if flame == Flame::Growth && has_growth(p) {
+        let (growth, note) = growth_profile(p);
+        writeln!(w, "<p class=\"summary\">{}</p>", html(&note))?;
+        report::write_flamegraph_of(
+            &growth,
+            View::InuseSpace,
+            "growth (bytes/min)",
+            "bytes/min",
+            &mut svg,
+        )?;
+    } else {
+        if flame == Flame::Growth {
+            writeln!(w, "<p class=\"none\">{NO_HISTORY}; in-use bytes below</p>")?;
+        }
+        let (largest, note) = largest_profile(p);
+        writeln!(w, "<p class=\"summary\">{}</p>", html(&note))?;
+        report::write_flamegraph(&largest, View::InuseSpace, &mut svg)?;
+    }
+    let svg = String::from_utf8_lossy(&svg);
+    writeln!(w, "<div class=\"flame\">{}</div>", inline_svg(&svg))?;
+    Ok(())
+}
+
+/// A profile with `p`'s header and `stacks`, for the flamegraph.
+fn with_stacks(p: &Profile, stacks: Vec<StackReport>) -> Profile {
+    Profile {
+        target: p.target.clone(),
+        duration_secs: p.duration_secs,
+        end_reason: p.end_reason.clone(),
+        sample_rate: p.sample_rate,
+        unwind: p.unwind.clone(),
+        processes: p.processes.clone(),
+        losses: p.losses,
+        min_age_secs: p.min_age_secs,
+        stacks,
+        ..Profile::default()
+    }
+}
+
+/// The stacks holding memory, most first.
+fn by_inuse(p: &Profile) -> Vec<&StackReport> {
+    let mut stacks: Vec<&StackReport> = p
+        .stacks
+        .iter()
+        .filter(|s| s.counts.inuse_bytes > 0)
+        .collect();
+    stacks.sort_by_key(|s| std::cmp::Reverse(s.counts.inuse_bytes));
+    stacks
+}
+
+/// The stacks holding memory, weighted by their in-use bytes.
+fn largest_profile(p: &Profile) -> (Profile, String) {
+    let weighted: Vec<(&StackReport, u64)> = by_inuse(p)
+        .into_iter()
+        .map(|s| (s, s.counts.inuse_bytes))
+        .collect();
+    let note = flame_note(weighted.len(), "holding memory, weighted by in-use bytes");
+    (with_stacks(p, flame_stacks(&weighted)), note)
+}
+
+/// The growing stacks, each weighted by its growth in bytes per minute
+/// (stacks that shrink or hold steady are left out).
+fn growth_profile(p: &Profile) -> (Profile, String) {
+    let weighted: Vec<(&StackReport, u64)> = top_growing(p, usize::MAX)
+        .into_iter()
+        // Saturating float-to-int cast; below 1 byte/min is 0.
+        .map(|(s, rate)| (s, (rate * 60.0).round() as u64))
+        .collect();
+    let note = flame_note(weighted.len(), "growing, weighted by bytes per minute");
+    (with_stacks(p, flame_stacks(&weighted)), note)
+}
+
+/// `n` stacks `what`, and how many the flamegraph sums as others.
+fn flame_note(n: usize, what: &str) -> String {
+    let stacks = report::counted(n as u64, "stack", "stacks");
+    if n <= FLAME_STACKS {
+        return format!("{stacks} {what}");
+    }
+    format!(
+        "{stacks} {what}: the {FLAME_STACKS} largest drawn, the other {} summed as \
+         {OTHER_STACKS} (every stack: /flamegraph.svg)",
+        n - FLAME_STACKS
+    )
+}
+
+/// The frame that stands for the stacks the page's flamegraph leaves out.
+const OTHER_STACKS: &str = "[other stacks]";
+
+/// The flamegraph's stacks from (stack, weight) pairs, largest first: the
+/// first `FLAME_STACKS` with their weight as in-use bytes, the rest summed
+/// into one `OTHER_STACKS` frame per process, so every width stays true.
+fn flame_stacks(weighted: &[(&StackReport, u64)]) -> Vec<StackReport> {
+    let (kept, rest) = weighted.split_at(weighted.len().min(FLAME_STACKS));
+    let counts = |inuse_bytes| report::Counts {
+        inuse_bytes,
+        ..Default::default()
+    };
+    let mut out: Vec<StackReport> = kept
+        .iter()
+        .map(|(s, w)| StackReport {
+            counts: counts(*w),
+            ..(*s).clone()
+        })
+        .collect();
+    let mut others: HashMap<(u32, Option<u64>, Option<String>), u64> = HashMap::new();
+    for (s, w) in rest {
+        let sum = others
+            .entry((s.pid, s.start_time, s.exited_group.clone()))
+            .or_default();
+        *sum = sum.saturating_add(*w);
+    }
+    let other = Arc::new(Frame {
+        function: OTHER_STACKS.to_string(),
+        ..Frame::default()
+    });
+    out.extend(
+        others
+            .into_iter()
+            .map(|((pid, start_time, exited_group), w)| StackReport {
+                pid,
+                start_time,
+                exited_group,
+                counts: counts(w),
+                frames: vec![other.clone()],
+                ..StackReport::default()
+            }),
+    );
+    out
+}
+
+/// Stacks with a positive growth rate, fastest first, at most `n`.
+fn top_growing(p: &Profile, n: usize) -> Vec<(&StackReport, f64)> {
+    let mut growing: Vec<(&StackReport, f64)> = p
+        .stacks
+        .iter()
+        .filter_map(|s| s.growth_bytes_per_sec.map(|g| (s, g)))
+        .filter(|(_, g)| *g > 0.0)
+        .collect();
+    growing.sort_by(|a, b| b.1.total_cmp(&a.1));
+    growing.truncate(n);
+    growing
+}
+
+/// inferno's SVG as an element of the page: without its XML prolog and
+/// DOCTYPE, and without its script and `onload` handler, which the page's
+/// CSP would block anyway (the page is static; /flamegraph.svg has them).
+/// inferno escapes every name, so the only `<script` is its own.
+fn inline_svg(svg: &str) -> String {
+    let svg = svg.find("<svg").map_or(svg, |i| &svg[i..]);
+    let svg = svg.replacen(" onload=\"init(evt)\"", "", 1);
+    match (svg.find("<script"), svg.find("</script>")) {
+        (Some(start), Some(end)) if start < end => {
+            format!("{}{}", &svg[..start], &svg[end + "</script>".len()..])
+        }
+        _ => svg,
+    }
+}
+
+/// The top growing stacks; without history, the largest.
+fn write_stacks(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
+    if has_growth(p) {
+        write_growing(p, w)
+    } else {
+        write_largest(p, w)
+    }
+}
+
+fn write_growing(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
+    writeln!(w, "<h2>Top growing stacks</h2>")?;
+    let growing = top_growing(p, TOP_STACKS);
+    if growing.is_empty() {
+        return writeln!(w, "<p class=\"none\">no stack grows</p>");
+    }
+    writeln!(
+        w,
+        "<table><tr><th>growth</th><th>trend</th><th>in use</th><th>history</th>\
+         <th>stack</th></tr>"
+    )?;
+    for (s, rate) in growing {
+        let trend = s.trend.map_or("", |t| match t {
+            report::Trend::Growing => "growing",
+            report::Trend::Plateau => "plateau",
+            report::Trend::Churn => "churn",
+            report::Trend::Stable => "stable",
+        });
+        writeln!(
+            w,
+            "<tr><td class=\"n\">{}</td><td>{trend}</td><td class=\"n\">{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            html(&chart::human_rate(rate)),
+            chart::human_bytes(s.counts.inuse_bytes),
+            chart::sparkline(&s.series),
+            stack_cell(p, s)
+        )?;
+    }
+    writeln!(w, "</table>")
+}
+
+fn write_largest(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
+    writeln!(w, "<h2>Top stacks by in-use bytes</h2>")?;
+    writeln!(w, "<p class=\"none\">{NO_HISTORY}</p>")?;
+    let stacks = by_inuse(p);
+    writeln!(
+        w,
+        "<table><tr><th>in use</th><th>objects</th><th>stack</th></tr>"
+    )?;
+    for s in stacks.into_iter().take(TOP_STACKS) {
+        writeln!(
+            w,
+            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            chart::human_bytes(s.counts.inuse_bytes),
+            s.counts.inuse_objects,
+            stack_cell(p, s)
+        )?;
+    }
+    writeln!(w, "</table>")
+}
+
+/// The leaf and its callers in one line, the whole stack on a click
+/// (`<details>`: no script).
+fn stack_cell(p: &Profile, s: &StackReport) -> String {
+    let names: Vec<String> = s.frames.iter().map(|f| name(f)).collect();
+    let short = names
+        .iter()
+        .take(4)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ← ");
+    let mut full = String::new();
+    for (frame, name) in s.frames.iter().zip(&names).take(TABLE_FRAMES) {
+        let place = match (&frame.file, frame.line) {
+            (Some(file), Some(line)) => format!(" {}:{line}", report::basename(file)),
+            _ => format!(" {}", report::basename(&frame.module)),
+        };
+        full.push_str(&format!("<br><code>{name}</code>{}", html(&place)));
+    }
+    if s.frames.len() > TABLE_FRAMES {
+        full.push_str(&format!(
+            "<br>… {} more frames",
+            s.frames.len() - TABLE_FRAMES
+        ));
+    }
+    let process = if p.is_multi_process() {
+        format!("{}: ", html(&p.stack_label(s)))
+    } else {
+        String::new()
+    };
+    format!("<details><summary>{process}<code>{short}</code></summary>{full}</details>")
+}
+
+/// A frame's name for the page: escaped, and cut at `NAME_CHARS`.
+fn name(f: &Frame) -> String {
+    let full = f.display_name();
+    let mut cut: String = full.chars().take(NAME_CHARS).collect();
+    if cut.len() < full.len() {
+        cut.push('…');
+    }
+    html(&cut)
+}
+
+fn write_endpoints(endpoints: &str, w: &mut impl Write) -> std::io::Result<()> {
+    writeln!(w, "<h2>Endpoints</h2><table>")?;
+    for line in endpoints.lines().filter(|l| !l.trim().is_empty()) {
+        let (path, what) = line.split_once("  ").unwrap_or((line, ""));
+        let link = path.split(['?', ' ']).next().unwrap_or(path);
+        writeln!(
+            w,
+            "<tr><td><a href=\"{}\"><code>{}</code></a></td><td>{}</td></tr>",
+            html(link),
+            html(path),
+            html(what.trim())
+        )?;
+    }
+    writeln!(w, "</table>")
+}
+
+/// `s` safe as HTML text or a quoted attribute value: controls and
+/// reordering characters made visible first (`escape::text`), then the
+/// five characters HTML gives meaning to.
+pub fn html(s: &str) -> String {
+    let visible = crate::escape::text(s);
+    let mut out = String::with_capacity(visible.len());
+    for c in visible.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
