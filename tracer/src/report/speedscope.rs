@@ -2,7 +2,7 @@
 //! (https://www.speedscope.app/file-format-schema.json). One `sampled`
 //! profile per view (in-use bytes and objects, allocated bytes and
 //! objects), and per process when several share the profile, named so a
-//! person can tell them apart; frames shared by all, with file and line.
+//! person can tell them apart; frames shared by all, one per function and file, with a line in it.
 //! Each stack is one sample, root first, weighted by the view's number;
 //! `--view` picks the profile shown first.
 //!
@@ -153,7 +153,7 @@ struct Frames<'a> {
     list: Vec<SsFrame<'a>>,
     by_ptr: PtrMap<usize>,
     /// Equal frames in distinct `Arc`s (a process's own copy) share one.
-    by_value: HashMap<(String, Option<&'a str>, Option<u32>), usize>,
+    by_value: HashMap<(String, Option<&'a str>), usize>,
     markers: HashMap<&'static str, usize>,
 }
 
@@ -175,15 +175,23 @@ impl<'a> Frames<'a> {
         if let Some(&i) = self.by_ptr.get(&Arc::as_ptr(f)) {
             return i;
         }
-        let key = (f.display_name(), f.file.as_deref(), f.line);
+        // speedscope takes name, file and line together as a frame's
+        // identity: with each call site's own line, one function would be
+        // several frames (split in the sandwich and left-heavy views). One
+        // frame per function and file, at the lowest line seen in it: the
+        // nearest to its head this profile knows.
+        let key = (f.display_name(), f.file.as_deref());
         let next = self.list.len();
         let i = *self.by_value.entry(key.clone()).or_insert(next);
         if i == next {
             self.list.push(SsFrame {
                 name: key.0.into(),
                 file: key.1,
-                line: key.2,
+                line: f.line,
             });
+        } else if let Some(line) = f.line {
+            let known = &mut self.list[i].line;
+            *known = Some(known.map_or(line, |k| k.min(line)));
         }
         self.by_ptr.insert(Arc::as_ptr(f), i);
         i

@@ -470,3 +470,40 @@ fn speedscope_of_one_process_names_profiles_by_view_only() {
     );
     assert_eq!(doc["activeProfileIndex"], 0);
 }
+
+/// speedscope takes name, file and line as a frame's identity: a function
+/// called from two of its lines is still one frame, at the lower line.
+#[test]
+fn speedscope_keeps_one_frame_per_function_whatever_the_call_site_line() {
+    let mut p = one_process();
+    let at = |line| {
+        frame(
+            "run",
+            "/opt/demo/bin/server",
+            0x1000 + line as u64,
+            Some(("src/run.c", line)),
+        )
+    };
+    p.stacks = vec![
+        stack(
+            1,
+            counts(10, 1, 10, 1),
+            vec![frame("a", APP, 1, None), at(42)],
+        ),
+        stack(
+            1,
+            counts(20, 1, 20, 1),
+            vec![frame("b", APP, 2, None), at(17)],
+        ),
+    ];
+    let doc = speedscope(&p, View::InuseSpace);
+    let runs: Vec<_> = doc["shared"]["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .filter(|f| f["name"] == "run")
+        .collect();
+    assert_eq!(runs.len(), 1, "{doc}");
+    assert_eq!(runs[0]["file"], "src/run.c");
+    assert_eq!(runs[0]["line"], 17);
+}
