@@ -38,6 +38,9 @@ fn write_header(p: &Profile, w: &mut impl Write) -> io::Result<()> {
     field(w, "duration:", &[format!("{:.1} s", p.duration_secs)])?;
     field(w, "ended:", &[esc(&p.end_reason)])?;
     field(w, "sampling:", &[p.sampling_description()])?;
+    if let Some(line) = p.min_age_description() {
+        field(w, "min age:", &[line])?;
+    }
     field(w, "unwinding:", &[esc(&p.unwind)])?;
     let (hooked, skipped) = hook_lines(&p.hooks);
     if hooked.is_empty() {

@@ -36,8 +36,25 @@ const CONNECTION_TIME: Duration =
 /// Largest request head read (hyper's smallest buffer allowed is 8 KiB).
 const MAX_REQUEST_HEAD: usize = 16 * 1024;
 
-/// What the server sends the trace's loop: where to hand back a snapshot.
-pub type SnapshotReply = oneshot::Sender<Snapshot>;
+/// What the server sends the trace's loop: where to hand back a snapshot,
+/// and the `?min_age=` it is for.
+pub struct SnapshotReply {
+    sender: oneshot::Sender<Snapshot>,
+    /// Seconds a block must have been live to count as in use (0: every
+    /// block); None: the trace's own --min-age.
+    pub min_age: Option<f64>,
+}
+
+impl SnapshotReply {
+    /// The client gave up waiting.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
+    pub fn send(self, snapshot: Snapshot) -> Result<(), Snapshot> {
+        self.sender.send(snapshot)
+    }
+}
 
 /// A snapshot of the trace, built by the trace's loop.
 pub struct Snapshot {

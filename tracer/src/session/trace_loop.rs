@@ -245,7 +245,9 @@ impl Trace<'_> {
             return; // the client gave up
         }
         self.events += self.collector.drain_all() as u64;
-        let profile = self.snapshot("snapshot served while tracing (the trace went on)");
+        let min_age = super::min_age(reply.min_age.or(self.settings.cli.min_age));
+        let profile =
+            self.snapshot_aged("snapshot served while tracing (the trace went on)", min_age);
         let _ = reply.send(crate::serve::Snapshot {
             profile: std::sync::Arc::new(profile),
             events: self.events,
