@@ -51,9 +51,11 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
     names.add(&state.modules, state.stacks.all_frames());
     let names = &*names;
     let unread = state.modules.unread();
-    let aged = meta
-        .min_age
-        .map(|age| state.heap.inuse_older_than(monotonic_ns(), saturating_ns(age)));
+    let aged = meta.min_age.map(|age| {
+        state
+            .heap
+            .inuse_older_than(monotonic_ns(), saturating_ns(age))
+    });
     let mut unnamed = Unnamed::default();
     let mut stacks: Vec<StackReport> = state
         .heap

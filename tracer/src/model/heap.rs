@@ -427,7 +427,10 @@ mod tests {
         h.alloc(1, 0x40, 1, 1.0, 9, 1000 * SEC);
         h.free(1, 0x40);
         let aged = |now: u64, min_age: u64| {
-            let mut v: Vec<_> = h.inuse_older_than(now * SEC, min_age * SEC).into_iter().collect();
+            let mut v: Vec<_> = h
+                .inuse_older_than(now * SEC, min_age * SEC)
+                .into_iter()
+                .collect();
             v.sort_unstable_by_key(|(s, _)| *s);
             v
         };
@@ -460,7 +463,16 @@ mod tests {
         h.exited(1, true);
         h.exited(2, false); // "not freed at exit": not in use at any age
         let aged = h.inuse_older_than(25 * SEC, 10 * SEC);
-        assert_eq!(aged.into_iter().collect::<Vec<_>>(), [(7, InUse { bytes: 100, objects: 1 })]);
+        assert_eq!(
+            aged.into_iter().collect::<Vec<_>>(),
+            [(
+                7,
+                InUse {
+                    bytes: 100,
+                    objects: 1
+                }
+            )]
+        );
     }
 
     fn counts(h: &Heap, stack: StackHandle) -> Counts {
