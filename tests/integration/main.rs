@@ -17,6 +17,7 @@ mod losses;
 mod min_age;
 mod pprof;
 mod privileges;
+mod progress;
 mod redis;
 mod rjem;
 mod safety;

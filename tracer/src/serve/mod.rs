@@ -205,11 +205,13 @@ fn serve_thread(
     {
         Ok(runtime) => runtime,
         Err(e) => {
+            crate::session::progress::clear();
             eprintln!("memtrace-bpf: warning: --serve stopped: no tokio runtime: {e}");
             return;
         }
     };
     if let Err(e) = runtime.block_on(accept_loop(listener, app, stopped)) {
+        crate::session::progress::clear();
         eprintln!("memtrace-bpf: warning: --serve stopped: {e:#}");
     }
     // Connections still open (a client that sent nothing, a delta profile

@@ -122,7 +122,8 @@ type Params = Query<HashMap<String, String>>;
 /// `?min_age=SECS`: None when not given (the trace's --min-age applies).
 type MinAge = Option<f64>;
 
-fn min_age(params: &HashMap<String, String>) -> Result<MinAge, Response> {
+/// The query's `?min_age=`, or a 400 that says what it takes.
+fn min_age(params: &HashMap<String, String>) -> Result<MinAge, String> {
     let Some(text) = params.get("min_age") else {
         return Ok(None);
     };
@@ -130,13 +131,10 @@ fn min_age(params: &HashMap<String, String>) -> Result<MinAge, Response> {
         Ok(secs) if secs.is_finite() && (0.0..=crate::cli::MAX_DURATION_SECS).contains(&secs) => {
             Ok(Some(secs))
         }
-        _ => Err(error(
-            StatusCode::BAD_REQUEST,
-            &format!(
-                "?min_age= takes the seconds a block must have been live to count as in use, \
-                 from 0 (every block) to {}",
-                crate::cli::MAX_DURATION_SECS
-            ),
+        _ => Err(format!(
+            "?min_age= takes the seconds a block must have been live to count as in use, \
+             from 0 (every block) to {}",
+            crate::cli::MAX_DURATION_SECS
         )),
     }
 }
@@ -165,7 +163,7 @@ async fn heap(State(app): State<Arc<App>>, Query(params): Params) -> Response {
     }
     let min_age = match min_age(&params) {
         Ok(min_age) => min_age,
-        Err(response) => return response,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
     match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => pprof(s.profile.clone(), View::InuseSpace, "heap").await,
@@ -216,7 +214,7 @@ async fn flamegraph(State(app): State<Arc<App>>, Query(params): Params) -> Respo
     };
     let min_age = match min_age(&params) {
         Ok(min_age) => min_age,
-        Err(response) => return response,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
     let snapshot = match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => s,
@@ -231,7 +229,7 @@ async fn flamegraph(State(app): State<Arc<App>>, Query(params): Params) -> Respo
 async fn json(State(app): State<Arc<App>>, Query(params): Params) -> Response {
     let min_age = match min_age(&params) {
         Ok(min_age) => min_age,
-        Err(response) => return response,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
     let snapshot = match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => s,

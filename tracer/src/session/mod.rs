@@ -8,6 +8,7 @@ mod binary;
 mod facts;
 mod finish;
 pub mod forks;
+pub mod progress;
 pub mod scope;
 mod settings;
 mod single;
@@ -222,6 +223,8 @@ impl<'a> Trace<'a> {
     /// --interval: the next snapshot, written as a full report to the -o
     /// path with its number. A failure is said and the trace goes on.
     fn write_snapshot(&mut self) {
+        // --verbose's render line or a warning may follow.
+        progress::clear();
         self.snapshots += 1;
         let n = self.snapshots;
         let profile = self.snapshot(&format!("snapshot {n} (the trace went on)"));
