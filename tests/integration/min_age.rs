@@ -75,8 +75,16 @@ fn min_age_counts_only_the_old_set_in_json_and_over_http() {
         ],
     );
     let addr = served_addr(&mut tracer);
+    for bad in ["-1", "nan", "inf", "x", "1e99"] {
+        for endpoint in ["/debug/pprof/heap?", "/profile.json?", "/flamegraph.svg?"] {
+            let (status, body) = get_text(&addr, &format!("{endpoint}min_age={bad}"));
+            assert_eq!(status, 400, "{endpoint}min_age={bad}: {body}");
+            assert!(body.contains("?min_age= takes"), "{body}");
+        }
+    }
     allocate_old_then_new(&mut target, || {});
-    // Right after b, set b is seconds younger than the min age.
+    // Right after b, set b is seconds younger than the min age: what
+    // follows until the report is quick.
     let (status, heap) = get(&addr, &format!("/debug/pprof/heap?min_age={MIN_AGE}"));
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&heap));
     let served = |query: &str| {
@@ -87,11 +95,12 @@ fn min_age_counts_only_the_old_set_in_json_and_over_http() {
     // Without ?min_age= the trace's --min-age applies; 0 counts every block.
     let default = served("");
     let every_block = served("?min_age=0");
-    for bad in ["-1", "nan", "inf", "x", "1e99"] {
-        let (status, body) = get_text(&addr, &format!("/debug/pprof/heap?min_age={bad}"));
-        assert_eq!(status, 400, "?min_age={bad}: {body}");
-        assert!(body.contains("?min_age= takes"), "{body}");
-    }
+    let flamegraph = |query: &str| {
+        let (status, svg) = get_text(&addr, &format!("/flamegraph.svg?view=inuse-space{query}"));
+        assert_eq!(status, 200, "{svg}");
+        svg
+    };
+    let (old_only, both) = (flamegraph("&min_age=4"), flamegraph("&min_age=0"));
     let (report, out) = tracer.stop();
     assert!(!out.stderr.contains("events/s"), "{}", out.stderr);
 
@@ -114,6 +123,13 @@ fn min_age_counts_only_the_old_set_in_json_and_over_http() {
         sites(&every_block),
         [OLD_SET, [40_000, 20, 40_000, 20]],
         "{every_block}"
+    );
+    // The in-use flamegraph has only the frames of what is old enough.
+    assert!(old_only.contains("site_old"), "{old_only}");
+    assert!(!old_only.contains("site_new"), "{old_only}");
+    assert!(
+        both.contains("site_old") && both.contains("site_new"),
+        "{both}"
     );
     // The pprof, as go tool pprof reads it: (alloc_objects, alloc_space,
     // inuse_objects, inuse_space) per leaf, and the min age in a comment.
