@@ -260,7 +260,10 @@ fn min_age_must_be_a_number_of_seconds() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "--min-age {bad}: {stderr}");
         assert!(
-            stderr.contains("--min-age takes the seconds an allocation must have been live"),
+            stderr.contains(
+                "--min-age takes the seconds an allocation must have been live to count as in \
+                 use, from 0 to 31536000 (a year), got "
+            ),
             "--min-age {bad}: {stderr}"
         );
     }

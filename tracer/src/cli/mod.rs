@@ -291,7 +291,8 @@ impl Cli {
         if let Some(age) = self.min_age {
             if !(age.is_finite() && (0.0..=MAX_DURATION_SECS).contains(&age)) {
                 return Err(format!(
-                    "--min-age takes the seconds an allocation must have been live to count as                      in use, from 0 to {MAX_DURATION_SECS} (a year), got {age}"
+                    "--min-age takes the seconds an allocation must have been live to count as \
+                     in use, from 0 to {MAX_DURATION_SECS} (a year), got {age}"
                 ));
             }
         }
