@@ -75,8 +75,16 @@ impl Progress {
             }
         };
         self.last = Some((now, reading.events));
-        let mut line = line(now.duration_since(self.started), rate, &reading);
-        line.truncate(terminal_width().saturating_sub(1));
+        // Numbers only, escaped all the same should that ever change.
+        let line = line(now.duration_since(self.started), rate, &reading);
+        let mut line = crate::escape::text(&line).into_owned();
+        let width = terminal_width().saturating_sub(1);
+        if let Some(cut) = (0..=width.min(line.len()))
+            .rev()
+            .find(|&i| line.is_char_boundary(i))
+        {
+            line.truncate(cut);
+        }
         let mut err = std::io::stderr().lock();
         // Written as one piece under the lock: a line another thread
         // prints goes before or after it, after `clear`.
