@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// The address the tracer says it serves on (it was given port 0).
-pub fn served_addr(tracer: &mut Tracer) -> String {
+pub(crate) fn served_addr(tracer: &mut Tracer) -> String {
     let line = tracer
         .stderr
         .wait_for("serving the profile on http://", "--serve start");
@@ -32,7 +32,7 @@ pub fn served_addr(tracer: &mut Tracer) -> String {
 }
 
 /// A GET with a plain HTTP/1.1 client: (status, body).
-pub fn get(addr: &str, path: &str) -> (u16, Vec<u8>) {
+pub(crate) fn get(addr: &str, path: &str) -> (u16, Vec<u8>) {
     let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
@@ -59,7 +59,7 @@ pub fn get(addr: &str, path: &str) -> (u16, Vec<u8>) {
     (status, response[end + 4..].to_vec())
 }
 
-pub fn get_text(addr: &str, path: &str) -> (u16, String) {
+pub(crate) fn get_text(addr: &str, path: &str) -> (u16, String) {
     let (status, body) = get(addr, path);
     (status, String::from_utf8(body).expect("a text body"))
 }
@@ -120,7 +120,7 @@ fn go_tool_pprof_reads_the_live_heap_while_tracing_then_the_report_is_written() 
 /// The sample values (alloc_objects, alloc_space, inuse_objects,
 /// inuse_space) summed over the samples whose leaf location is `function`,
 /// from `go tool pprof -raw`.
-fn site_values(raw: &str, function: &str) -> [u64; 4] {
+pub(crate) fn site_values(raw: &str, function: &str) -> [u64; 4] {
     // Locations: "     3: 0x1189 M=1 site_a /path/phases.c:22 s=0".
     let locations: Vec<&str> = raw
         .lines()

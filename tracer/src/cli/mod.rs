@@ -125,6 +125,12 @@ pub struct Cli {
     #[arg(long, value_name = "SECS")]
     pub interval: Option<f64>,
 
+    /// Count as in use only the allocations live for at least SECS when the
+    /// report (or snapshot) is made: leak candidates, not what the program
+    /// holds for a moment. Allocated counts still count every allocation.
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub min_age: Option<f64>,
+
     /// Serve the profile over HTTP while tracing, on HOST:PORT (`:PORT`
     /// is 127.0.0.1:PORT; port 0 picks a free one): /debug/pprof/heap and
     /// /debug/pprof/allocs for `go tool pprof` and profile scrapers,
@@ -200,6 +206,11 @@ pub struct Cli {
     /// Print what is attached where, and progress, on stderr.
     #[arg(short, long)]
     pub verbose: bool,
+
+    /// No progress line on stderr while tracing (it is shown only when
+    /// stderr is a terminal).
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// Longest `--duration`: a year. Longer is surely a typo, and far longer
@@ -274,6 +285,14 @@ impl Cli {
             if !(d.is_finite() && d > 0.0 && d <= MAX_DURATION_SECS) {
                 return Err(format!(
                     "--duration must be a positive number of seconds up to {MAX_DURATION_SECS} (a year), got {d}"
+                ));
+            }
+        }
+        if let Some(age) = self.min_age {
+            if !(age.is_finite() && (0.0..=MAX_DURATION_SECS).contains(&age)) {
+                return Err(format!(
+                    "--min-age takes the seconds an allocation must have been live to count as \
+                     in use, from 0 to {MAX_DURATION_SECS} (a year), got {age}"
                 ));
             }
         }

@@ -378,7 +378,8 @@ impl State {
 
     fn record(&mut self, ev: &Event, stack: StackHandle) {
         let weight = crate::model::sampling::weight(ev.size, self.sample_rate);
-        self.heap.alloc(ev.pid, ev.addr, ev.size, weight, stack);
+        self.heap
+            .alloc(ev.pid, ev.addr, ev.size, weight, stack, ev.timestamp_ns);
     }
 }
 

@@ -40,6 +40,8 @@ pub struct Meta {
     /// `processes[0]` is the process whose exit ends the trace (--pid,
     /// -- CMD): its unfreed blocks stay in in-use.
     pub root_exit_kept: bool,
+    /// --min-age: in use counts only blocks live at least this long now.
+    pub min_age: Option<Duration>,
 }
 
 /// The profile of what `collector` holds now; `names` keeps the frames
@@ -49,13 +51,22 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
     names.add(&state.modules, state.stacks.all_frames());
     let names = &*names;
     let unread = state.modules.unread();
+    let aged = meta.min_age.map(|age| {
+        state
+            .heap
+            .inuse_older_than(monotonic_ns(), saturating_ns(age))
+    });
     let mut unnamed = Unnamed::default();
     let mut stacks: Vec<StackReport> = state
         .heap
         .stacks()
         .filter(|(_, c)| c.alloc_objects > 0)
-        .filter_map(|(h, counts)| {
+        .filter_map(|(h, mut counts)| {
             let stack = state.stacks.get(h)?;
+            if let Some(aged) = &aged {
+                let old = aged.get(&h).copied().unwrap_or_default();
+                (counts.inuse_bytes, counts.inuse_objects) = (old.bytes, old.objects);
+            }
             // Addresses outside the maps read before the process exited
             // have no module: not a stack-depth problem.
             let folded = state
@@ -131,8 +142,27 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         losses,
         notes,
         snapshots: Vec::new(),
-        min_age_secs: None,
+        min_age_secs: meta.min_age.map(|age| age.as_secs_f64()),
     }
+}
+
+/// Now on the clock of the events' `timestamp_ns` (bpf_ktime_get_ns is
+/// CLOCK_MONOTONIC), for --min-age.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given, which
+    // lives for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+fn saturating_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// What exited processes had not freed, summed per program and call stack

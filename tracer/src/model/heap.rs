@@ -8,12 +8,32 @@ use crate::report::Counts;
 /// Interned call stack (see `collect::stacks::StackTable`).
 pub type StackHandle = u32;
 
+/// One per live block: kept at 24 bytes (`born` fills what was padding
+/// after `stack`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct LiveBlock {
     stack: StackHandle,
+    /// When it was allocated, in `AGE_TICK_NS` ticks after `Heap::epoch_ns`
+    /// rounded up (for --min-age): 32 bits of 10 ms last 497 days.
+    born: u32,
     size: u64,
     /// Allocations this recorded one stands for (1 in exact mode).
     weight: f64,
+}
+
+/// Resolution of a live block's birth time: --min-age takes seconds.
+pub const AGE_TICK_NS: u64 = 10_000_000;
+
+/// How far before the first allocation seen the clock of birth times
+/// starts: events of several CPUs reach user space slightly out of order,
+/// and one a little older than the first must not be clamped to it.
+const EPOCH_SLACK_NS: u64 = 1_000_000_000;
+
+/// In-use bytes and objects of one stack, rounded like `Counts`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InUse {
+    pub bytes: u64,
+    pub objects: u64,
 }
 
 /// Per-stack sums of weighted sizes and counts: exact integers in exact
@@ -65,6 +85,12 @@ pub struct Heap {
     /// Live blocks by process, then address: what a process's exit or exec
     /// drops is found without looking at any other process's blocks.
     live: HashMap<u32, HashMap<u64, LiveBlock>>,
+    /// Blocks the process whose exit ends the trace left (`exited` with
+    /// `keep_inuse`): still in use, and --min-age needs their ages.
+    kept_at_exit: Vec<LiveBlock>,
+    /// Where birth times count from (bpf_ktime_get_ns clock): set at the
+    /// first allocation, `EPOCH_SLACK_NS` before it.
+    epoch_ns: Option<u64>,
     per_stack: HashMap<StackHandle, Estimate>,
     /// FREE events for a block the model does not hold. BPF only sends FREE
     /// for blocks it recorded, so this stays 0 unless an ALLOC was lost.
@@ -85,10 +111,20 @@ pub struct Heap {
 }
 
 impl Heap {
-    /// A recorded allocation that stands for `weight` allocations of `size`.
-    pub fn alloc(&mut self, pid: u32, addr: u64, size: u64, weight: f64, stack: StackHandle) {
+    /// A recorded allocation that stands for `weight` allocations of `size`,
+    /// made at `at_ns` (bpf_ktime_get_ns, CLOCK_MONOTONIC).
+    pub fn alloc(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        size: u64,
+        weight: f64,
+        stack: StackHandle,
+        at_ns: u64,
+    ) {
         let block = LiveBlock {
             stack,
+            born: self.tick(at_ns),
             size,
             weight,
         };
@@ -162,6 +198,7 @@ impl Heap {
             for (addr, block) in blocks {
                 addrs.push(addr);
                 if keep_inuse {
+                    self.kept_at_exit.push(block);
                     continue;
                 }
                 self.release(block);
@@ -209,6 +246,56 @@ impl Heap {
             .map(|(&h, c)| (h, c.unfreed()))
     }
 
+    /// `at_ns` as a birth tick, rounded up so that a block counts as old
+    /// enough only when it is.
+    fn tick(&mut self, at_ns: u64) -> u32 {
+        let epoch = *self
+            .epoch_ns
+            .get_or_insert(at_ns.saturating_sub(EPOCH_SLACK_NS));
+        let ticks = at_ns.saturating_sub(epoch).div_ceil(AGE_TICK_NS);
+        u32::try_from(ticks).unwrap_or(u32::MAX)
+    }
+
+    /// In-use bytes and objects per stack of the blocks allocated at least
+    /// `min_age_ns` before `now_ns` (the clock of `alloc`), weighted; the
+    /// stacks without any are left out. Walks every live block: for reports,
+    /// not per event.
+    pub fn inuse_older_than(&self, now_ns: u64, min_age_ns: u64) -> HashMap<StackHandle, InUse> {
+        let mut sums: HashMap<StackHandle, (f64, f64)> = HashMap::new();
+        let old_enough = match (self.epoch_ns, now_ns.checked_sub(min_age_ns)) {
+            // Ticks after the epoch, rounded down: born <= this is old enough.
+            (Some(epoch), Some(cutoff)) if cutoff >= epoch => (cutoff - epoch) / AGE_TICK_NS,
+            _ => return HashMap::new(),
+        };
+        let blocks = self.live.values().flat_map(HashMap::values);
+        for block in blocks.chain(&self.kept_at_exit) {
+            if u64::from(block.born) <= old_enough {
+                let s = sums.entry(block.stack).or_default();
+                s.0 += block.size as f64 * block.weight;
+                s.1 += block.weight;
+            }
+        }
+        sums.into_iter()
+            .map(|(h, (bytes, objects))| {
+                let r = |v: f64| v.max(0.0).round() as u64;
+                (
+                    h,
+                    InUse {
+                        bytes: r(bytes),
+                        objects: r(objects),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Total in-use bytes now (estimated when sampling), for the progress
+    /// line: one pass over the stacks.
+    pub fn inuse_bytes(&self) -> u64 {
+        let total: f64 = self.per_stack.values().map(|c| c.inuse_bytes).sum();
+        total.max(0.0).round() as u64
+    }
+
     /// Blocks tracked as live now, in every process.
     pub fn live_blocks(&self) -> usize {
         self.live.values().map(HashMap::len).sum()
@@ -222,9 +309,9 @@ mod tests {
     #[test]
     fn exec_drops_the_old_images_blocks_and_their_late_frees_match() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 100, 1.0, 7);
-        h.alloc(1, 0x20, 50, 1.0, 7);
-        h.alloc(2, 0x10, 10, 1.0, 8);
+        h.alloc(1, 0x10, 100, 1.0, 7, 0);
+        h.alloc(1, 0x20, 50, 1.0, 7, 0);
+        h.alloc(2, 0x10, 10, 1.0, 8, 0);
         h.drop_process(1);
         assert_eq!(h.dropped_by_exec, 2);
         let c = counts(&h, 7);
@@ -232,7 +319,7 @@ mod tests {
         // BPF's stale entry for 0x10 is freed by the new image: expected.
         h.free(1, 0x10);
         // 0x20 is reused by a recorded allocation, then freed twice over.
-        h.alloc(1, 0x20, 5, 1.0, 9);
+        h.alloc(1, 0x20, 5, 1.0, 9, 0);
         h.free(1, 0x20);
         h.free(1, 0x20);
         assert_eq!(h.unmatched_frees, 1);
@@ -242,12 +329,12 @@ mod tests {
     #[test]
     fn given_the_exit_that_ends_the_trace_then_inuse_stays_and_the_pid_and_addresses_are_free() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 100, 1.0, 7);
-        h.alloc(1, 0x20, 50, 1.0, 7);
+        h.alloc(1, 0x10, 100, 1.0, 7, 0);
+        h.alloc(1, 0x20, 50, 1.0, 7, 0);
         h.free(1, 0x20);
-        h.alloc(2, 0x10, 10, 1.0, 8);
+        h.alloc(2, 0x10, 10, 1.0, 8, 0);
         h.drop_process(2); // exec: its block's LIVE entry is stale
-        h.alloc(2, 0x30, 5, 1.0, 9);
+        h.alloc(2, 0x30, 5, 1.0, 9, 0);
         let mut gone = h.exited(1, true);
         gone.sort_unstable();
         assert_eq!(gone, [0x10]);
@@ -259,7 +346,7 @@ mod tests {
         assert_eq!(counts(&h, 7), c(100, 1, 150, 2));
         assert_eq!(counts(&h, 9), c(5, 1, 5, 1));
         // A new process with pid 1 allocating at 0x10 replaces nothing.
-        h.alloc(1, 0x10, 1, 1.0, 10);
+        h.alloc(1, 0x10, 1, 1.0, 10, 0);
         assert_eq!(h.replaced_allocs, 0);
         assert_eq!(counts(&h, 7), c(100, 1, 150, 2));
     }
@@ -267,11 +354,11 @@ mod tests {
     #[test]
     fn given_an_exit_during_the_trace_then_what_was_not_freed_leaves_inuse_for_at_exit() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 100, 1.0, 7);
-        h.alloc(1, 0x20, 50, 2.0, 7);
-        h.alloc(1, 0x30, 8, 1.0, 9);
+        h.alloc(1, 0x10, 100, 1.0, 7, 0);
+        h.alloc(1, 0x20, 50, 2.0, 7, 0);
+        h.alloc(1, 0x30, 8, 1.0, 9, 0);
         h.free(1, 0x30);
-        h.alloc(2, 0x10, 10, 1.0, 7);
+        h.alloc(2, 0x10, 10, 1.0, 7, 0);
         let mut gone = h.exited(1, false);
         gone.sort_unstable();
         assert_eq!(gone, [0x10, 0x20]);
@@ -300,11 +387,11 @@ mod tests {
     #[test]
     fn given_a_merge_then_the_numbers_move_and_the_old_stack_is_gone() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 100, 1.0, 7);
-        h.alloc(1, 0x20, 50, 1.0, 7);
+        h.alloc(1, 0x10, 100, 1.0, 7, 0);
+        h.alloc(1, 0x20, 50, 1.0, 7, 0);
         h.free(1, 0x20);
         h.exited(1, false);
-        h.alloc(2, 0x10, 10, 1.0, 9);
+        h.alloc(2, 0x10, 10, 1.0, 9, 0);
         h.free(2, 0x10);
         h.merge(7, 9);
         h.merge(3, 9); // unknown: nothing
@@ -316,6 +403,71 @@ mod tests {
             [(
                 9,
                 Unfreed {
+                    bytes: 100,
+                    objects: 1
+                }
+            )]
+        );
+    }
+
+    const SEC: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_live_block_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<LiveBlock>(), 24);
+    }
+
+    #[test]
+    fn given_blocks_of_several_ages_then_min_age_counts_only_the_old_ones_weighted() {
+        // Boot clock at 1000 s; the trace's allocations at 1000, 1003, 1009 s.
+        let mut h = Heap::default();
+        h.alloc(1, 0x10, 100, 1.0, 7, 1000 * SEC);
+        h.alloc(1, 0x20, 50, 2.0, 7, 1003 * SEC);
+        h.alloc(2, 0x30, 8, 1.0, 9, 1009 * SEC);
+        h.alloc(1, 0x40, 1, 1.0, 9, 1000 * SEC);
+        h.free(1, 0x40);
+        let aged = |now: u64, min_age: u64| {
+            let mut v: Vec<_> = h
+                .inuse_older_than(now * SEC, min_age * SEC)
+                .into_iter()
+                .collect();
+            v.sort_unstable_by_key(|(s, _)| *s);
+            v
+        };
+        let inuse = |bytes, objects| InUse { bytes, objects };
+        // At 1010 s: ages 10, 7 and 1 s.
+        assert_eq!(aged(1010, 0), [(7, inuse(200, 3)), (9, inuse(8, 1))]);
+        assert_eq!(aged(1010, 5), [(7, inuse(200, 3))]);
+        assert_eq!(aged(1010, 7), [(7, inuse(200, 3))]);
+        assert_eq!(aged(1010, 8), [(7, inuse(100, 1))]);
+        assert_eq!(aged(1010, 11), []);
+        // Older than the clock itself, or than the first allocation.
+        assert_eq!(aged(5, 10), []);
+        // Allocated counts and the unfiltered in-use are unchanged.
+        assert_eq!(counts(&h, 7), c(200, 3, 200, 3));
+        assert_eq!(h.inuse_bytes(), 208);
+        // Ages are kept to 10 ms, rounded so that a block is never counted
+        // before it is old enough.
+        let mut h = Heap::default();
+        h.alloc(1, 0x10, 5, 1.0, 1, 7 * SEC + 1);
+        assert!(h.inuse_older_than(9 * SEC, 2 * SEC).is_empty());
+        assert_eq!(h.inuse_older_than(9 * SEC + AGE_TICK_NS, 2 * SEC).len(), 1);
+    }
+
+    #[test]
+    fn given_the_exit_that_ends_the_trace_then_min_age_still_sees_its_blocks() {
+        let mut h = Heap::default();
+        h.alloc(1, 0x10, 100, 1.0, 7, 10 * SEC);
+        h.alloc(1, 0x20, 30, 1.0, 8, 20 * SEC);
+        h.alloc(2, 0x10, 40, 1.0, 7, 10 * SEC);
+        h.exited(1, true);
+        h.exited(2, false); // "not freed at exit": not in use at any age
+        let aged = h.inuse_older_than(25 * SEC, 10 * SEC);
+        assert_eq!(
+            aged.into_iter().collect::<Vec<_>>(),
+            [(
+                7,
+                InUse {
                     bytes: 100,
                     objects: 1
                 }
@@ -342,9 +494,9 @@ mod tests {
     #[test]
     fn given_allocs_and_frees_then_inuse_is_what_remains() {
         let mut h = Heap::default();
-        h.alloc(1, 0x1000, 100, 1.0, 7);
-        h.alloc(1, 0x2000, 50, 1.0, 7);
-        h.alloc(1, 0x3000, 8, 1.0, 9);
+        h.alloc(1, 0x1000, 100, 1.0, 7, 0);
+        h.alloc(1, 0x2000, 50, 1.0, 7, 0);
+        h.alloc(1, 0x3000, 8, 1.0, 9, 0);
         h.free(1, 0x2000);
         assert_eq!(counts(&h, 7), c(100, 1, 150, 2));
         assert_eq!(counts(&h, 9), c(8, 1, 8, 1));
@@ -355,11 +507,11 @@ mod tests {
     fn given_a_realloc_chain_then_only_the_last_block_is_inuse() {
         // realloc in place and moving: BPF sends FREE(old) then ALLOC(new).
         let mut h = Heap::default();
-        h.alloc(1, 0xa0, 100, 1.0, 3);
+        h.alloc(1, 0xa0, 100, 1.0, 3, 0);
         h.free(1, 0xa0);
-        h.alloc(1, 0xa0, 200, 1.0, 3); // grown in place
+        h.alloc(1, 0xa0, 200, 1.0, 3, 0); // grown in place
         h.free(1, 0xa0);
-        h.alloc(1, 0xb0, 400, 1.0, 3); // moved
+        h.alloc(1, 0xb0, 400, 1.0, 3, 0); // moved
         assert_eq!(counts(&h, 3), c(400, 1, 700, 3));
         assert_eq!(h.unmatched_frees, 0);
     }
@@ -367,7 +519,7 @@ mod tests {
     #[test]
     fn given_a_free_of_an_unknown_address_then_it_is_counted_and_ignored() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 10, 1.0, 1);
+        h.alloc(1, 0x10, 10, 1.0, 1, 0);
         h.free(1, 0x999);
         h.free(2, 0x10); // same address, other process
         assert_eq!(h.unmatched_frees, 2);
@@ -377,8 +529,8 @@ mod tests {
     #[test]
     fn given_a_lost_free_then_the_reused_address_replaces_the_old_block() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 10, 1.0, 1);
-        h.alloc(1, 0x10, 20, 1.0, 2);
+        h.alloc(1, 0x10, 10, 1.0, 1, 0);
+        h.alloc(1, 0x10, 20, 1.0, 2, 0);
         assert_eq!(h.replaced_allocs, 1);
         assert_eq!(counts(&h, 1), c(0, 0, 10, 1));
         assert_eq!(counts(&h, 2), c(20, 1, 20, 1));
@@ -387,8 +539,8 @@ mod tests {
     #[test]
     fn given_weighted_samples_then_totals_are_weighted_and_frees_remove_them() {
         let mut h = Heap::default();
-        h.alloc(1, 0x10, 100, 40.0, 5);
-        h.alloc(1, 0x20, 5000, 1.5, 5);
+        h.alloc(1, 0x10, 100, 40.0, 5, 0);
+        h.alloc(1, 0x20, 5000, 1.5, 5, 0);
         assert_eq!(counts(&h, 5), c(11_500, 42, 11_500, 42));
         h.free(1, 0x10);
         assert_eq!(counts(&h, 5), c(7_500, 2, 11_500, 42));
@@ -398,7 +550,7 @@ mod tests {
     fn given_churn_then_inuse_is_zero_and_alloc_counts_everything() {
         let mut h = Heap::default();
         for i in 0..1000u64 {
-            h.alloc(1, 0x100 + (i % 3) * 16, 32, 1.0, 4);
+            h.alloc(1, 0x100 + (i % 3) * 16, 32, 1.0, 4, 0);
             h.free(1, 0x100 + (i % 3) * 16);
         }
         assert_eq!(counts(&h, 4), c(0, 0, 32_000, 1000));

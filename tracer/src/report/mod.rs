@@ -389,4 +389,14 @@ impl Profile {
             )
         }
     }
+
+    /// --min-age, for the text header and pprof's comments.
+    pub fn min_age_description(&self) -> Option<String> {
+        self.min_age_secs.map(|secs| {
+            format!(
+                "{secs} s: in use counts only allocations live at least that long; \
+                 allocated counts every allocation"
+            )
+        })
+    }
 }

@@ -23,6 +23,7 @@ pub(super) fn comments(p: &Profile) -> Vec<String> {
         ),
         format!("stacks: {}", p.unwind),
     ];
+    c.extend(p.min_age_description().map(|d| format!("min age: {d}")));
     for l in p.losses.lines().iter().filter(|l| l.count > 0) {
         let mut line = format!("{}: {} {}", l.name, l.count, l.meaning);
         if let Some(remedy) = l.remedy {

@@ -38,6 +38,9 @@ fn write_header(p: &Profile, w: &mut impl Write) -> io::Result<()> {
     field(w, "duration:", &[format!("{:.1} s", p.duration_secs)])?;
     field(w, "ended:", &[esc(&p.end_reason)])?;
     field(w, "sampling:", &[p.sampling_description()])?;
+    if let Some(line) = p.min_age_description() {
+        field(w, "min age:", &[line])?;
+    }
     field(w, "unwinding:", &[esc(&p.unwind)])?;
     let (hooked, skipped) = hook_lines(&p.hooks);
     if hooked.is_empty() {
@@ -276,9 +279,13 @@ fn write_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
         .filter(|s| s.counts.inuse_bytes > 0)
         .collect();
     let listed = if inuse.is_empty() {
+        let what = match p.min_age_secs {
+            Some(_) => "has been in use for the min age",
+            None => "is still in use",
+        };
         writeln!(
             w,
-            "Nothing allocated during the trace is still in use; top stacks by allocated bytes:"
+            "Nothing allocated during the trace {what}; top stacks by allocated bytes:"
         )?;
         by_alloc_bytes(&p.stacks)
     } else {

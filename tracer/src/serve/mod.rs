@@ -40,8 +40,25 @@ const CONNECTION_TIME: Duration =
 /// Largest request head read (hyper's smallest buffer allowed is 8 KiB).
 const MAX_REQUEST_HEAD: usize = 16 * 1024;
 
-/// What the server sends the trace's loop: where to hand back a snapshot.
-pub type SnapshotReply = oneshot::Sender<Snapshot>;
+/// What the server sends the trace's loop: where to hand back a snapshot,
+/// and the `?min_age=` it is for.
+pub struct SnapshotReply {
+    sender: oneshot::Sender<Snapshot>,
+    /// Seconds a block must have been live to count as in use (0: every
+    /// block); None: the trace's own --min-age.
+    pub min_age: Option<f64>,
+}
+
+impl SnapshotReply {
+    /// The client gave up waiting.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
+    pub fn send(self, snapshot: Snapshot) -> Result<(), Snapshot> {
+        self.sender.send(snapshot)
+    }
+}
 
 /// A snapshot of the trace, built by the trace's loop.
 pub struct Snapshot {
@@ -192,11 +209,13 @@ fn serve_thread(
     {
         Ok(runtime) => runtime,
         Err(e) => {
+            crate::session::progress::clear();
             eprintln!("memtrace-bpf: warning: --serve stopped: no tokio runtime: {e}");
             return;
         }
     };
     if let Err(e) = runtime.block_on(accept_loop(listener, app, stopped)) {
+        crate::session::progress::clear();
         eprintln!("memtrace-bpf: warning: --serve stopped: {e:#}");
     }
     // Connections still open (a client that sent nothing, a delta profile

@@ -33,18 +33,19 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// What every endpoint is, for `/` and the 404.
 const ENDPOINTS: &str = "\
 /                          the live page: flamegraph, in-use bytes over time, top growing stacks (HTML)
-/debug/pprof/heap          pprof, in-use space by default (go tool pprof)
+/debug/pprof/heap          pprof, in-use space by default (go tool pprof); ?min_age=SECS: only blocks live that long
 /debug/pprof/allocs        pprof, allocated space by default; ?seconds=N: what was allocated over the next N s
-/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects
-/profile.json              the whole profile as JSON (the schema of --format json)
+/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects; ?min_age=SECS
+/profile.json              the whole profile as JSON (the schema of --format json); ?min_age=SECS
 /metrics                   Prometheus text: live bytes and objects, events, loss counters, tracer CPU and RSS
 ";
 
 pub struct App {
     requests: mpsc::Sender<SnapshotReply>,
-    /// The last snapshot and when it was asked for. The lock is held while
-    /// a new one is built: requests that come meanwhile wait and share it.
-    last: Mutex<Option<(Instant, Arc<Snapshot>)>>,
+    /// The last snapshot, when it was asked for and its `?min_age=`. The
+    /// lock is held while a new one is built: requests that come meanwhile
+    /// wait and share it (if they ask for the same min age).
+    last: Mutex<Option<(Instant, MinAge, Arc<Snapshot>)>>,
     /// What is traced, for the index page.
     target: String,
 }
@@ -61,9 +62,19 @@ impl App {
     /// A snapshot no older than `max_age`: the last one, or a new one from
     /// the trace's loop.
     async fn snapshot(&self, max_age: Duration) -> Result<Arc<Snapshot>, Response> {
+        self.snapshot_aged(max_age, None).await
+    }
+
+    /// `snapshot` with in-use counting only blocks live at least `min_age`
+    /// seconds (None: the trace's --min-age).
+    async fn snapshot_aged(
+        &self,
+        max_age: Duration,
+        min_age: MinAge,
+    ) -> Result<Arc<Snapshot>, Response> {
         let mut last = self.last.lock().await;
-        if let Some((at, snapshot)) = last.as_ref() {
-            if at.elapsed() <= max_age {
+        if let Some((at, aged, snapshot)) = last.as_ref() {
+            if at.elapsed() <= max_age && *aged == min_age {
                 return Ok(snapshot.clone());
             }
         }
@@ -74,6 +85,10 @@ impl App {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the trace has ended: no more snapshots",
             )
+        };
+        let reply = SnapshotReply {
+            sender: reply,
+            min_age,
         };
         self.requests.send(reply).await.map_err(|_| ended())?;
         let snapshot = match tokio::time::timeout(SNAPSHOT_TIMEOUT, answer).await {
@@ -86,7 +101,7 @@ impl App {
                 ))
             }
         };
-        *last = Some((asked, snapshot.clone()));
+        *last = Some((asked, min_age, snapshot.clone()));
         Ok(snapshot)
     }
 }
@@ -104,6 +119,26 @@ pub fn router(app: Arc<App>) -> Router {
 }
 
 type Params = Query<HashMap<String, String>>;
+
+/// `?min_age=SECS`: None when not given (the trace's --min-age applies).
+type MinAge = Option<f64>;
+
+/// The query's `?min_age=`, or a 400 that says what it takes.
+fn min_age(params: &HashMap<String, String>) -> Result<MinAge, String> {
+    let Some(text) = params.get("min_age") else {
+        return Ok(None);
+    };
+    match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.0..=crate::cli::MAX_DURATION_SECS).contains(&secs) => {
+            Ok(Some(secs))
+        }
+        _ => Err(format!(
+            "?min_age= takes the seconds a block must have been live to count as in use, \
+             from 0 (every block) to {}",
+            crate::cli::MAX_DURATION_SECS
+        )),
+    }
+}
 
 /// The live page (serve/page.rs); `?flame=inuse|growth` picks its
 /// flamegraph.
@@ -153,7 +188,11 @@ async fn heap(State(app): State<Arc<App>>, Query(params): Params) -> Response {
             "/debug/pprof/heap is the heap now: ?seconds=N (a delta) is for /debug/pprof/allocs",
         );
     }
-    match app.snapshot(SHARE_SNAPSHOT).await {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => pprof(s.profile.clone(), View::InuseSpace, "heap").await,
         Err(response) => response,
     }
@@ -200,7 +239,11 @@ async fn flamegraph(State(app): State<Arc<App>>, Query(params): Params) -> Respo
             )
         }
     };
-    let snapshot = match app.snapshot(SHARE_SNAPSHOT).await {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    let snapshot = match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };
@@ -210,8 +253,12 @@ async fn flamegraph(State(app): State<Arc<App>>, Query(params): Params) -> Respo
     respond(body.await, "image/svg+xml", None)
 }
 
-async fn json(State(app): State<Arc<App>>) -> Response {
-    let snapshot = match app.snapshot(SHARE_SNAPSHOT).await {
+async fn json(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    let snapshot = match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };

@@ -8,13 +8,14 @@ mod binary;
 mod facts;
 mod finish;
 pub mod forks;
+pub mod progress;
 pub mod scope;
 mod settings;
 mod single;
 mod stats;
 mod trace_loop;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
@@ -86,6 +87,13 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     profile.duration_secs = duration.as_secs_f64();
     profile.notes.extend(command_note);
     trace.report(&profile)
+}
+
+/// --min-age (or `?min_age=`) as a filter: 0 is none. Validated finite
+/// and within a year before.
+pub fn min_age(secs: Option<f64>) -> Option<Duration> {
+    secs.filter(|&s| s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// A trace in progress: what was attached, and what was collected so far.
@@ -177,6 +185,11 @@ impl<'a> Trace<'a> {
     /// The profile as it is now, the trace going on: what every process
     /// traced allocated since the start and still holds, with names.
     pub fn snapshot(&mut self, end_reason: &str) -> Profile {
+        self.snapshot_aged(end_reason, min_age(self.settings.cli.min_age))
+    }
+
+    /// `snapshot`, counting as in use only blocks live at least `min_age`.
+    pub fn snapshot_aged(&mut self, end_reason: &str, min_age: Option<Duration>) -> Profile {
         let cli = self.settings.cli;
         let mut processes = self.scope.processes(&self.collector.state.processes);
         for p in &mut processes {
@@ -201,6 +214,7 @@ impl<'a> Trace<'a> {
                 &self.collector,
             ),
             root_exit_kept: self.scope.root().is_some(),
+            min_age,
         };
         let losses = read_losses(&self.loaded.counters);
         profile::build(meta, &self.collector, losses, &mut self.names)
@@ -209,6 +223,8 @@ impl<'a> Trace<'a> {
     /// --interval: the next snapshot, written as a full report to the -o
     /// path with its number. A failure is said and the trace goes on.
     fn write_snapshot(&mut self) {
+        // --verbose's render line or a warning may follow.
+        progress::clear();
         self.snapshots += 1;
         let n = self.snapshots;
         let profile = self.snapshot(&format!("snapshot {n} (the trace went on)"));

@@ -42,6 +42,7 @@ impl Stats {
             0 => "unknown".to_string(),
             kib => format!("{:.1} MiB", kib as f64 / 1024.0),
         };
+        super::progress::clear();
         eprintln!(
             "memtrace-bpf: [stats] {:.0} s: LIVE map {} entries, {} processes tracked, \
              {} live blocks, RSS {rss}, {:.0} events/s",

@@ -84,6 +84,10 @@ impl Trace<'_> {
         );
         stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let verbose = self.settings.cli.verbose;
+        // Dropped (the line cleared) however the loop ends.
+        let mut progress = super::progress::Progress::new(self.settings.cli.quiet, self.started);
+        let mut progress_tick = tokio::time::interval(super::progress::PROGRESS_INTERVAL);
+        progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             let snapshot_due = self.next_snapshot();
             let next = tokio::select! {
@@ -131,6 +135,10 @@ impl Trace<'_> {
                 _ = tick.tick() => {
                     let n = self.collector.drain();
                     self.count(n);
+                    Next::Continue
+                }
+                _ = progress_tick.tick(), if progress.enabled() => {
+                    self.show_progress(&mut progress);
                     Next::Continue
                 }
                 _ = stats_tick.tick(), if verbose => {
@@ -245,7 +253,9 @@ impl Trace<'_> {
             return; // the client gave up
         }
         self.events += self.collector.drain_all() as u64;
-        let profile = self.snapshot("snapshot served while tracing (the trace went on)");
+        let min_age = super::min_age(reply.min_age.or(self.settings.cli.min_age));
+        let profile =
+            self.snapshot_aged("snapshot served while tracing (the trace went on)", min_age);
         let _ = reply.send(crate::serve::Snapshot {
             profile: std::sync::Arc::new(profile),
             events: self.events,
