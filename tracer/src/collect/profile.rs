@@ -11,10 +11,13 @@ use crate::{
     cli::UnwindMode,
     collect::collector::Collector,
     collect::processes::ProcessIndex,
-    model::heap::{StackHandle, Unfreed},
+    model::{
+        heap::{StackHandle, Unfreed},
+        history::{self, History},
+    },
     report::{
         counted, was, Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
-        StackReport, MAX_EXIT_STACKS,
+        SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
     stacks::symbolize::Names,
@@ -49,6 +52,10 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
     names.add(&state.modules, state.stacks.all_frames());
     let names = &*names;
     let unread = state.modules.unread();
+    let timeline = state
+        .history
+        .as_ref()
+        .map(|h| Timeline::new(h, meta.duration.as_secs_f64()));
     let mut unnamed = Unnamed::default();
     let mut stacks: Vec<StackReport> = state
         .heap
@@ -76,6 +83,10 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
                 Some(frames) => frames.iter().flat_map(|f| names.get(f)).cloned().collect(),
                 None => vec![stack_lost_frame()],
             };
+            let growth = timeline
+                .as_ref()
+                .map(|t| t.growth(h, &counts, meta.sample_rate))
+                .unwrap_or_default();
             Some(StackReport {
                 pid: stack.pid,
                 start_time: state
@@ -90,9 +101,9 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
                 counts,
                 frames,
                 truncated: stack.truncated,
-                series: Vec::new(),
-                growth_bytes_per_sec: None,
-                trend: None,
+                series: growth.series,
+                growth_bytes_per_sec: growth.per_sec,
+                trend: growth.trend,
             })
         })
         .collect();
@@ -130,8 +141,71 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         not_freed_at_exit,
         losses,
         notes,
-        snapshots: Vec::new(),
+        snapshots: timeline.map(|t| t.snapshots(&totals)).unwrap_or_default(),
         min_age_secs: None,
+    }
+}
+
+/// The history's points and, unless the last tick was now, a point for
+/// now: the last point of a report is the report's time.
+struct Timeline<'a> {
+    history: &'a History,
+    now: Option<f64>,
+    secs: Vec<f64>,
+}
+
+#[derive(Default)]
+struct Growth {
+    series: Vec<u64>,
+    per_sec: Option<f64>,
+    trend: Option<Trend>,
+}
+
+impl<'a> Timeline<'a> {
+    fn new(history: &'a History, now: f64) -> Timeline<'a> {
+        let mut secs: Vec<f64> = history.points().iter().map(|p| p.secs).collect();
+        let now = match secs.last() {
+            Some(&last) if last >= now => None,
+            _ => Some(now),
+        };
+        secs.extend(now);
+        Timeline { history, now, secs }
+    }
+
+    /// A stack's series, slope and trend; nothing for a stack without a
+    /// series (beyond `history::MAX_STACKS`).
+    fn growth(&self, h: StackHandle, counts: &Counts, sample_rate: u64) -> Growth {
+        let Some(past) = self.history.series(h) else {
+            return Growth::default();
+        };
+        let mut series = past.to_vec();
+        if self.now.is_some() {
+            series.push(counts.inuse_bytes);
+        }
+        Growth {
+            per_sec: history::slope(&self.secs, &series),
+            trend: history::classify(&self.secs, &series, counts.alloc_bytes, sample_rate),
+            series,
+        }
+    }
+
+    fn snapshots(&self, totals: &Counts) -> Vec<SnapshotPoint> {
+        let point = |p: &history::Point| SnapshotPoint {
+            secs: p.secs,
+            inuse_bytes: p.inuse_bytes,
+            inuse_objects: p.inuse_objects,
+            alloc_bytes: p.alloc_bytes,
+        };
+        let mut points: Vec<SnapshotPoint> = self.history.points().iter().map(point).collect();
+        if let Some(secs) = self.now {
+            points.push(SnapshotPoint {
+                secs,
+                inuse_bytes: totals.inuse_bytes,
+                inuse_objects: totals.inuse_objects,
+                alloc_bytes: totals.alloc_bytes,
+            });
+        }
+        points
     }
 }
 

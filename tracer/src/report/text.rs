@@ -12,7 +12,10 @@ use std::{
 
 use crate::escape::text as esc;
 
-use super::{basename, counted, Frame, Hook, Losses, Profile, StackReport, NO_STACK, TRUNCATED};
+use super::{
+    basename, counted, rate_per_min, sparkline, Frame, Hook, Losses, Profile, Sort, StackReport,
+    NO_STACK, TRUNCATED,
+};
 
 /// Width of the labels in the header, so values line up.
 const LABEL_WIDTH: usize = 12;
@@ -21,11 +24,22 @@ const FRAME_INDENT: &str = "      ";
 
 /// Writes the report, listing at most `top` stacks.
 pub fn write_text(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
+    write_text_sorted(p, top, Sort::Inuse, w)
+}
+
+/// Writes the report, listing at most `top` stacks in the profile's order,
+/// which `sort` describes (see `Profile::sort_stacks`).
+pub fn write_text_sorted(
+    p: &Profile,
+    top: usize,
+    sort: Sort,
+    w: &mut impl Write,
+) -> io::Result<()> {
     write_header(p, w)?;
     writeln!(w)?;
     write_totals(p, w)?;
     writeln!(w)?;
-    write_stacks(p, top, w)?;
+    write_stacks(p, top, sort, w)?;
     write_exit_stacks(p, top, w)?;
     write_notes(&p.notes, w)?;
     writeln!(w)?;
@@ -39,6 +53,18 @@ fn write_header(p: &Profile, w: &mut impl Write) -> io::Result<()> {
     field(w, "ended:", &[esc(&p.end_reason)])?;
     field(w, "sampling:", &[p.sampling_description()])?;
     field(w, "unwinding:", &[esc(&p.unwind)])?;
+    if let (Some(first), Some(last)) = (p.snapshots.first(), p.snapshots.last()) {
+        field(
+            w,
+            "history:",
+            &[format!(
+                "{} from {:.1} s to {:.1} s",
+                counted(p.snapshots.len() as u64, "snapshot", "snapshots"),
+                first.secs,
+                last.secs
+            )],
+        )?;
+    }
     let (hooked, skipped) = hook_lines(&p.hooks);
     if hooked.is_empty() {
         field(w, "hooked:", &["none"])?;
@@ -265,11 +291,11 @@ fn plural(n: u64, noun: &str) -> String {
     }
 }
 
-fn write_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
+fn write_stacks(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::Result<()> {
     if p.stacks.is_empty() {
         return writeln!(w, "No allocations recorded.");
     }
-    // `p.stacks` is sorted by in-use bytes already.
+    // `p.stacks` is sorted already, as `sort` says.
     let inuse: Vec<&StackReport> = p
         .stacks
         .iter()
@@ -282,7 +308,13 @@ fn write_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
         )?;
         by_alloc_bytes(&p.stacks)
     } else {
-        writeln!(w, "Top stacks by in-use bytes:")?;
+        match sort {
+            Sort::Inuse => writeln!(w, "Top stacks by in-use bytes:")?,
+            Sort::Growth => writeln!(
+                w,
+                "Top stacks by growth (least-squares slope of in-use bytes over the history):"
+            )?,
+        }
         inuse
     };
     for (i, stack) in listed.iter().take(top).enumerate() {
@@ -334,6 +366,17 @@ fn write_stack(
             None => format!("pid {}", stack.pid),
         }
     )?;
+    if let Some(rate) = stack.growth_bytes_per_sec {
+        let trend = stack
+            .trend
+            .map_or("too few snapshots to classify", |t| t.name());
+        writeln!(
+            w,
+            "{FRAME_INDENT}{}, {trend}  {}",
+            rate_per_min(rate),
+            sparkline(&stack.series)
+        )?;
+    }
     write_frames(&stack.frames, stack.truncated, w)
 }
 

@@ -1,0 +1,111 @@
+//! The growth analysis as reports show it: the stacks' order (--sort), a
+//! rate per minute and a sparkline of a stack's series.
+
+use std::cmp::Ordering;
+
+use super::{Profile, StackReport, Trend};
+
+/// How the text and JSON reports order their stacks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sort {
+    /// Largest in-use bytes first.
+    #[default]
+    Inuse,
+    /// Fastest growing first (least-squares slope of in-use bytes over the
+    /// history); stacks without a series last, by in-use bytes.
+    Growth,
+}
+
+impl Profile {
+    /// Orders the stacks for `sort` (the profile is built in in-use order).
+    pub fn sort_stacks(&mut self, sort: Sort) {
+        if sort == Sort::Growth {
+            // Stable: ties keep the in-use order.
+            self.stacks.sort_by(by_growth);
+        }
+    }
+}
+
+fn by_growth(a: &StackReport, b: &StackReport) -> Ordering {
+    let rate = |s: &StackReport| s.growth_bytes_per_sec.unwrap_or(f64::NEG_INFINITY);
+    rate(b).total_cmp(&rate(a))
+}
+
+impl Trend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Trend::Growing => "growing",
+            Trend::Plateau => "plateau",
+            Trend::Churn => "churn",
+            Trend::Stable => "stable",
+        }
+    }
+}
+
+/// `+1.2 MiB/min`, `-300 B/min`: a rate in bytes per second, per minute.
+pub fn rate_per_min(bytes_per_sec: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let per_min = bytes_per_sec * 60.0;
+    let sign = if per_min < 0.0 { "-" } else { "+" };
+    let mut value = per_min.abs();
+    let mut unit = UNITS[0];
+    for next in &UNITS[1..] {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = next;
+    }
+    match unit {
+        "B" => format!("{sign}{value:.0} B/min"),
+        _ => format!("{sign}{value:.1} {unit}/min"),
+    }
+}
+
+/// Widest sparkline, in characters: longer series are averaged into this
+/// many buckets.
+pub const SPARK_WIDTH: usize = 48;
+
+/// `▁▂▃▄▅▆▇█` from the series' lowest to highest value (all `▁` when flat).
+pub fn sparkline(series: &[u64]) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let buckets = series.len().min(SPARK_WIDTH);
+    let values: Vec<f64> = (0..buckets)
+        .map(|i| {
+            let part = &series[i * series.len() / buckets..(i + 1) * series.len() / buckets];
+            part.iter().map(|&v| v as f64).sum::<f64>() / part.len().max(1) as f64
+        })
+        .collect();
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    values
+        .iter()
+        .map(|&v| match hi > lo {
+            true => BARS[(((v - lo) / (hi - lo)) * 7.0).round() as usize],
+            false => BARS[0],
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_per_minute_in_binary_units() {
+        assert_eq!(rate_per_min(20_480.0), "+1.2 MiB/min");
+        assert_eq!(rate_per_min(-5.0), "-300 B/min");
+        assert_eq!(rate_per_min(0.0), "+0 B/min");
+    }
+
+    #[test]
+    fn sparklines_span_low_to_high_and_long_series_are_bucketed() {
+        assert_eq!(sparkline(&[0, 1, 2, 3, 4, 5, 6, 7]), "▁▂▃▄▅▆▇█");
+        assert_eq!(sparkline(&[5, 5, 5]), "▁▁▁");
+        assert_eq!(sparkline(&[]), "");
+        let long: Vec<u64> = (0..1000).collect();
+        let line = sparkline(&long);
+        assert_eq!(line.chars().count(), SPARK_WIDTH);
+        assert!(line.starts_with('▁') && line.ends_with('█'));
+    }
+}
