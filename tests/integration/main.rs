@@ -10,6 +10,7 @@ mod buildup;
 mod errors;
 mod exec;
 mod forks;
+mod growth;
 mod harness;
 mod launch;
 mod lifecycle;
