@@ -4,13 +4,17 @@
 //! leak's rate comes out right, --interval without `{n}` writes one report
 //! carrying the history, and text and pprof show it.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use serde_json::Value;
 
 use crate::{
     harness::{compile_c, root_or_skip, scratch, JsonTracer, Target, Tracer},
     pprof::pprof,
+    serve::{get_text, served_addr},
     sites::{assert_no_losses, FP_FLAGS},
 };
 
@@ -190,4 +194,61 @@ fn text_and_pprof_show_each_stacks_rate_trend_and_sparkline() {
     let growing = pprof(&["-top", "-tagfocus", "trend=growing"], &pb);
     assert!(growing.contains("leak_grow"), "{growing}");
     assert!(!growing.contains("churn_spin"), "{growing}");
+}
+
+#[test]
+fn serve_alone_records_the_history_every_5_s_for_the_live_profile() {
+    if !root_or_skip("serve_alone_records_the_history_every_5_s_for_the_live_profile") {
+        return;
+    }
+    let bin = compile_c("growth", "growth-serve", FP_FLAGS);
+    let target = Target::start(&bin, &["60"]);
+    let pid = target.pid().to_string();
+    let mut tracer = JsonTracer::start("growth-serve", &["--pid", &pid, "--serve", "127.0.0.1:0"]);
+    let addr = served_addr(&mut tracer);
+    // The first tick is 5 s after the start: poll until a served profile
+    // has it (a tick, then the profile's own point).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let live = loop {
+        let (status, json) = get_text(&addr, "/profile.json");
+        assert_eq!(status, 200, "{json}");
+        let live: Value = serde_json::from_str(&json).expect("JSON profile");
+        if live["snapshots"].as_array().is_some_and(|p| p.len() >= 2) {
+            break live;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no history tick within 30 s: {live}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let first = live["snapshots"][0]["secs"].as_f64().expect("secs");
+    assert!(
+        first >= 5.0,
+        "the first tick is due 5 s after the start: {first}"
+    );
+    let leak = live["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .find(|s| s["growth_bytes_per_sec"].as_f64().is_some_and(|g| g > 0.0))
+        .unwrap_or_else(|| panic!("no growing stack served: {live}"));
+    assert_eq!(
+        leak["series"].as_array().map(Vec::len),
+        live["snapshots"].as_array().map(Vec::len)
+    );
+    let (report, _) = tracer.stop();
+    assert!(
+        report["snapshots"].as_array().is_some_and(|p| p.len() >= 2),
+        "{}",
+        report["snapshots"]
+    );
+    // Without --interval the order stays by in-use bytes.
+    let inuse: Vec<u64> = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .map(|s| s["inuse_bytes"].as_u64().expect("inuse"))
+        .collect();
+    assert!(inuse.windows(2).all(|w| w[0] >= w[1]), "{inuse:?}");
 }

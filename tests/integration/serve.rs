@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// The address the tracer says it serves on (it was given port 0).
-fn served_addr(tracer: &mut Tracer) -> String {
+pub(crate) fn served_addr(tracer: &mut Tracer) -> String {
     let line = tracer
         .stderr
         .wait_for("serving the profile on http://", "--serve start");
@@ -59,7 +59,7 @@ fn get(addr: &str, path: &str) -> (u16, Vec<u8>) {
     (status, response[end + 4..].to_vec())
 }
 
-fn get_text(addr: &str, path: &str) -> (u16, String) {
+pub(crate) fn get_text(addr: &str, path: &str) -> (u16, String) {
     let (status, body) = get(addr, path);
     (status, String::from_utf8(body).expect("a text body"))
 }

@@ -103,7 +103,7 @@ impl History {
         let mut fresh: Vec<(StackHandle, u64, bool)> = Vec::new();
         for &(h, c) in &now {
             match self.series.get_mut(&h) {
-                Some(s) => s.push(c.inuse_bytes),
+                Some(s) => push_bounded(s, c.inuse_bytes, self.max_points + 1),
                 None => fresh.push((h, c.inuse_bytes, self.untracked.contains(&h))),
             }
         }
@@ -135,7 +135,8 @@ impl History {
             // that existed untracked held an unknown amount: its first
             // value stands for its past (growth counts from here).
             let past = if existed { inuse } else { 0 };
-            let mut s = vec![past; before];
+            let mut s = Vec::with_capacity(before + 1);
+            s.resize(before, past);
             s.push(inuse);
             self.series.insert(h, s);
         }
@@ -181,6 +182,17 @@ impl History {
             }
         }
     }
+}
+
+/// Pushes `v`, growing the capacity at most to `limit` (Vec's doubling
+/// would reach 1024 values for 721): the worst case stays what `MAX_POINTS`
+/// says.
+fn push_bounded(s: &mut Vec<u64>, v: u64, limit: usize) {
+    if s.len() == s.capacity() {
+        let want = (s.capacity() * 2).clamp(4, limit.max(s.len() + 1));
+        s.reserve_exact(want - s.len());
+    }
+    s.push(v);
 }
 
 /// Least-squares slope of `values` over `secs`, in bytes per second; None
@@ -318,6 +330,8 @@ mod tests {
         }
         assert!(h.points().len() <= 9, "{}", h.points().len());
         assert_eq!(h.series(1).map(<[u64]>::len), Some(h.points().len()));
+        let capacity = h.series.get(&1).map(Vec::capacity);
+        assert!(capacity.is_some_and(|c| c <= 9), "{capacity:?}");
     }
 
     #[test]

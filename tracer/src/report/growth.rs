@@ -90,6 +90,58 @@ pub fn sparkline(series: &[u64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::{fixtures::one_process, tests::check_golden, SnapshotPoint};
+
+    /// `one_process` with a history of 5 snapshots, sorted by growth: the
+    /// 40000-byte stack rose fastest then levelled off, the 4096-byte and
+    /// 256-byte ones grow, the 512-byte one shrinks, the 1 MiB one churned.
+    fn with_history() -> Profile {
+        let mut p = one_process();
+        p.snapshots = (1..=5u64)
+            .map(|i| SnapshotPoint {
+                secs: 2.0 * i as f64,
+                inuse_bytes: 8000 * i,
+                inuse_objects: 2 * i,
+                alloc_bytes: 200_000 * i,
+            })
+            .collect();
+        let histories: [(&[u64], f64, Trend); 5] = [
+            (
+                &[20_000, 40_000, 40_000, 40_000, 40_000],
+                2_000.0,
+                Trend::Plateau,
+            ),
+            (&[0, 1024, 2048, 3072, 4096], 512.0, Trend::Growing),
+            (&[1024, 896, 768, 640, 512], -64.0, Trend::Stable),
+            (&[0, 64, 128, 192, 256], 32.0, Trend::Growing),
+            (&[0, 0, 0, 0, 0], 0.0, Trend::Churn),
+        ];
+        for (stack, (series, rate, trend)) in p.stacks.iter_mut().zip(histories) {
+            stack.series = series.to_vec();
+            stack.growth_bytes_per_sec = Some(rate);
+            stack.trend = Some(trend);
+        }
+        p.sort_stacks(Sort::Growth);
+        p
+    }
+
+    #[test]
+    fn text_and_json_with_a_history_match_golden() {
+        let p = with_history();
+        let mut text = Vec::new();
+        crate::report::write_text_sorted(&p, 10, Sort::Growth, &mut text).expect("write_text");
+        check_golden("one_process.growth.txt", &text);
+        let mut json = Vec::new();
+        crate::report::write_json(&p, &mut json).expect("write_json");
+        check_golden("one_process.growth.json", &json);
+    }
+
+    #[test]
+    fn growth_order_is_fastest_first_then_in_use() {
+        let p = with_history();
+        let first: Vec<u64> = p.stacks.iter().map(|s| s.counts.inuse_bytes).collect();
+        assert_eq!(first, [40_000, 4096, 256, 0, 512]);
+    }
 
     #[test]
     fn rates_are_per_minute_in_binary_units() {
