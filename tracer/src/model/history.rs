@@ -107,6 +107,11 @@ impl History {
                 None => fresh.push((h, c.inuse_bytes, self.untracked.contains(&h))),
             }
         }
+        // Every handle with a series is in the heap (both drop a folded
+        // one); should one not be, it holds nothing now.
+        for s in self.series.values_mut().filter(|s| s.len() == before) {
+            push_bounded(s, 0, self.max_points + 1);
+        }
         // Largest first: they take the free places, then displace the
         // tracked stacks holding less.
         fresh.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
