@@ -359,6 +359,13 @@ impl Cli {
             }
             _ => {}
         }
+        if self.sort == Some(Sort::Growth) && self.interval.is_none() && self.serve.is_none() {
+            return Err(
+                "--sort growth ranks stacks by their growth over the heap's history: add \
+                 --interval SECS to record one"
+                    .into(),
+            );
+        }
         if self.format == Format::Flamegraph && self.output.is_none() {
             use std::io::IsTerminal;
             if std::io::stdout().is_terminal() {
