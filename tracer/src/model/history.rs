@@ -112,12 +112,27 @@ impl History {
         for s in self.series.values_mut().filter(|s| s.len() == before) {
             push_bounded(s, 0, self.max_points + 1);
         }
+        self.admit(fresh, before);
+        self.points.push(point);
+        if self.points.len() > self.max_points {
+            self.halve();
+        }
+    }
+
+    /// Gives a series to the stacks without one, `(handle, in-use now,
+    /// existed untracked)`, while there is room; past `max_stacks`, one
+    /// holding more than the smallest tracked stack takes its place.
+    fn admit(&mut self, mut fresh: Vec<(StackHandle, u64, bool)>, before: usize) {
         // Largest first: they take the free places, then displace the
         // tracked stacks holding less.
         fresh.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut smallest: Vec<(u64, StackHandle)> =
             match fresh.len() + self.series.len() > self.max_stacks {
-                true => self.series.iter().map(|(&h, s)| (s[before], h)).collect(),
+                true => self
+                    .series
+                    .iter()
+                    .map(|(&h, s)| (s.last().copied().unwrap_or(0), h))
+                    .collect(),
                 false => Vec::new(),
             };
         smallest.sort_unstable_by(|a, b| b.cmp(a)); // pop() gives the smallest
@@ -146,10 +161,6 @@ impl History {
             self.series.insert(h, s);
         }
         self.untracked = left_out;
-        self.points.push(point);
-        if self.points.len() > self.max_points {
-            self.halve();
-        }
     }
 
     /// Adjacent pairs merged into their later point (an odd last point

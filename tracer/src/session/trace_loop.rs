@@ -1,6 +1,6 @@
 //! The trace's loop: drains events until what ends the phase happens, and
-//! meanwhile hooks new processes, follows execs and forks, and takes the
-//! --interval snapshots.
+//! meanwhile hooks new processes, follows execs and forks, and records the
+//! heap's history (--interval, --serve) with its numbered snapshots.
 
 use std::{
     os::fd::{AsRawFd, RawFd},
