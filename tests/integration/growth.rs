@@ -54,7 +54,9 @@ fn by_function(report: &Value) -> BTreeMap<&str, &Value> {
 }
 
 /// The history is whole: points every 0.5 s up to the report's time, and
-/// every stack carries one value per point, the last one its in-use bytes.
+/// every stack carries one value per point, the last one its in-use bytes
+/// (a stack first seen after the last tick has none yet: no series, no
+/// rate).
 fn assert_history(report: &Value) {
     let points = report["snapshots"].as_array().expect("snapshots");
     assert!(
@@ -74,20 +76,33 @@ fn assert_history(report: &Value) {
     );
     let last = points.last().expect("a point");
     assert_eq!(last["inuse_bytes"], report["totals"]["inuse_bytes"]);
-    for stack in report["stacks"].as_array().expect("stacks") {
+    let stacks = report["stacks"].as_array().expect("stacks");
+    for stack in stacks {
         let series = stack["series"].as_array().expect("series");
+        if series.is_empty() {
+            assert!(stack["growth_bytes_per_sec"].is_null(), "{stack}");
+            continue;
+        }
         assert_eq!(series.len(), points.len(), "{stack}");
         assert_eq!(series.last(), Some(&stack["inuse_bytes"]), "{stack}");
+        assert!(stack["growth_bytes_per_sec"].is_f64(), "{stack}");
     }
-    // --sort growth is the default with --interval: fastest first.
-    let rates: Vec<f64> = report["stacks"]
-        .as_array()
-        .expect("stacks")
+    for function in ["leak_grow", "cache_fill", "churn_spin"] {
+        let series = &by_function(report)[function]["series"];
+        assert_eq!(
+            series.as_array().map(Vec::len),
+            Some(points.len()),
+            "{function}"
+        );
+    }
+    // --sort growth is the default with --interval: fastest first, stacks
+    // without a rate last.
+    let rates: Vec<f64> = stacks
         .iter()
         .map(|s| {
             s["growth_bytes_per_sec"]
                 .as_f64()
-                .expect("a rate for every stack")
+                .unwrap_or(f64::NEG_INFINITY)
         })
         .collect();
     assert!(
