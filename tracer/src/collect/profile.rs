@@ -184,7 +184,7 @@ impl<'a> Timeline<'a> {
         }
         Growth {
             per_sec: history::slope(&self.secs, &series),
-            trend: history::classify(&self.secs, &series, counts.alloc_bytes, sample_rate),
+            trend: history::classify(&self.secs, &series, counts, sample_rate),
             series,
         }
     }

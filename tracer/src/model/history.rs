@@ -253,7 +253,7 @@ fn fit(secs: &[f64], values: &[u64]) -> Option<Fit> {
 /// Points needed to classify a series.
 pub const MIN_TREND_POINTS: usize = 4;
 /// Growing and plateau: the rise is at least this share of the series'
-/// range (max - min), and more than `NOISE_SAMPLES` × the sample rate.
+/// range (max - min), and above the noise floor (`NOISE_BLOCKS`).
 const RISE_SHARE: f64 = 0.5;
 /// Growing: the line explains at least this share of the variance.
 const MIN_R2: f64 = 0.5;
@@ -266,13 +266,15 @@ const LATE_SHARE: f64 = 1.0 / 3.0;
 const FLAT_SHARE: f64 = 0.2;
 /// Churn: allocated at least this many times the peak in-use.
 const CHURN_FACTOR: f64 = 10.0;
-/// Sampled mode: one recorded block stands for about a sample rate of
-/// bytes; a rise of fewer than this many is noise.
-const NOISE_SAMPLES: f64 = 4.0;
+/// A rise of fewer than this many blocks is noise: a block of the stack's
+/// mean size, or when sampling a sample rate of bytes if more (one
+/// recorded block stands for about that much). In exact mode, a churning
+/// stack caught between malloc and free at a tick holds one block then.
+const NOISE_BLOCKS: f64 = 4.0;
 
-/// The trend of a series (see README, "Trends"): `alloc_bytes` is what the
-/// stack allocated during the trace, `sample_rate` 1 in exact mode.
-pub fn classify(secs: &[f64], values: &[u64], alloc_bytes: u64, sample_rate: u64) -> Option<Trend> {
+/// The trend of a series (see README, "Growth and trends"): `counts` are
+/// the stack's, `sample_rate` 1 in exact mode.
+pub fn classify(secs: &[f64], values: &[u64], counts: &Counts, sample_rate: u64) -> Option<Trend> {
     let n = secs.len().min(values.len());
     if n < MIN_TREND_POINTS {
         return None;
@@ -281,10 +283,16 @@ pub fn classify(secs: &[f64], values: &[u64], alloc_bytes: u64, sample_rate: u64
     let whole = fit(secs, values)?;
     let peak = values.iter().copied().max().unwrap_or(0);
     let range = (peak - values.iter().copied().min().unwrap_or(0)) as f64;
-    let floor = match sample_rate {
-        0 | 1 => 0.0,
-        r => NOISE_SAMPLES * r as f64,
+    let block = match counts.alloc_objects {
+        0 => 0.0,
+        n => counts.alloc_bytes as f64 / n as f64,
     };
+    let sampled = match sample_rate {
+        0 | 1 => 0.0,
+        r => r as f64,
+    };
+    let floor = NOISE_BLOCKS * block.max(sampled);
+    let alloc_bytes = counts.alloc_bytes;
     let span = secs[n - 1] - secs[0];
     let rise = whole.slope * span;
     let half = n / 2;
@@ -403,6 +411,14 @@ mod tests {
         (1..=n).map(|i| i as f64 * 0.5).collect()
     }
 
+    fn alloc(bytes: u64, objects: u64) -> Counts {
+        Counts {
+            alloc_bytes: bytes,
+            alloc_objects: objects,
+            ..Counts::default()
+        }
+    }
+
     #[test]
     fn each_shape_gets_its_class_exact_and_sampled() {
         let t = secs(24);
@@ -413,10 +429,22 @@ mod tests {
             .collect();
         let flat = vec![5_000u64; 24];
         for rate in [1, 65536] {
-            assert_eq!(classify(&t, &leak, 2_400_000, rate), Some(Trend::Growing));
-            assert_eq!(classify(&t, &cache, 4_200_000, rate), Some(Trend::Plateau));
-            assert_eq!(classify(&t, &churn, 20_000_000, rate), Some(Trend::Churn));
-            assert_eq!(classify(&t, &flat, 5_000, rate), Some(Trend::Stable));
+            assert_eq!(
+                classify(&t, &leak, &alloc(2_400_000, 1200), rate),
+                Some(Trend::Growing)
+            );
+            assert_eq!(
+                classify(&t, &cache, &alloc(4_200_000, 1025), rate),
+                Some(Trend::Plateau)
+            );
+            assert_eq!(
+                classify(&t, &churn, &alloc(20_000_000, 20_000), rate),
+                Some(Trend::Churn)
+            );
+            assert_eq!(
+                classify(&t, &flat, &alloc(5_000, 5), rate),
+                Some(Trend::Stable)
+            );
         }
         // A sampled leak whose second half drew fewer samples (its rate
         // there about 0.45 of the whole trace's) still grows.
@@ -426,14 +454,25 @@ mod tests {
         ];
         let sampled: Vec<u64> = samples.iter().map(|n| n * 65536).collect();
         assert_eq!(
-            classify(&t, &sampled, 25 << 16, 65536),
+            classify(&t, &sampled, &alloc(25 << 16, 800), 65536),
             Some(Trend::Growing)
         );
         // Sampling noise: one 64 KiB sample live at the last point only is
         // not a rise.
         let mut blip = vec![0u64; 24];
         blip[23] = 65536;
-        assert_eq!(classify(&t, &blip, 5 << 20, 65536), Some(Trend::Churn));
-        assert_eq!(classify(&t[..3], &leak[..3], 1, 1), None);
+        assert_eq!(
+            classify(&t, &blip, &alloc(5 << 20, 5000), 65536),
+            Some(Trend::Churn)
+        );
+        // Exact mode: a churning stack caught between malloc and free at
+        // the last points holds one block then: not a rise (without the
+        // floor, growing and plateau).
+        let churned = alloc(10 << 20, 10 << 10);
+        for from in [7, 5] {
+            let caught: Vec<u64> = (0..10).map(|i| if i >= from { 1024 } else { 0 }).collect();
+            assert_eq!(classify(&t[..10], &caught, &churned, 1), Some(Trend::Churn));
+        }
+        assert_eq!(classify(&t[..3], &leak[..3], &alloc(1, 1), 1), None);
     }
 }
