@@ -14,6 +14,7 @@ use crate::{
     model::{
         heap::{StackHandle, Unfreed},
         history::{self, History},
+        trend,
     },
     report::{
         counted, was, Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
@@ -183,8 +184,8 @@ impl<'a> Timeline<'a> {
             series.push(counts.inuse_bytes);
         }
         Growth {
-            per_sec: history::slope(&self.secs, &series),
-            trend: history::classify(&self.secs, &series, counts, sample_rate),
+            per_sec: trend::slope(&self.secs, &series),
+            trend: trend::classify(&self.secs, &series, counts, sample_rate),
             series,
         }
     }

@@ -3,3 +3,4 @@
 pub mod heap;
 pub mod history;
 pub mod sampling;
+pub mod trend;

@@ -16,6 +16,16 @@ pub enum Sort {
     Growth,
 }
 
+impl Sort {
+    /// What the text report's stacks are ranked by.
+    pub fn title(self) -> &'static str {
+        match self {
+            Sort::Inuse => "in-use bytes",
+            Sort::Growth => "growth (least-squares slope of in-use bytes over the history)",
+        }
+    }
+}
+
 impl Profile {
     /// Orders the stacks for `sort` (the profile is built in in-use order).
     pub fn sort_stacks(&mut self, sort: Sort) {
@@ -40,6 +50,32 @@ impl Trend {
             Trend::Stable => "stable",
         }
     }
+}
+
+/// The text header's `24 snapshots from 0.5 s to 12.0 s`; None without a
+/// history.
+pub(super) fn history_line(p: &Profile) -> Option<String> {
+    let (first, last) = (p.snapshots.first()?, p.snapshots.last()?);
+    Some(format!(
+        "{} from {:.1} s to {:.1} s",
+        super::counted(p.snapshots.len() as u64, "snapshot", "snapshots"),
+        first.secs,
+        last.secs
+    ))
+}
+
+/// A text stack's `+11.7 MiB/min, growing  ▁▂▃▄▅▆▇█`; None without a
+/// series.
+pub(super) fn growth_line(stack: &StackReport) -> Option<String> {
+    let rate = stack.growth_bytes_per_sec?;
+    let trend = stack
+        .trend
+        .map_or("too few snapshots to classify", Trend::name);
+    Some(format!(
+        "{}, {trend}  {}",
+        rate_per_min(rate),
+        sparkline(&stack.series)
+    ))
 }
 
 /// `+1.2 MiB/min`, `-300 B/min`: a rate in bytes per second, per minute.
@@ -129,7 +165,7 @@ mod tests {
     fn text_and_json_with_a_history_match_golden() {
         let p = with_history();
         let mut text = Vec::new();
-        crate::report::write_text_sorted(&p, 10, Sort::Growth, &mut text).expect("write_text");
+        crate::report::write_text_by(&p, 10, Sort::Growth, &mut text).expect("write_text");
         check_golden("one_process.growth.txt", &text);
         let mut json = Vec::new();
         crate::report::write_json(&p, &mut json).expect("write_json");

@@ -25,7 +25,7 @@ pub use losses::{LossLine, Losses};
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
 pub use speedscope::write_speedscope;
-pub use text::{write_losses, write_text, write_text_sorted};
+pub use text::{write_losses, write_text, write_text_by};
 
 #[cfg(test)]
 mod fixtures;

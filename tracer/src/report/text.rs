@@ -13,8 +13,9 @@ use std::{
 use crate::escape::text as esc;
 
 use super::{
-    basename, counted, rate_per_min, sparkline, Frame, Hook, Losses, Profile, Sort, StackReport,
-    NO_STACK, TRUNCATED,
+    basename, counted,
+    growth::{growth_line, history_line},
+    Frame, Hook, Losses, Profile, Sort, StackReport, NO_STACK, TRUNCATED,
 };
 
 /// Width of the labels in the header, so values line up.
@@ -24,17 +25,12 @@ const FRAME_INDENT: &str = "      ";
 
 /// Writes the report, listing at most `top` stacks.
 pub fn write_text(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
-    write_text_sorted(p, top, Sort::Inuse, w)
+    write_text_by(p, top, Sort::Inuse, w)
 }
 
 /// Writes the report, listing at most `top` stacks in the profile's order,
 /// which `sort` describes (see `Profile::sort_stacks`).
-pub fn write_text_sorted(
-    p: &Profile,
-    top: usize,
-    sort: Sort,
-    w: &mut impl Write,
-) -> io::Result<()> {
+pub fn write_text_by(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::Result<()> {
     write_header(p, w)?;
     writeln!(w)?;
     write_totals(p, w)?;
@@ -53,17 +49,8 @@ fn write_header(p: &Profile, w: &mut impl Write) -> io::Result<()> {
     field(w, "ended:", &[esc(&p.end_reason)])?;
     field(w, "sampling:", &[p.sampling_description()])?;
     field(w, "unwinding:", &[esc(&p.unwind)])?;
-    if let (Some(first), Some(last)) = (p.snapshots.first(), p.snapshots.last()) {
-        field(
-            w,
-            "history:",
-            &[format!(
-                "{} from {:.1} s to {:.1} s",
-                counted(p.snapshots.len() as u64, "snapshot", "snapshots"),
-                first.secs,
-                last.secs
-            )],
-        )?;
+    if let Some(history) = history_line(p) {
+        field(w, "history:", &[history])?;
     }
     let (hooked, skipped) = hook_lines(&p.hooks);
     if hooked.is_empty() {
@@ -308,13 +295,7 @@ fn write_stacks(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::
         )?;
         by_alloc_bytes(&p.stacks)
     } else {
-        match sort {
-            Sort::Inuse => writeln!(w, "Top stacks by in-use bytes:")?,
-            Sort::Growth => writeln!(
-                w,
-                "Top stacks by growth (least-squares slope of in-use bytes over the history):"
-            )?,
-        }
+        writeln!(w, "Top stacks by {}:", sort.title())?;
         inuse
     };
     for (i, stack) in listed.iter().take(top).enumerate() {
@@ -366,16 +347,8 @@ fn write_stack(
             None => format!("pid {}", stack.pid),
         }
     )?;
-    if let Some(rate) = stack.growth_bytes_per_sec {
-        let trend = stack
-            .trend
-            .map_or("too few snapshots to classify", |t| t.name());
-        writeln!(
-            w,
-            "{FRAME_INDENT}{}, {trend}  {}",
-            rate_per_min(rate),
-            sparkline(&stack.series)
-        )?;
+    if let Some(growth) = growth_line(stack) {
+        writeln!(w, "{FRAME_INDENT}{growth}")?;
     }
     write_frames(&stack.frames, stack.truncated, w)
 }

@@ -137,12 +137,7 @@ fn write_report(
 ) -> anyhow::Result<()> {
     let mut render = |mut w: &mut dyn Write| -> anyhow::Result<()> {
         match cli.format {
-            Format::Text => Ok(report::write_text_sorted(
-                profile,
-                cli.top,
-                cli.sort(),
-                &mut w,
-            )?),
+            Format::Text => Ok(report::write_text_by(profile, cli.top, cli.sort(), &mut w)?),
             Format::Json => report::write_json(profile, &mut w),
             Format::Collapsed => Ok(report::write_collapsed(profile, cli.view, &mut w)?),
             Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w),
