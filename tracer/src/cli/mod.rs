@@ -135,7 +135,8 @@ pub struct Cli {
     /// Serve the profile over HTTP while tracing, on HOST:PORT (`:PORT`
     /// is 127.0.0.1:PORT; port 0 picks a free one): /debug/pprof/heap and
     /// /debug/pprof/allocs for `go tool pprof` and profile scrapers,
-    /// /metrics for Prometheus, /flamegraph.svg, /profile.json.
+    /// /metrics for Prometheus, /flamegraph.svg, /profile.json. Without
+    /// --interval, the heap's history is recorded every 5 s for them.
     #[arg(long, value_name = "HOST:PORT")]
     pub serve: Option<String>,
 
