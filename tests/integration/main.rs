@@ -11,6 +11,7 @@ mod chromium;
 mod errors;
 mod exec;
 mod forks;
+mod growth;
 mod harness;
 mod launch;
 mod lifecycle;

@@ -42,7 +42,7 @@ fn go() -> PathBuf {
 }
 
 /// `go tool pprof ARGS FILE`'s stdout, asserting that it succeeded.
-fn pprof(args: &[&str], file: &Path) -> String {
+pub(crate) fn pprof(args: &[&str], file: &Path) -> String {
     let out = Command::new(go())
         .args(["tool", "pprof"])
         .args(args)

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
-use crate::report::View;
+use crate::report::{Sort, View};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -118,10 +118,11 @@ pub struct Cli {
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
 
-    /// Take a snapshot of the profile every SECS while tracing (the trace
-    /// goes on); each is written as a full report to the -o path with
-    /// `{n}` replaced by its number (from 1), e.g. -o heap-{n}.json. The
-    /// final report is the last one.
+    /// Record the heap's history every SECS while tracing (the trace goes
+    /// on): the final report gives each stack's in-use bytes over time, its
+    /// growth rate and trend. With -o containing `{n}` (e.g. -o
+    /// heap-{n}.json), each snapshot is also written as a full report with
+    /// its number (from 1); the final report is the last one.
     #[arg(long, value_name = "SECS")]
     pub interval: Option<f64>,
 
@@ -131,10 +132,17 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub min_age: Option<f64>,
 
+    /// Order of the stacks in the text and JSON reports: `inuse` (largest
+    /// in-use bytes first) or `growth` (fastest growing first). Default:
+    /// growth with --interval, inuse without.
+    #[arg(long, value_enum, value_name = "ORDER")]
+    pub sort: Option<Sort>,
+
     /// Serve the profile over HTTP while tracing, on HOST:PORT (`:PORT`
     /// is 127.0.0.1:PORT; port 0 picks a free one): /debug/pprof/heap and
     /// /debug/pprof/allocs for `go tool pprof` and profile scrapers,
-    /// /metrics for Prometheus, /flamegraph.svg, /profile.json.
+    /// /metrics for Prometheus, /flamegraph.svg, /profile.json. Without
+    /// --interval, the heap's history is recorded every 5 s for them.
     #[arg(long, value_name = "HOST:PORT")]
     pub serve: Option<String>,
 
@@ -217,7 +225,8 @@ pub struct Cli {
 /// makes `Duration::from_secs_f64` and the timer's deadline overflow.
 pub const MAX_DURATION_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
-/// Shortest `--interval`: a snapshot symbolizes and writes a whole report.
+/// Shortest `--interval`: with `{n}`, a snapshot symbolizes and writes a
+/// whole report.
 pub const MIN_INTERVAL_SECS: f64 = 0.1;
 
 /// What `-o` replaces with a snapshot's number under `--interval`.
@@ -236,6 +245,15 @@ pub const MAX_LIVE: u32 = 1 << 26;
 pub const MAX_STACK_STORAGE: u32 = 1 << 18;
 
 impl Cli {
+    /// --sort, or its default: growth with --interval, in-use without.
+    pub fn sort(&self) -> Sort {
+        match (self.sort, self.interval) {
+            (Some(sort), _) => sort,
+            (None, Some(_)) => Sort::Growth,
+            (None, None) => Sort::Inuse,
+        }
+    }
+
     /// Checks that clap cannot express; each message says what to do.
     /// Every number is bounded here, before anything is loaded or attached,
     /// so no value can overflow later.
@@ -352,13 +370,6 @@ impl Cli {
                     "--interval must be from {MIN_INTERVAL_SECS} to {MAX_DURATION_SECS} seconds, got {i}"
                 ));
             }
-            (Some(_), false) => {
-                return Err(
-                    "--interval writes a report every SECS: give -o a path with {n} for the \
-                     snapshot's number, e.g. -o heap-{n}.json"
-                        .into(),
-                );
-            }
             (None, true) => {
                 return Err(
                     "-o has {n} (a snapshot's number): add --interval SECS to take snapshots, or \
@@ -367,6 +378,13 @@ impl Cli {
                 );
             }
             _ => {}
+        }
+        if self.sort == Some(Sort::Growth) && self.interval.is_none() && self.serve.is_none() {
+            return Err(
+                "--sort growth ranks stacks by their growth over the heap's history: add \
+                 --interval SECS to record one"
+                    .into(),
+            );
         }
         if self.format == Format::Flamegraph && self.output.is_none() {
             use std::io::IsTerminal;

@@ -15,7 +15,10 @@ use tracer_common::{
 
 use crate::{
     collect::{processes::ProcessTable, reader::Reader, stacks::StackTable},
-    model::heap::{Heap, StackHandle},
+    model::{
+        heap::{Heap, StackHandle},
+        history::History,
+    },
     probes::loader::EventMaps,
     report::Losses,
     session::forks::ProcessChange,
@@ -42,6 +45,8 @@ pub struct State {
     /// LIVE entries of exited processes deleted so far.
     pub purged_live: u64,
     pub heap: Heap,
+    /// The heap's history (--interval, --serve): None without ticks.
+    pub history: Option<History>,
     pub stacks: StackTable,
     pub modules: Modules,
     pub unwinders: Unwinders,
@@ -105,6 +110,7 @@ impl Collector {
                 stale_live: Vec::new(),
                 purged_live: 0,
                 heap: Heap::default(),
+                history: None,
                 stacks: StackTable::default(),
                 modules,
                 unwinders: Unwinders::default(),
@@ -308,6 +314,13 @@ impl State {
         }
     }
 
+    /// A history tick at `secs` since the trace started: the heap's
+    /// per-stack sums now (no symbolization).
+    pub fn tick_history(&mut self, secs: f64) {
+        let history = self.history.get_or_insert_with(History::default);
+        history.tick(secs, self.heap.stacks());
+    }
+
     /// Entries in BPF's LIVE map now (reads every key: for --verbose).
     pub fn live_entries(&self) -> usize {
         self.live_map.keys().filter(Result::is_ok).count()
@@ -362,8 +375,13 @@ impl State {
                 break;
             };
             if let Some(group) = self.processes.fold(oldest) {
-                let (stacks, heap) = (&mut self.stacks, &mut self.heap);
-                stacks.fold(oldest, group, |from, into| heap.merge(from, into));
+                let (stacks, heap, history) = (&mut self.stacks, &mut self.heap, &mut self.history);
+                stacks.fold(oldest, group, |from, into| {
+                    heap.merge(from, into);
+                    if let Some(history) = history.as_mut() {
+                        history.merge(from, into);
+                    }
+                });
             }
         }
     }

@@ -11,10 +11,14 @@ use crate::{
     cli::UnwindMode,
     collect::collector::Collector,
     collect::processes::ProcessIndex,
-    model::heap::{StackHandle, Unfreed},
+    model::{
+        heap::{StackHandle, Unfreed},
+        history::{self, History},
+        trend,
+    },
     report::{
         counted, was, Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
-        StackReport, MAX_EXIT_STACKS,
+        SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
     stacks::symbolize::Names,
@@ -56,13 +60,25 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             .heap
             .inuse_older_than(monotonic_ns(), saturating_ns(age))
     });
+    let timeline = state
+        .history
+        .as_ref()
+        .map(|h| Timeline::new(h, meta.duration.as_secs_f64()));
     let mut unnamed = Unnamed::default();
+    let mut unfiltered = Counts::default();
     let mut stacks: Vec<StackReport> = state
         .heap
         .stacks()
         .filter(|(_, c)| c.alloc_objects > 0)
         .filter_map(|(h, mut counts)| {
             let stack = state.stacks.get(h)?;
+            // History and growth follow the whole heap: --min-age filters
+            // only what the report counts as in use now.
+            let growth = timeline
+                .as_ref()
+                .map(|t| t.growth(h, &counts, meta.sample_rate))
+                .unwrap_or_default();
+            add(&mut unfiltered, &counts);
             if let Some(aged) = &aged {
                 let old = aged.get(&h).copied().unwrap_or_default();
                 (counts.inuse_bytes, counts.inuse_objects) = (old.bytes, old.objects);
@@ -101,9 +117,9 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
                 counts,
                 frames,
                 truncated: stack.truncated,
-                series: Vec::new(),
-                growth_bytes_per_sec: None,
-                trend: None,
+                series: growth.series,
+                growth_bytes_per_sec: growth.per_sec,
+                trend: growth.trend,
             })
         })
         .collect();
@@ -113,12 +129,10 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             .then_with(|| frame_key(a).cmp(frame_key(b)))
             .then_with(|| a.pid.cmp(&b.pid))
     });
-    let totals = stacks.iter().fold(Counts::default(), |t, s| Counts {
-        inuse_bytes: t.inuse_bytes + s.counts.inuse_bytes,
-        inuse_objects: t.inuse_objects + s.counts.inuse_objects,
-        alloc_bytes: t.alloc_bytes + s.counts.alloc_bytes,
-        alloc_objects: t.alloc_objects + s.counts.alloc_objects,
-    });
+    let mut totals = Counts::default();
+    for s in &stacks {
+        add(&mut totals, &s.counts);
+    }
     let not_freed_at_exit = not_freed_at_exit(collector, names);
     let notes = notes(
         &meta,
@@ -141,8 +155,73 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         not_freed_at_exit,
         losses,
         notes,
-        snapshots: Vec::new(),
+        snapshots: timeline
+            .map(|t| t.snapshots(&unfiltered))
+            .unwrap_or_default(),
         min_age_secs: meta.min_age.map(|age| age.as_secs_f64()),
+    }
+}
+
+/// The history's points and, unless the last tick was now, a point for
+/// now: the last point of a report is the report's time.
+struct Timeline<'a> {
+    history: &'a History,
+    now: Option<f64>,
+    secs: Vec<f64>,
+}
+
+#[derive(Default)]
+struct Growth {
+    series: Vec<u64>,
+    per_sec: Option<f64>,
+    trend: Option<Trend>,
+}
+
+impl<'a> Timeline<'a> {
+    fn new(history: &'a History, now: f64) -> Timeline<'a> {
+        let mut secs: Vec<f64> = history.points().iter().map(|p| p.secs).collect();
+        let now = match secs.last() {
+            Some(&last) if last >= now => None,
+            _ => Some(now),
+        };
+        secs.extend(now);
+        Timeline { history, now, secs }
+    }
+
+    /// A stack's series, slope and trend; nothing for a stack without a
+    /// series (beyond `history::MAX_STACKS`).
+    fn growth(&self, h: StackHandle, counts: &Counts, sample_rate: u64) -> Growth {
+        let Some(past) = self.history.series(h) else {
+            return Growth::default();
+        };
+        let mut series = past.to_vec();
+        if self.now.is_some() {
+            series.push(counts.inuse_bytes);
+        }
+        Growth {
+            per_sec: trend::slope(&self.secs, &series),
+            trend: trend::classify(&self.secs, &series, counts, sample_rate),
+            series,
+        }
+    }
+
+    fn snapshots(&self, totals: &Counts) -> Vec<SnapshotPoint> {
+        let point = |p: &history::Point| SnapshotPoint {
+            secs: p.secs,
+            inuse_bytes: p.inuse_bytes,
+            inuse_objects: p.inuse_objects,
+            alloc_bytes: p.alloc_bytes,
+        };
+        let mut points: Vec<SnapshotPoint> = self.history.points().iter().map(point).collect();
+        if let Some(secs) = self.now {
+            points.push(SnapshotPoint {
+                secs,
+                inuse_bytes: totals.inuse_bytes,
+                inuse_objects: totals.inuse_objects,
+                alloc_bytes: totals.alloc_bytes,
+            });
+        }
+        points
     }
 }
 
@@ -163,6 +242,13 @@ fn monotonic_ns() -> u64 {
 
 fn saturating_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn add(total: &mut Counts, c: &Counts) {
+    total.inuse_bytes += c.inuse_bytes;
+    total.inuse_objects += c.inuse_objects;
+    total.alloc_bytes += c.alloc_bytes;
+    total.alloc_objects += c.alloc_objects;
 }
 
 /// What exited processes had not freed, summed per program and call stack

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 mod collapsed;
 mod flamegraph;
+mod growth;
 mod json;
 mod json_layout;
 mod losses;
@@ -18,12 +19,13 @@ mod text;
 
 pub use collapsed::write_collapsed;
 pub use flamegraph::{write_flamegraph, write_flamegraph_of};
+pub use growth::{rate_per_min, sparkline, Sort};
 pub use json::write_json;
 pub use losses::{LossLine, Losses};
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
 pub use speedscope::write_speedscope;
-pub use text::{write_losses, write_text};
+pub use text::{write_losses, write_text, write_text_by};
 
 #[cfg(test)]
 mod fixtures;

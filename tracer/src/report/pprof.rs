@@ -218,6 +218,11 @@ impl<'a> Builder<'a> {
         if let Some(size) = c.alloc_bytes.checked_div(c.alloc_objects) {
             labels.push(self.num_label("bytes", saturating_i64(size)));
         }
+        // The history's class (--interval, --serve): `-tagfocus trend=growing`.
+        if let Some(trend) = stack.trend {
+            let name = self.strings.id(trend.name());
+            labels.push(self.str_label("trend", name));
+        }
     }
 
     fn num_label(&mut self, key: &str, num: i64) -> proto::Label {

@@ -38,7 +38,47 @@ pub(super) fn comments(p: &Profile) -> Vec<String> {
             exit.processes, exit.bytes, exit.objects
         ));
     }
+    c.extend(growth_comments(p));
     c.extend(p.notes.iter().cloned());
+    c
+}
+
+/// Stacks listed by growth in the comments.
+const GROWING_COMMENTS: usize = 5;
+
+/// The history's span and the fastest growing stacks, leaf first.
+fn growth_comments(p: &Profile) -> Vec<String> {
+    let (Some(first), Some(last)) = (p.snapshots.first(), p.snapshots.last()) else {
+        return Vec::new();
+    };
+    let mut c = vec![format!(
+        "history: {} snapshots from {:.1} s to {:.1} s",
+        p.snapshots.len(),
+        first.secs,
+        last.secs
+    )];
+    let mut growing: Vec<_> = p
+        .stacks
+        .iter()
+        .filter_map(|s| Some((s.growth_bytes_per_sec.filter(|&g| g > 0.0)?, s)))
+        .collect();
+    growing.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (i, (rate, s)) in growing.iter().take(GROWING_COMMENTS).enumerate() {
+        let frames: Vec<&str> = s
+            .frames
+            .iter()
+            .take(4)
+            .map(|f| f.function.as_str())
+            .collect();
+        c.push(format!(
+            "growth #{}: {} ({}) pid {}: {}",
+            i + 1,
+            super::rate_per_min(*rate),
+            s.trend.map_or("unclassified", |t| t.name()),
+            s.pid,
+            frames.join(" < ")
+        ));
+    }
     c
 }
 

@@ -14,7 +14,7 @@ fn golden_dir() -> PathBuf {
 
 /// Compares `actual` with the golden file `name`, or rewrites the file when
 /// blessing.
-fn check_golden(name: &str, actual: &[u8]) {
+pub(super) fn check_golden(name: &str, actual: &[u8]) {
     let path = golden_dir().join(name);
     if std::env::var(BLESS_VAR).as_deref() == Ok("1") {
         fs::create_dir_all(golden_dir()).expect("create golden dir");

@@ -12,7 +12,11 @@ use std::{
 
 use crate::escape::text as esc;
 
-use super::{basename, counted, Frame, Hook, Losses, Profile, StackReport, NO_STACK, TRUNCATED};
+use super::{
+    basename, counted,
+    growth::{growth_line, history_line},
+    Frame, Hook, Losses, Profile, Sort, StackReport, NO_STACK, TRUNCATED,
+};
 
 /// Width of the labels in the header, so values line up.
 const LABEL_WIDTH: usize = 12;
@@ -21,11 +25,17 @@ const FRAME_INDENT: &str = "      ";
 
 /// Writes the report, listing at most `top` stacks.
 pub fn write_text(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
+    write_text_by(p, top, Sort::Inuse, w)
+}
+
+/// Writes the report, listing at most `top` stacks in the profile's order,
+/// which `sort` describes (see `Profile::sort_stacks`).
+pub fn write_text_by(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::Result<()> {
     write_header(p, w)?;
     writeln!(w)?;
     write_totals(p, w)?;
     writeln!(w)?;
-    write_stacks(p, top, w)?;
+    write_stacks(p, top, sort, w)?;
     write_exit_stacks(p, top, w)?;
     write_notes(&p.notes, w)?;
     writeln!(w)?;
@@ -42,6 +52,9 @@ fn write_header(p: &Profile, w: &mut impl Write) -> io::Result<()> {
         field(w, "min age:", &[line])?;
     }
     field(w, "unwinding:", &[esc(&p.unwind)])?;
+    if let Some(history) = history_line(p) {
+        field(w, "history:", &[history])?;
+    }
     let (hooked, skipped) = hook_lines(&p.hooks);
     if hooked.is_empty() {
         field(w, "hooked:", &["none"])?;
@@ -268,11 +281,11 @@ fn plural(n: u64, noun: &str) -> String {
     }
 }
 
-fn write_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
+fn write_stacks(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::Result<()> {
     if p.stacks.is_empty() {
         return writeln!(w, "No allocations recorded.");
     }
-    // `p.stacks` is sorted by in-use bytes already.
+    // `p.stacks` is sorted already, as `sort` says.
     let inuse: Vec<&StackReport> = p
         .stacks
         .iter()
@@ -289,7 +302,7 @@ fn write_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
         )?;
         by_alloc_bytes(&p.stacks)
     } else {
-        writeln!(w, "Top stacks by in-use bytes:")?;
+        writeln!(w, "Top stacks by {}:", sort.title())?;
         inuse
     };
     for (i, stack) in listed.iter().take(top).enumerate() {
@@ -341,6 +354,9 @@ fn write_stack(
             None => format!("pid {}", stack.pid),
         }
     )?;
+    if let Some(growth) = growth_line(stack) {
+        writeln!(w, "{FRAME_INDENT}{growth}")?;
+    }
     write_frames(&stack.frames, stack.truncated, w)
 }
 

@@ -83,8 +83,9 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     }
     let duration = trace.started.elapsed();
     trace.finish()?;
-    let mut profile = trace.snapshot(&end_reason);
-    profile.duration_secs = duration.as_secs_f64();
+    // The history's last point is the report's time.
+    let mut profile = trace.snapshot_at(&end_reason, duration, min_age(cli.min_age));
+    profile.sort_stacks(cli.sort());
     profile.notes.extend(command_note);
     trace.report(&profile)
 }
@@ -107,7 +108,8 @@ pub struct Trace<'a> {
     /// Frames named so far: a snapshot names only the new ones.
     names: Names,
     started: Instant,
-    /// Snapshots written so far (--interval).
+    /// History ticks so far (--interval, --serve): with `{n}` in -o, each
+    /// wrote its numbered snapshot.
     snapshots: u32,
     /// --verbose: events counted for the periodic stats line.
     stats: stats::Stats,
@@ -185,11 +187,25 @@ impl<'a> Trace<'a> {
     /// The profile as it is now, the trace going on: what every process
     /// traced allocated since the start and still holds, with names.
     pub fn snapshot(&mut self, end_reason: &str) -> Profile {
-        self.snapshot_aged(end_reason, min_age(self.settings.cli.min_age))
+        let elapsed = self.started.elapsed();
+        self.snapshot_at(end_reason, elapsed, min_age(self.settings.cli.min_age))
     }
 
     /// `snapshot`, counting as in use only blocks live at least `min_age`.
     pub fn snapshot_aged(&mut self, end_reason: &str, min_age: Option<Duration>) -> Profile {
+        let elapsed = self.started.elapsed();
+        self.snapshot_at(end_reason, elapsed, min_age)
+    }
+
+    /// The profile as it is now, `elapsed` after the trace started (its
+    /// duration, and the time of its last history point), counting as in
+    /// use only blocks live at least `min_age`.
+    fn snapshot_at(
+        &mut self,
+        end_reason: &str,
+        elapsed: Duration,
+        min_age: Option<Duration>,
+    ) -> Profile {
         let cli = self.settings.cli;
         let mut processes = self.scope.processes(&self.collector.state.processes);
         for p in &mut processes {
@@ -199,7 +215,7 @@ impl<'a> Trace<'a> {
         let meta = Meta {
             target: self.scope.target(),
             processes,
-            duration: self.started.elapsed(),
+            duration: elapsed,
             end_reason: end_reason.to_string(),
             hooks: facts::report_hooks(&self.hooks.lines),
             unwind: cli.unwind,
@@ -220,14 +236,26 @@ impl<'a> Trace<'a> {
         profile::build(meta, &self.collector, losses, &mut self.names)
     }
 
-    /// --interval: the next snapshot, written as a full report to the -o
-    /// path with its number. A failure is said and the trace goes on.
-    fn write_snapshot(&mut self) {
-        // --verbose's render line or a warning may follow.
-        progress::clear();
+    /// A history tick: the heap's per-stack sums now go into its history;
+    /// with `{n}` in -o, the snapshot is also written as a full report with
+    /// its number. A failure is said and the trace goes on.
+    fn history_tick(&mut self) {
         self.snapshots += 1;
         let n = self.snapshots;
-        let profile = self.snapshot(&format!("snapshot {n} (the trace went on)"));
+        let elapsed = self.started.elapsed();
+        self.collector.state.tick_history(elapsed.as_secs_f64());
+        if !self.settings.numbered() {
+            return;
+        }
+        // --verbose's render line or a warning may follow.
+        progress::clear();
+        let cli_min_age = min_age(self.settings.cli.min_age);
+        let mut profile = self.snapshot_at(
+            &format!("snapshot {n} (the trace went on)"),
+            elapsed,
+            cli_min_age,
+        );
+        profile.sort_stacks(self.settings.cli.sort());
         if let Err(e) = self.settings.write_numbered(n, &profile, false) {
             eprintln!(
                 "memtrace-bpf: warning: snapshot {n} not written: {}",

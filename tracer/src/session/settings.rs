@@ -17,13 +17,17 @@ use crate::{
     target::allocators::Choice,
 };
 
+/// History tick with --serve and no --interval.
+pub const SERVE_TICK: Duration = Duration::from_secs(5);
+
 pub struct Settings<'a> {
     pub cli: &'a Cli,
     /// -o, checked writable before anything is attached; with `{n}`, the
     /// first snapshot's file was checked.
     output: Option<Output>,
-    /// --interval.
-    pub interval: Option<Duration>,
+    /// How often the heap's history is recorded: --interval, or with
+    /// --serve alone every `SERVE_TICK` (the live page's chart).
+    pub tick: Option<Duration>,
     pub choice: Choice,
     pub attach: AttachOptions,
     /// --comm, NUL-padded as the BPF side compares it.
@@ -50,7 +54,10 @@ impl<'a> Settings<'a> {
         Ok(Settings {
             cli,
             output,
-            interval: cli.interval.map(Duration::from_secs_f64),
+            tick: cli
+                .interval
+                .map(Duration::from_secs_f64)
+                .or(cli.serve.as_ref().map(|_| SERVE_TICK)),
             choice: Choice::parse(&cli.allocator),
             attach: AttachOptions {
                 placement: cli.probe_placement,
@@ -77,9 +84,13 @@ impl<'a> Settings<'a> {
         }
     }
 
-    /// -o has `{n}`: reports are numbered snapshots.
+    /// -o has `{n}`: each tick writes a numbered snapshot, and the final
+    /// report is the last one.
     pub fn numbered(&self) -> bool {
-        self.cli.interval.is_some()
+        self.cli
+            .output
+            .as_ref()
+            .is_some_and(|o| o.to_string_lossy().contains(SNAPSHOT_NUMBER))
     }
 
     /// Writes the report to stdout or, atomically, to the -o file (which
@@ -126,7 +137,7 @@ fn write_report(
 ) -> anyhow::Result<()> {
     let mut render = |mut w: &mut dyn Write| -> anyhow::Result<()> {
         match cli.format {
-            Format::Text => Ok(report::write_text(profile, cli.top, &mut w)?),
+            Format::Text => Ok(report::write_text_by(profile, cli.top, cli.sort(), &mut w)?),
             Format::Json => report::write_json(profile, &mut w),
             Format::Collapsed => Ok(report::write_collapsed(profile, cli.view, &mut w)?),
             Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w),

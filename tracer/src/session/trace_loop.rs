@@ -1,6 +1,6 @@
 //! The trace's loop: drains events until what ends the phase happens, and
-//! meanwhile hooks new processes, follows execs and forks, and takes the
-//! --interval snapshots.
+//! meanwhile hooks new processes, follows execs and forks, and records the
+//! heap's history (--interval, --serve) with its numbered snapshots.
 
 use std::{
     os::fd::{AsRawFd, RawFd},
@@ -125,7 +125,7 @@ impl Trace<'_> {
                 }
                 _ = sleep_until(snapshot_due) => {
                     self.events += self.collector.drain_all() as u64;
-                    self.write_snapshot();
+                    self.history_tick();
                     Next::Continue
                 }
                 reply = next_request(self.serve.as_mut()) => {
@@ -216,9 +216,11 @@ impl Trace<'_> {
         }
     }
 
-    /// When the next --interval snapshot is due (None without --interval).
+    /// When the next history tick is due (None without --interval or
+    /// --serve). Deadlines are absolute: a late tick does not shift the
+    /// later ones.
     fn next_snapshot(&self) -> Option<tokio::time::Instant> {
-        let every = self.settings.interval?;
+        let every = self.settings.tick?;
         let due = every * (self.snapshots + 1);
         Some(tokio::time::Instant::from_std(self.started + due))
     }

@@ -148,8 +148,10 @@ fn parse_counts(line: &str) -> Result<(u64, f64, u64)> {
     parsed.with_context(|| format!("unexpected target line {line:?}"))
 }
 
-/// In-use bytes of the stacks that pass through `leak_block`.
+/// In-use bytes of the stacks that pass through `leak_block`. A stack's
+/// `frames` are indices into the report's `frames` table (format 2).
 fn leak_inuse(report: &serde_json::Value) -> f64 {
+    let table = &report["frames"];
     report["stacks"]
         .as_array()
         .map(|stacks| {
@@ -158,7 +160,8 @@ fn leak_inuse(report: &serde_json::Value) -> f64 {
                 .filter(|s| {
                     s["frames"].as_array().is_some_and(|f| {
                         f.iter()
-                            .any(|f| f["function"].as_str() == Some("leak_block"))
+                            .filter_map(serde_json::Value::as_u64)
+                            .any(|i| table[i as usize]["function"].as_str() == Some("leak_block"))
                     })
                 })
                 .filter_map(|s| s["inuse_bytes"].as_f64())
