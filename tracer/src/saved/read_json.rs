@@ -23,11 +23,10 @@ pub fn parse(raw: &[u8]) -> anyhow::Result<Profile> {
         Err(err) => {
             // A file of another version often fails on a field first: say
             // what the version is rather than which field.
-            check_format(
-                serde_json::from_slice::<Version>(raw)
-                    .ok()
-                    .and_then(|v| v.format),
-            )?;
+            // (Only when the JSON itself is well-formed.)
+            if let Ok(v) = serde_json::from_slice::<Version>(raw) {
+                check_format(v.format)?;
+            }
             return Err(err).context("its JSON is malformed or not a memtrace-bpf profile");
         }
     };
