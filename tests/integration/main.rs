@@ -14,6 +14,7 @@ mod harness;
 mod launch;
 mod lifecycle;
 mod losses;
+mod offline;
 mod pprof;
 mod privileges;
 mod redis;
