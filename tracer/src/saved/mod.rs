@@ -260,7 +260,13 @@ pub fn load(path: &Path) -> anyhow::Result<Profile> {
         Kind::Gzip => gunzip(&raw).and_then(|bytes| read_pprof::parse(&bytes)),
         Kind::Protobuf => read_pprof::parse(&raw),
     };
-    parsed.with_context(|| format!("{shown} is not a profile memtrace-bpf can read"))
+    let mut profile =
+        parsed.with_context(|| format!("{shown} is not a profile memtrace-bpf can read"))?;
+    if profile.target.is_empty() {
+        // pprof files do not name what was traced: the file stands in.
+        profile.target = format!("file {shown}");
+    }
+    Ok(profile)
 }
 
 enum Kind {

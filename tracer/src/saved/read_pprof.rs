@@ -59,6 +59,15 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Profile> {
         add(&mut p.totals, &stack.counts);
         p.stacks.push(stack);
     }
+    // As a trace's report: largest in-use first, then largest allocated.
+    p.stacks.sort_by(|a, b| {
+        (b.counts.inuse_bytes, b.counts.alloc_bytes)
+            .cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes))
+    });
+    notes.push(
+        "read from a pprof file: it has no process list, hooks or loss counters (shown as none)"
+            .into(),
+    );
     if clamped > 0 {
         notes.push(format!(
             "{clamped} negative sample values were read as 0 (a diff profile?)"
