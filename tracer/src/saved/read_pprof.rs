@@ -10,6 +10,11 @@ use prost::Message as _;
 
 use crate::report::{proto, Counts, Frame, Profile, StackReport};
 
+/// Most frames (over all samples) read from one pprof file: a location's
+/// lines are repeated in every sample that references it, so a small file
+/// could otherwise expand without bound.
+pub const MAX_FRAMES: usize = 1 << 26;
+
 /// Which `Counts` field a sample type fills.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Slot {
@@ -33,6 +38,11 @@ fn slot(name: &str) -> Option<Slot> {
 
 /// Parses `bytes` (decompressed) as a `perftools.profiles.Profile`.
 pub fn parse(bytes: &[u8]) -> anyhow::Result<Profile> {
+    parse_bounded(bytes, MAX_FRAMES)
+}
+
+/// `parse`, holding at most `max_frames` frames over all samples.
+pub(super) fn parse_bounded(bytes: &[u8], max_frames: usize) -> anyhow::Result<Profile> {
     let pb =
         proto::Profile::decode(bytes).context("its protobuf is malformed (not a pprof profile)")?;
     let strings = Strings(&pb.string_table);
@@ -53,9 +63,16 @@ pub fn parse(bytes: &[u8]) -> anyhow::Result<Profile> {
         ..Default::default()
     };
     let mut clamped = 0u64;
+    let mut frames = 0usize;
     for (i, sample) in pb.sample.iter().enumerate() {
         let stack = stack(sample, &slots, &locations, &strings, &mut clamped)
             .with_context(|| format!("sample {i}"))?;
+        // A location with many lines, referenced many times, multiplies:
+        // bound what the file can make us hold.
+        frames = frames.saturating_add(stack.frames.len());
+        if frames > max_frames {
+            bail!("its samples hold more than {max_frames} frames in all, the most memtrace-bpf reads");
+        }
         add(&mut p.totals, &stack.counts);
         p.stacks.push(stack);
     }

@@ -390,3 +390,20 @@ fn sort_growth_needs_history() {
     sort_by_growth(&mut p, Path::new("h.json")).expect("sorted");
     assert_eq!(p.stacks[0].frames[0].function, "cache");
 }
+
+#[test]
+fn a_pprof_that_expands_past_the_frame_bound_is_refused() {
+    let mut pb = proto::Profile::decode(&pprof_bytes(&[("inuse_space", "bytes")], vec![1])[..])
+        .expect("decode");
+    // 2 lines per location, referenced 51 times: 102 frames.
+    pb.sample[0].location_id = vec![1; 51];
+    let raw = pb.encode_to_vec();
+    let err = err_of(read_pprof::parse_bounded(&raw, 100));
+    assert!(err.contains("more than 100 frames"), "{err}");
+    assert_eq!(
+        read_pprof::parse_bounded(&raw, 102).expect("parse").stacks[0]
+            .frames
+            .len(),
+        102
+    );
+}
