@@ -37,6 +37,10 @@ pub fn parse(raw: &[u8]) -> anyhow::Result<Profile> {
 fn check_format(format: Option<String>) -> anyhow::Result<()> {
     match format.as_deref() {
         Some(FORMAT) => Ok(()),
+        Some(diff) if diff.starts_with("memtrace-bpf-diff/") => bail!(
+            "it is a diff ({diff:?}, from `memtrace-bpf diff --format json`), not a profile: \
+             report and diff read the profiles a trace saves"
+        ),
         Some(other) => bail!(
             "its format is {:?}; this memtrace-bpf reads {FORMAT:?} (re-save it with a matching \
              memtrace-bpf, or use that version's `report`)",

@@ -122,6 +122,8 @@ fn json_of_another_version_is_refused_with_the_version() {
     let odd = other.replace("\"stacks\": [", "\"stacks\": 3, \"x\": [");
     let err = err_of(read_json::parse(odd.as_bytes()));
     assert!(err.contains("memtrace-bpf/9"), "{err}");
+    let err = err_of(read_json::parse(b"{\"format\": \"memtrace-bpf-diff/1\"}"));
+    assert!(err.contains("it is a diff"), "{err}");
     let err = err_of(read_json::parse(b"{\"stacks\": []}"));
     assert!(err.contains("no \"format\""), "{err}");
 }
