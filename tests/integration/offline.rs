@@ -549,3 +549,17 @@ fn a_go_heap_profile_reports_and_diffs_as_nobody() {
         "{objects}"
     );
 }
+
+#[test]
+fn bad_command_lines_of_report_and_diff_exit_with_status_2() {
+    for args in [
+        &["diff", "only-one.json"][..],
+        &["report", "x.json", "--top", "0"],
+        &["report", "x.json", "--format", "nonsense"],
+    ] {
+        let out = Command::new(TRACER).args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("error"), "{args:?}: {err}");
+    }
+}

@@ -128,6 +128,17 @@ pub enum DiffFormat {
 pub fn main(args: Vec<OsString>) -> std::process::ExitCode {
     // argv[0] first, as clap expects.
     let cli = SavedCli::parse_from(std::iter::once(OsString::from("memtrace-bpf")).chain(args));
+    let top = match &cli.command {
+        SavedCommand::Report(a) => a.top,
+        SavedCommand::Diff(a) => a.top,
+    };
+    if top == 0 {
+        // A bad command line, as for a trace: status 2.
+        eprintln!(
+            "memtrace-bpf: error: --top must be at least 1: it is how many stacks the text report lists"
+        );
+        return std::process::ExitCode::from(2);
+    }
     let result = match &cli.command {
         SavedCommand::Report(a) => run_report(a),
         SavedCommand::Diff(a) => run_diff(a),
@@ -146,7 +157,6 @@ pub fn main(args: Vec<OsString>) -> std::process::ExitCode {
 }
 
 fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
-    check_top(a.top)?;
     let binary = matches!(
         a.format,
         Format::Pprof | Format::Flamegraph | Format::Speedscope
@@ -168,7 +178,6 @@ fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
 }
 
 fn run_diff(a: &DiffArgs) -> anyhow::Result<()> {
-    check_top(a.top)?;
     let binary = matches!(a.format, DiffFormat::Pprof | DiffFormat::Flamegraph);
     let name = match a.format {
         DiffFormat::Pprof => "pprof",
@@ -191,13 +200,6 @@ fn run_diff(a: &DiffArgs) -> anyhow::Result<()> {
         DiffFormat::Json => d.write_json(view, &mut w),
         DiffFormat::Pprof => d.write_pprof(view, &mut w),
     })
-}
-
-fn check_top(top: usize) -> anyhow::Result<()> {
-    if top == 0 {
-        bail!("--top must be at least 1: it is how many stacks the text report lists");
-    }
-    Ok(())
 }
 
 fn format_name(f: Format) -> &'static str {
