@@ -13,6 +13,7 @@ pub mod fuzzing;
 pub mod model;
 pub mod probes;
 pub mod report;
+pub mod saved;
 pub mod serve;
 pub mod session;
 pub mod stacks;

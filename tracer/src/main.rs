@@ -7,6 +7,12 @@ use clap::Parser as _;
 use memtrace_bpf::{cli, escape, session};
 
 fn main() -> ExitCode {
+    // `report` and `diff` work on saved files: dispatched before anything
+    // privileged, and before the trace's own command line is parsed.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if memtrace_bpf::saved::is_subcommand(args.first()) {
+        return memtrace_bpf::saved::main(args);
+    }
     let cli = cli::Cli::parse(); // exits with status 2 on a bad command line
     if let Err(msg) = cli.validate() {
         eprintln!("memtrace-bpf: error: {}", escape::text(&msg));

@@ -63,7 +63,14 @@ pub enum Sessions {
 /// Trace the heap allocations of a running process with eBPF uprobes and
 /// report where its outstanding memory was allocated.
 #[derive(Debug, Parser)]
-#[command(name = "memtrace-bpf", version, about)]
+#[command(
+    name = "memtrace-bpf",
+    version,
+    about,
+    after_help = "Saved profiles (no privileges needed; see `memtrace-bpf report --help`):\n  \
+                  memtrace-bpf report FILE [--format F] [-o PATH]   re-render a saved JSON or pprof profile\n  \
+                  memtrace-bpf diff OLD NEW [--format F] [-o PATH]  per-stack changes NEW - OLD"
+)]
 pub struct Cli {
     /// Process to trace (all of its threads). Without --pid, --binary or a
     /// command, every process on the machine is traced.

@@ -139,7 +139,7 @@ fn push_stack(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names, 
 /// - a name ending in a space and a number (`f 12`, `f 1.5`) would be read
 ///   as a sample count, the line as a differential one (`stack A B`, as
 ///   inferno and flamegraph.pl read it): that space becomes `\x20`.
-fn sanitize(name: &str) -> String {
+pub fn sanitize(name: &str) -> String {
     let escaped: String = escape::text(name)
         .chars()
         .map(|c| if c == ';' { ':' } else { c })

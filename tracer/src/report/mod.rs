@@ -26,6 +26,10 @@ pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
 pub use speedscope::write_speedscope;
 pub use text::{write_losses, write_text, write_text_by};
+// For saved profiles (crate::saved): reading pprof, naming folded frames.
+pub use collapsed::sanitize as folded_name;
+pub use output::Render;
+pub use pprof::proto;
 
 #[cfg(test)]
 mod fixtures;

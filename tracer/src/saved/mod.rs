@@ -1,0 +1,323 @@
+//! Saved profiles: `memtrace-bpf report FILE` re-renders a saved profile,
+//! `memtrace-bpf diff OLD NEW` compares two. Neither loads BPF, checks
+//! capabilities nor reads /proc: main.rs dispatches them before anything
+//! privileged, so any user can run them on files they can read.
+//!
+//! A saved file is input like any other: it is read up to `MAX_INPUT_BYTES`
+//! (compressed and decompressed), and every index in it is checked, so a
+//! malformed file gives an error naming it, never a panic.
+
+use std::{
+    ffi::OsString,
+    fs::File,
+    io::{IsTerminal as _, Read, Write},
+    path::{Path, PathBuf},
+};
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::{
+    cli::Format,
+    report::{self, Output, Profile, Sort, View},
+};
+
+mod diff;
+mod read_json;
+mod read_pprof;
+
+pub use diff::{Diff, DiffEntry};
+
+/// Largest saved file read, before and after decompression: 1 GiB.
+pub const MAX_INPUT_BYTES: u64 = 1 << 30;
+
+/// True when the command line is one of these subcommands: the first
+/// argument is `report` or `diff` (a trace's own options all start with
+/// `-`, and a command to trace comes after `--`).
+pub fn is_subcommand(first: Option<&OsString>) -> bool {
+    first.is_some_and(|a| a == "report" || a == "diff")
+}
+
+/// Work on saved profiles (no privileges needed).
+#[derive(Debug, Parser)]
+#[command(name = "memtrace-bpf", version)]
+pub struct SavedCli {
+    #[command(subcommand)]
+    pub command: SavedCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SavedCommand {
+    /// Re-render a saved profile (memtrace-bpf JSON, or a pprof file) in
+    /// any format.
+    Report(ReportArgs),
+    /// Per-stack differences NEW − OLD between two saved profiles
+    /// (memtrace-bpf JSON or pprof, gzip-compressed or not).
+    Diff(DiffArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The saved profile (`--format json` output, or a pprof file).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Which number collapsed stacks and flamegraphs show, and pprof's
+    /// default sample type.
+    #[arg(long, value_enum, default_value_t = View::InuseSpace)]
+    pub view: View,
+    /// Number of stacks in the text report.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// Order of stacks in text and JSON: by in-use bytes, or by growth
+    /// (needs a profile saved with --interval history). Default: growth
+    /// when the profile has growth rates, inuse otherwise.
+    #[arg(long, value_enum, value_name = "ORDER")]
+    pub sort: Option<Sort>,
+    /// Write the report here instead of stdout.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The earlier profile.
+    #[arg(value_name = "OLD")]
+    pub old: PathBuf,
+    /// The later profile: changes are NEW − OLD.
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    #[arg(short, long, value_enum, default_value_t = DiffFormat::Text)]
+    pub format: DiffFormat,
+    /// Which number text, collapsed and flamegraph compare, and pprof's
+    /// default sample type.
+    #[arg(long, value_enum, default_value_t = View::InuseSpace)]
+    pub view: View,
+    /// Number of stacks in the text report.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// Write the diff here instead of stdout.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormat {
+    /// Stacks ranked by the largest absolute change, with totals.
+    Text,
+    /// `root;...;leaf CHANGE`, signed.
+    Collapsed,
+    /// inferno's differential flamegraph (red grew, blue shrank).
+    Flamegraph,
+    /// The diff document (schema in README).
+    Json,
+    /// Gzip-compressed pprof with NEW − OLD values, as `go tool pprof
+    /// -diff_base` makes.
+    Pprof,
+}
+
+/// Runs a subcommand; the exit status is 0, 1 (error) or 2 (bad usage).
+pub fn main(args: Vec<OsString>) -> std::process::ExitCode {
+    // argv[0] first, as clap expects.
+    let cli = SavedCli::parse_from(std::iter::once(OsString::from("memtrace-bpf")).chain(args));
+    let top = match &cli.command {
+        SavedCommand::Report(a) => a.top,
+        SavedCommand::Diff(a) => a.top,
+    };
+    if top == 0 {
+        // A bad command line, as for a trace: status 2.
+        eprintln!(
+            "memtrace-bpf: error: --top must be at least 1: it is how many stacks the text report lists"
+        );
+        return std::process::ExitCode::from(2);
+    }
+    let result = match &cli.command {
+        SavedCommand::Report(a) => run_report(a),
+        SavedCommand::Diff(a) => run_diff(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            // Errors quote file names and names read from those files.
+            eprintln!(
+                "memtrace-bpf: error: {}",
+                crate::escape::text(&format!("{err:#}"))
+            );
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
+    let binary = matches!(
+        a.format,
+        Format::Pprof | Format::Flamegraph | Format::Speedscope
+    );
+    let output = prepare_output(a.output.as_deref(), binary, format_name(a.format))?;
+    let mut profile = load(&a.file)?;
+    let sort = sort_stacks(&mut profile, a.sort, &a.file)?;
+    let (format, view, top) = (a.format, a.view, a.top);
+    write_out(output.as_ref(), &mut |mut w: &mut dyn Write| match format {
+        Format::Text => Ok(report::write_text_by(&profile, top, sort, &mut w)?),
+        Format::Json => report::write_json(&profile, &mut w),
+        Format::Collapsed => Ok(report::write_collapsed(&profile, view, &mut w)?),
+        Format::Flamegraph => report::write_flamegraph(&profile, view, &mut w),
+        Format::Pprof => report::write_pprof(&profile, view, &mut w),
+        Format::Speedscope => report::write_speedscope(&profile, view, &mut w),
+    })
+}
+
+fn run_diff(a: &DiffArgs) -> anyhow::Result<()> {
+    let binary = matches!(a.format, DiffFormat::Pprof | DiffFormat::Flamegraph);
+    let name = match a.format {
+        DiffFormat::Pprof => "pprof",
+        _ => "flamegraph",
+    };
+    let output = prepare_output(a.output.as_deref(), binary, name)?;
+    let old = load(&a.old)?;
+    let new = load(&a.new)?;
+    let d = Diff::new(
+        &old,
+        &new,
+        &crate::escape::path(&a.old),
+        &crate::escape::path(&a.new),
+    );
+    let (format, view, top) = (a.format, a.view, a.top);
+    write_out(output.as_ref(), &mut |mut w: &mut dyn Write| match format {
+        DiffFormat::Text => Ok(d.write_text(view, top, &mut w)?),
+        DiffFormat::Collapsed => Ok(d.write_collapsed(view, &mut w)?),
+        DiffFormat::Flamegraph => d.write_flamegraph(view, &mut w),
+        DiffFormat::Json => d.write_json(view, &mut w),
+        DiffFormat::Pprof => d.write_pprof(view, &mut w),
+    })
+}
+
+fn format_name(f: Format) -> &'static str {
+    match f {
+        Format::Pprof => "pprof",
+        Format::Speedscope => "speedscope",
+        _ => "flamegraph",
+    }
+}
+
+/// Checks `-o` before any file is read, and refuses to write a binary or
+/// SVG format to a terminal, as a trace does.
+fn prepare_output(path: Option<&Path>, binary: bool, name: &str) -> anyhow::Result<Option<Output>> {
+    if let Some(path) = path {
+        return Output::prepare(path).map(Some);
+    }
+    if binary && std::io::stdout().is_terminal() {
+        let file = match name {
+            "pprof" => "FILE.pb.gz",
+            "speedscope" => "FILE.speedscope.json",
+            _ => "FILE.svg",
+        };
+        bail!("--format {name} writes a file, not text for a terminal: add -o {file} or redirect stdout");
+    }
+    Ok(None)
+}
+
+fn write_out(output: Option<&Output>, render: &mut report::Render<'_>) -> anyhow::Result<()> {
+    match output {
+        Some(output) => output.write_with(render),
+        None => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            render(&mut out).context("writing to stdout")?;
+            out.flush().context("writing to stdout")
+        }
+    }
+}
+
+/// `--sort`: the order asked for, or growth when the profile has growth
+/// rates (as a trace with --interval does) and in-use otherwise. A saved
+/// profile keeps the order it was written in, so in-use is sorted again.
+pub(crate) fn sort_stacks(
+    p: &mut Profile,
+    asked: Option<Sort>,
+    file: &Path,
+) -> anyhow::Result<Sort> {
+    let has_rates = p.stacks.iter().any(|s| s.growth_bytes_per_sec.is_some());
+    let sort = match asked {
+        Some(Sort::Growth) if !has_rates => bail!(
+            "{}: this profile has no history (no growth rates): --sort growth needs a profile \
+             saved from a trace with --interval; use --sort inuse",
+            crate::escape::path(file)
+        ),
+        Some(sort) => sort,
+        None if has_rates => Sort::Growth,
+        None => Sort::Inuse,
+    };
+    match sort {
+        Sort::Growth => p.sort_stacks(Sort::Growth),
+        Sort::Inuse => p.stacks.sort_by(|a, b| {
+            (b.counts.inuse_bytes, b.counts.alloc_bytes)
+                .cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes))
+        }),
+    }
+    Ok(sort)
+}
+
+/// Reads a saved profile: memtrace-bpf JSON, or pprof (gzip-compressed or
+/// not), told apart by their first bytes. Errors name the file.
+pub fn load(path: &Path) -> anyhow::Result<Profile> {
+    let shown = crate::escape::path(path);
+    let raw = read_bounded(path).with_context(|| format!("reading {shown}"))?;
+    let parsed = match sniff(&raw) {
+        Kind::Json => read_json::parse(&raw),
+        Kind::Gzip => gunzip(&raw).and_then(|bytes| read_pprof::parse(&bytes)),
+        Kind::Protobuf => read_pprof::parse(&raw),
+    };
+    let mut profile =
+        parsed.with_context(|| format!("{shown} is not a profile memtrace-bpf can read"))?;
+    if profile.target.is_empty() {
+        // pprof files do not name what was traced: the file stands in.
+        profile.target = format!("file {shown}");
+    }
+    Ok(profile)
+}
+
+enum Kind {
+    Json,
+    Gzip,
+    Protobuf,
+}
+
+fn sniff(raw: &[u8]) -> Kind {
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        return Kind::Gzip;
+    }
+    match raw.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | None => Kind::Json,
+        Some(_) => Kind::Protobuf,
+    }
+}
+
+/// The whole file, refused above `MAX_INPUT_BYTES`.
+fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let file = File::open(path).context("cannot open it: check the path and its permissions")?;
+    let mut raw = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut raw)
+        .context("cannot read it")?;
+    if raw.len() as u64 > MAX_INPUT_BYTES {
+        bail!("it is larger than {MAX_INPUT_BYTES} bytes (1 GiB), the most a saved profile may be");
+    }
+    Ok(raw)
+}
+
+/// Decompresses a gzip stream, refused above `MAX_INPUT_BYTES`.
+fn gunzip(raw: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(raw)
+        .take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut out)
+        .context("its gzip data is damaged or truncated")?;
+    if out.len() as u64 > MAX_INPUT_BYTES {
+        bail!("it decompresses to more than {MAX_INPUT_BYTES} bytes (1 GiB), the most a saved profile may be");
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

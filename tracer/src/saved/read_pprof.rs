@@ -1,0 +1,276 @@
+//! Reads a pprof heap profile (ours, Go's, or a jemalloc / Rust endpoint's)
+//! into a `Profile`: sample types by name, functions from each location's
+//! lines (innermost first), every string, function and location index
+//! checked.
+
+use std::{collections::HashMap, sync::Arc};
+
+use anyhow::{bail, Context as _};
+use prost::Message as _;
+
+use crate::report::{proto, Counts, Frame, Profile, StackReport};
+
+/// Most frames (over all samples) read from one pprof file: a location's
+/// lines are repeated in every sample that references it, so a small file
+/// could otherwise expand without bound.
+pub const MAX_FRAMES: usize = 1 << 26;
+
+/// Which `Counts` field a sample type fills.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Slot {
+    InuseBytes,
+    InuseObjects,
+    AllocBytes,
+    AllocObjects,
+}
+
+/// pprof's names for our four numbers. jemalloc's pprof exports (and the
+/// Rust crates built on them) name their live heap `space` and `objects`.
+fn slot(name: &str) -> Option<Slot> {
+    match name {
+        "inuse_space" | "space" => Some(Slot::InuseBytes),
+        "inuse_objects" | "objects" => Some(Slot::InuseObjects),
+        "alloc_space" => Some(Slot::AllocBytes),
+        "alloc_objects" => Some(Slot::AllocObjects),
+        _ => None,
+    }
+}
+
+/// Parses `bytes` (decompressed) as a `perftools.profiles.Profile`.
+pub fn parse(bytes: &[u8]) -> anyhow::Result<Profile> {
+    parse_bounded(bytes, MAX_FRAMES)
+}
+
+/// `parse`, holding at most `max_frames` frames over all samples.
+pub(super) fn parse_bounded(bytes: &[u8], max_frames: usize) -> anyhow::Result<Profile> {
+    let pb =
+        proto::Profile::decode(bytes).context("its protobuf is malformed (not a pprof profile)")?;
+    let strings = Strings(&pb.string_table);
+    let mut notes = Vec::new();
+    let slots = sample_slots(&pb, &strings, &mut notes)?;
+    let functions = functions(&pb, &strings)?;
+    let mappings: HashMap<u64, &proto::Mapping> = pb.mapping.iter().map(|m| (m.id, m)).collect();
+    let mut locations = HashMap::with_capacity(pb.location.len());
+    for loc in &pb.location {
+        let frames = location_frames(loc, &functions, &mappings, &strings)
+            .with_context(|| format!("location {}", loc.id))?;
+        locations.insert(loc.id, frames);
+    }
+    let mut p = Profile {
+        sample_rate: sample_rate(&pb, &strings),
+        duration_secs: pb.duration_nanos.max(0) as f64 / 1e9,
+        end_reason: "read from a pprof file".into(),
+        ..Default::default()
+    };
+    let mut clamped = 0u64;
+    let mut frames = 0usize;
+    for (i, sample) in pb.sample.iter().enumerate() {
+        let stack = stack(sample, &slots, &locations, &strings, &mut clamped)
+            .with_context(|| format!("sample {i}"))?;
+        // A location with many lines, referenced many times, multiplies:
+        // bound what the file can make us hold.
+        frames = frames.saturating_add(stack.frames.len());
+        if frames > max_frames {
+            bail!("its samples hold more than {max_frames} frames in all, the most memtrace-bpf reads");
+        }
+        add(&mut p.totals, &stack.counts);
+        p.stacks.push(stack);
+    }
+    // As a trace's report: largest in-use first, then largest allocated.
+    p.stacks.sort_by(|a, b| {
+        (b.counts.inuse_bytes, b.counts.alloc_bytes)
+            .cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes))
+    });
+    notes.push(
+        "read from a pprof file: it has no process list, hooks or loss counters (shown as none)"
+            .into(),
+    );
+    if clamped > 0 {
+        notes.push(format!(
+            "{clamped} negative sample values were read as 0 (a diff profile?)"
+        ));
+    }
+    p.notes = notes;
+    Ok(p)
+}
+
+/// Looks up string-table entries, checking the index.
+struct Strings<'a>(&'a [String]);
+
+impl Strings<'_> {
+    fn get(&self, i: i64) -> anyhow::Result<&str> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .map(String::as_str)
+            .with_context(|| {
+                format!(
+                    "string index {i} is out of range (the string table has {} entries)",
+                    self.0.len()
+                )
+            })
+    }
+}
+
+/// The slot of each sample value, in order; types we cannot map are
+/// ignored with a note, and a profile with none we can is refused.
+fn sample_slots(
+    pb: &proto::Profile,
+    strings: &Strings<'_>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Vec<Option<Slot>>> {
+    let mut slots = Vec::with_capacity(pb.sample_type.len());
+    let mut names = Vec::new();
+    for t in &pb.sample_type {
+        let name = strings.get(t.r#type).context("a sample type")?;
+        let unit = strings.get(t.unit).context("a sample type")?;
+        let s = slot(name);
+        if s.is_none() {
+            notes.push(format!(
+                "sample type {name}/{unit} is not a heap number memtrace-bpf knows: ignored"
+            ));
+        }
+        names.push(format!("{name}/{unit}"));
+        slots.push(s);
+    }
+    if slots.iter().all(Option::is_none) {
+        bail!(
+            "none of its sample types ({}) is a heap number memtrace-bpf reads (inuse_space, \
+             inuse_objects, alloc_space, alloc_objects, or jemalloc's space and objects)",
+            names.join(", ")
+        );
+    }
+    Ok(slots)
+}
+
+/// Function id → (name, file).
+fn functions<'a>(
+    pb: &'a proto::Profile,
+    strings: &Strings<'a>,
+) -> anyhow::Result<HashMap<u64, (String, Option<String>)>> {
+    let mut out = HashMap::with_capacity(pb.function.len());
+    for f in &pb.function {
+        let name = strings
+            .get(f.name)
+            .with_context(|| format!("function {}", f.id))?;
+        let file = strings
+            .get(f.filename)
+            .with_context(|| format!("function {}", f.id))?;
+        let file = (!file.is_empty()).then(|| file.to_string());
+        out.insert(f.id, (name.to_string(), file));
+    }
+    Ok(out)
+}
+
+/// A location's frames, innermost first (pprof lists inlined functions
+/// before the function they were inlined into).
+fn location_frames(
+    loc: &proto::Location,
+    functions: &HashMap<u64, (String, Option<String>)>,
+    mappings: &HashMap<u64, &proto::Mapping>,
+    strings: &Strings<'_>,
+) -> anyhow::Result<Vec<Arc<Frame>>> {
+    let module = match mappings.get(&loc.mapping_id) {
+        Some(m) => strings.get(m.filename).context("its mapping")?.to_string(),
+        None => String::new(),
+    };
+    if loc.line.is_empty() {
+        return Ok(vec![Arc::new(Frame {
+            function: "[unknown]".into(),
+            module,
+            offset: loc.address,
+            ..Default::default()
+        })]);
+    }
+    let last = loc.line.len() - 1;
+    loc.line
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let (name, file) = functions.get(&line.function_id).with_context(|| {
+                format!("function id {} is not in the profile", line.function_id)
+            })?;
+            Ok(Arc::new(Frame {
+                function: name.clone(),
+                module: module.clone(),
+                offset: loc.address,
+                file: file.clone(),
+                line: u32::try_from(line.line).ok().filter(|&l| l > 0),
+                inlined: i < last,
+            }))
+        })
+        .collect()
+}
+
+/// The sampling period when it is in bytes (`space/bytes`), else 0.
+fn sample_rate(pb: &proto::Profile, strings: &Strings<'_>) -> u64 {
+    let space = pb
+        .period_type
+        .as_ref()
+        .and_then(|t| strings.get(t.unit).ok())
+        .is_some_and(|unit| unit == "bytes");
+    match space {
+        true => u64::try_from(pb.period).unwrap_or(0),
+        false => 0,
+    }
+}
+
+fn stack(
+    sample: &proto::Sample,
+    slots: &[Option<Slot>],
+    locations: &HashMap<u64, Vec<Arc<Frame>>>,
+    strings: &Strings<'_>,
+    clamped: &mut u64,
+) -> anyhow::Result<StackReport> {
+    if sample.value.len() != slots.len() {
+        bail!(
+            "it has {} values for {} sample types",
+            sample.value.len(),
+            slots.len()
+        );
+    }
+    let mut counts = Counts::default();
+    for (&v, slot) in sample.value.iter().zip(slots) {
+        let v = u64::try_from(v).unwrap_or_else(|_| {
+            *clamped += 1;
+            0
+        });
+        match slot {
+            Some(Slot::InuseBytes) => counts.inuse_bytes = v,
+            Some(Slot::InuseObjects) => counts.inuse_objects = v,
+            Some(Slot::AllocBytes) => counts.alloc_bytes = v,
+            Some(Slot::AllocObjects) => counts.alloc_objects = v,
+            None => {}
+        }
+    }
+    let mut frames = Vec::new();
+    for id in &sample.location_id {
+        let loc = locations
+            .get(id)
+            .with_context(|| format!("location id {id} is not in the profile"))?;
+        frames.extend(loc.iter().cloned());
+    }
+    Ok(StackReport {
+        pid: pid_label(sample, strings),
+        counts,
+        frames,
+        ..Default::default()
+    })
+}
+
+/// Our own files carry the process as a numeric `pid` label.
+fn pid_label(sample: &proto::Sample, strings: &Strings<'_>) -> u32 {
+    sample
+        .label
+        .iter()
+        .find(|l| strings.get(l.key).is_ok_and(|k| k == "pid"))
+        .and_then(|l| u32::try_from(l.num).ok())
+        .unwrap_or(0)
+}
+
+fn add(total: &mut Counts, c: &Counts) {
+    total.inuse_bytes = total.inuse_bytes.saturating_add(c.inuse_bytes);
+    total.inuse_objects = total.inuse_objects.saturating_add(c.inuse_objects);
+    total.alloc_bytes = total.alloc_bytes.saturating_add(c.alloc_bytes);
+    total.alloc_objects = total.alloc_objects.saturating_add(c.alloc_objects);
+}
