@@ -1,5 +1,6 @@
 //! `cargo xtask demo`: trace demo/leaky.c with the release binary, print the
-//! text report and write a flamegraph.
+//! text report, write a flamegraph, then rank its stacks by growth over a
+//! 20 s history and diff two of its snapshots.
 
 use std::{
     fs,
@@ -63,6 +64,46 @@ pub fn run() -> Result<()> {
             .arg(&svg),
     )?;
     println!("flamegraph: {}", svg.display());
+
+    // Leak hunting over time: a history every 2 s, stacks ranked by how
+    // fast they grow, each with its trend; two of the snapshots diffed.
+    let snapshots = demo_dir.join("heap-{n}.json");
+    println!("tracing pid {pid} for 20 s more with --interval 2: which stacks grow");
+    run_cmd(
+        Command::new(&tracer)
+            .args([
+                "--pid",
+                &pid,
+                "--duration",
+                "20",
+                "--interval",
+                "2",
+                "--sample-rate",
+                "1",
+                "--format",
+                "json",
+                "-o",
+            ])
+            .arg(&snapshots),
+    )?;
+    // Ticks at 2, 4, ... 18 s, then the final report: number 10.
+    let numbered = |n: u32| demo_dir.join(format!("heap-{n}.json"));
+    run_cmd(
+        Command::new(&tracer)
+            .args(["report", "--top", "4"])
+            .arg(numbered(10)),
+    )?;
+    println!("what grew between the snapshots at 2 s and at 18 s:");
+    run_cmd(
+        Command::new(&tracer)
+            .args(["diff", "--top", "4"])
+            .arg(numbered(1))
+            .arg(numbered(9)),
+    )?;
+    println!(
+        "snapshots: {} (see README, \"Finding a leak\")",
+        demo_dir.join("heap-N.json").display()
+    );
     Ok(())
 }
 

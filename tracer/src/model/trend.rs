@@ -64,13 +64,15 @@ const CHURN_FACTOR: f64 = 10.0;
 /// recorded block stands for about that much). In exact mode, a churning
 /// stack caught between malloc and free at a tick holds one block then.
 const NOISE_BLOCKS: f64 = 4.0;
-/// Growing below the noise floor: a stack of few, large blocks (a buffer
-/// that realloc grows: its mean allocated block is half its size, so 4 of
-/// them are more than it ever rises) whose series rises at this share of
-/// its steps at least, by more than one block in all. A churning stack
-/// caught between malloc and free rises at a step or two, and a sampled
-/// one's level wanders up and down about as often.
+/// Growing below the noise floor: a series of at least
+/// `STEADY_MIN_POINTS` that rises at `STEADY_SHARE` of its steps at least,
+/// by more than a sample rate when sampling. A buffer that realloc grows
+/// holds one block whose mean allocated size is about its size: it never
+/// rises by 4 of them. A churning stack caught between malloc and free
+/// rises at a step or two (its level is mostly the same few blocks), and
+/// a sampled one's wanders up and down about as often.
 const STEADY_SHARE: f64 = 2.0 / 3.0;
+const STEADY_MIN_POINTS: usize = 6;
 
 /// The trend of a series (see README, "Growth and trends"): `counts` are
 /// the stack's, `sample_rate` 1 in exact mode.
@@ -91,8 +93,7 @@ pub fn classify(secs: &[f64], values: &[u64], counts: &Counts, sample_rate: u64)
         0 | 1 => 0.0,
         r => r as f64,
     };
-    let unit = block.max(sampled);
-    let floor = NOISE_BLOCKS * unit;
+    let floor = NOISE_BLOCKS * block.max(sampled);
     let alloc_bytes = counts.alloc_bytes;
     let span = secs[n - 1] - secs[0];
     let rise = whole.slope * span;
@@ -100,7 +101,8 @@ pub fn classify(secs: &[f64], values: &[u64], counts: &Counts, sample_rate: u64)
     let late = fit(&secs[half..], &values[half..]);
     let late_slope = late.as_ref().map_or(0.0, |f| f.slope);
     let rises = values.windows(2).filter(|w| w[1] > w[0]).count();
-    let steady = rises as f64 >= STEADY_SHARE * (n - 1) as f64 && rise > unit;
+    let steady =
+        n >= STEADY_MIN_POINTS && rises as f64 >= STEADY_SHARE * (n - 1) as f64 && rise > sampled;
     if (rise > floor || steady)
         && rise >= RISE_SHARE * range
         && whole.r2 >= MIN_R2
@@ -204,18 +206,33 @@ mod tests {
         assert_eq!(classify(&t[..3], &leak[..3], &alloc(1, 1), 1), None);
     }
 
-    /// A buffer that realloc grows by 512 bytes a tick (the demo's log):
-    /// one live block, its mean allocated size half its size, so the rise
-    /// stays under 4 blocks; it rises at every step: growing.
+    /// A buffer that realloc grows by 10 KiB a tick, traced from when it
+    /// held 100 KiB (the demo's log): one live block, its mean allocated
+    /// size about its size, so the rise stays under 4 blocks; it rises at
+    /// every step: growing, exact and sampled.
     #[test]
     fn a_buffer_realloc_grows_steadily_is_growing() {
-        let t = secs(20);
-        let sizes: Vec<u64> = (1..=20u64).map(|i| i * 10_240).collect();
+        let t = secs(10);
+        let sizes: Vec<u64> = (1..=10u64).map(|i| 100 * 1024 + i * 10_240).collect();
         // One realloc per step: allocated the sum of the sizes.
-        let allocated = alloc(sizes.iter().sum::<u64>(), 20);
+        let allocated = alloc(sizes.iter().sum::<u64>(), 10);
         assert_eq!(classify(&t, &sizes, &allocated, 1), Some(Trend::Growing));
+        assert_eq!(
+            classify(&t, &sizes, &allocated, 16384),
+            Some(Trend::Growing)
+        );
+        // When sampling, a rise under a sample rate is not growth.
+        assert_ne!(
+            classify(&t, &sizes, &allocated, 1 << 20),
+            Some(Trend::Growing)
+        );
         // Rising at one step in three only, under the floor: not growing.
-        let stepped: Vec<u64> = (0..20u64).map(|i| (i / 3) * 10_240).collect();
+        let stepped: Vec<u64> = (0..10u64).map(|i| 100 * 1024 + (i / 3) * 10_240).collect();
         assert_ne!(classify(&t, &stepped, &allocated, 1), Some(Trend::Growing));
+        // Too few points to call a steady rise.
+        assert_ne!(
+            classify(&t[..5], &sizes[..5], &allocated, 1),
+            Some(Trend::Growing)
+        );
     }
 }
