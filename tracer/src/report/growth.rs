@@ -80,18 +80,9 @@ pub(super) fn growth_line(stack: &StackReport) -> Option<String> {
 
 /// `+1.2 MiB/min`, `-300 B/min`: a rate in bytes per second, per minute.
 pub fn rate_per_min(bytes_per_sec: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let per_min = bytes_per_sec * 60.0;
     let sign = if per_min < 0.0 { "-" } else { "+" };
-    let mut value = per_min.abs();
-    let mut unit = UNITS[0];
-    for next in &UNITS[1..] {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
+    let (value, unit) = super::binary_unit(per_min.abs());
     match unit {
         "B" => format!("{sign}{value:.0} B/min"),
         _ => format!("{sign}{value:.1} {unit}/min"),

@@ -313,6 +313,31 @@ impl Frame {
     }
 }
 
+/// `value` bytes in the largest binary unit that keeps it at 1024 or
+/// more of the unit below: (1.5, "KiB") for 1536.
+pub fn binary_unit(value: f64) -> (f64, &'static str) {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = value;
+    let mut unit = UNITS[0];
+    for next in &UNITS[1..] {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = next;
+    }
+    (value, unit)
+}
+
+/// `512 B`, `1.5 KiB`, `3.2 GiB`: binary units with one decimal.
+pub fn human_bytes(bytes: u64) -> String {
+    // Precision loss in the cast is irrelevant at one decimal.
+    match binary_unit(bytes as f64) {
+        (_, "B") => format!("{bytes} B"),
+        (value, unit) => format!("{value:.1} {unit}"),
+    }
+}
+
 /// `1 stack`, `2 stacks`: a count with its noun in the right number.
 pub fn counted(n: u64, one: &str, many: &str) -> String {
     if n == 1 {

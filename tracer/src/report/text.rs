@@ -256,21 +256,7 @@ fn amount(bytes: u64, objects: u64) -> String {
 
 /// Binary units with one decimal; None below 1 KiB, where bytes say it best.
 fn human_bytes(bytes: u64) -> Option<String> {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return None;
-    }
-    // Precision loss in the cast is irrelevant at one decimal.
-    let mut value = bytes as f64;
-    let mut unit = "B";
-    for next in UNITS {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
-    Some(format!("{value:.1} {unit}"))
+    (bytes >= 1024).then(|| super::human_bytes(bytes))
 }
 
 fn plural(n: u64, noun: &str) -> String {

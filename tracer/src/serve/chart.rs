@@ -89,32 +89,11 @@ fn polyline(points: impl Iterator<Item = (f64, f64)>, color: &str, width: f64) -
     out
 }
 
-/// `512 B`, `1.5 KiB`, `3.2 GiB`: binary units with one decimal.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    // Precision loss in the cast is irrelevant at one decimal.
-    let mut value = bytes as f64;
-    let mut unit = "B";
-    for next in UNITS {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
-    format!("{value:.1} {unit}")
-}
+pub use crate::report::human_bytes;
 
-/// `+1.2 MiB/min` from bytes per second (`-` when it shrinks).
-pub fn human_rate(bytes_per_sec: f64) -> String {
-    let per_min = bytes_per_sec * 60.0;
-    let sign = if per_min < 0.0 { "-" } else { "+" };
-    // Saturating cast: a rate past u64 is not a number a person reads.
-    format!("{sign}{}/min", human_bytes(per_min.abs().round() as u64))
-}
+/// `+1.2 MiB/min` from bytes per second (`-` when it shrinks): as the
+/// text report writes it.
+pub use crate::report::rate_per_min as human_rate;
 
 /// `45 s`, `12.5 min`, `3.0 h`.
 pub fn human_secs(secs: f64) -> String {

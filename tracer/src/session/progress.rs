@@ -133,27 +133,9 @@ fn line(elapsed: Duration, rate: f64, reading: &Reading) -> String {
     format!(
         "memtrace-bpf: {elapsed} elapsed, {:.0} events/s, {} live, {} lost",
         rate,
-        bytes(reading.live_bytes),
+        crate::report::human_bytes(reading.live_bytes),
         reading.lost
     )
-}
-
-/// Binary units with one decimal.
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = UNITS[0];
-    for next in &UNITS[1..] {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
-    format!("{value:.1} {unit}")
 }
 
 /// Columns of the terminal on stderr: a line longer than that would wrap,
@@ -197,7 +179,7 @@ mod tests {
             line(Duration::from_secs(3 * 3600 + 61), 0.0, &reading),
             "memtrace-bpf: 3:01:01 elapsed, 0 events/s, 100 B live, 3 lost"
         );
-        assert_eq!(bytes(1024), "1.0 KiB");
-        assert_eq!(bytes(u64::MAX), "16.0 EiB");
+        assert_eq!(crate::report::human_bytes(1024), "1.0 KiB");
+        assert_eq!(crate::report::human_bytes(u64::MAX), "16.0 EiB");
     }
 }
