@@ -236,6 +236,21 @@ fn report(med: &[RunResult], dir: &Path) -> Result<()> {
         scraped.lost,
         100.0 * (ns("default-scraped") / ns("default-long") - 1.0)
     );
+    // The target's ns per pair moves more with this machine's noise than
+    // with a scrape; what a scrape costs is the tracer's CPU, which takes
+    // from the target's.
+    let cpu = |name: &str| {
+        MODES
+            .iter()
+            .position(|m| m.name == name)
+            .and_then(|i| med[i].tracer_cpu_secs)
+            .map_or(f64::NAN, |c| 100.0 * c)
+    };
+    println!(
+        "scraping's own cost: tracer CPU {:.1}% -> {:.1}% of a core",
+        cpu("default-long"),
+        cpu("default-scraped")
+    );
     let dwarf = &med[MODES
         .iter()
         .position(|m| m.name == "dwarf-exact")
