@@ -3,6 +3,7 @@
 use std::{
     ffi::OsStr,
     io::{BufRead, BufReader, Read, Write},
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, ChildStdin, Command, ExitStatus, Stdio},
     sync::mpsc::{self, Receiver},
@@ -275,6 +276,13 @@ impl Tracer {
             command.args(["--sample-rate", "1"]);
         }
         command.args(args);
+        // Its own process group, whose parent (this test) is in another
+        // group of the same session: the group is never orphaned, however
+        // the suite was started (from a session leader with no job control,
+        // as CI runners and `setsid` do, it would be). The kernel discards
+        // SIGTSTP, SIGTTIN and SIGTTOU sent to a process of an orphaned
+        // group (POSIX), so a started command could not be stopped by them.
+        command.process_group(0);
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

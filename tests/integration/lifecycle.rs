@@ -331,3 +331,56 @@ fn sigkill_of_the_tracer_leaves_no_probe_in_the_target() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// --interval with `{n}` snapshots under `-- CMD`, the duration a multiple
+/// of the interval: the last tick's snapshot comes as the command is sent
+/// SIGTERM. Taking it must not consume the command's ptrace stop for that
+/// signal (it was left stopped, never got SIGTERM, and was SIGKILLed
+/// after the grace time: the tracer exited 137 after 8 s).
+#[test]
+fn numbered_snapshots_at_the_end_of_the_duration_leave_the_command_its_sigterm() {
+    if !root_or_skip("numbered_snapshots_at_the_end_of_the_duration_leave_the_command_its_sigterm")
+    {
+        return;
+    }
+    let bin = compile_c("lifecycle", "fp", FP_FLAGS);
+    let state = state_file("snap-end");
+    let dir = crate::harness::scratch("snap-end");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let pattern = dir.join("s-{n}.json");
+    let tracer = Tracer::spawn(&[
+        "-q",
+        "--interval",
+        "1",
+        "-d",
+        "3",
+        "--format",
+        "json",
+        "-o",
+        pattern.to_str().expect("utf-8 path"),
+        "--exit-status",
+        "--",
+        bin.to_str().expect("utf-8 path"),
+        state.to_str().expect("utf-8 path"),
+        "shutdown",
+    ]);
+    let pid = ready_pid(&state);
+    let out = tracer.finish();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    wait_for_line(&state, &format!("got signal {}", libc::SIGTERM));
+    assert_eq!(proc_state(pid), None, "the command outlived the tracer");
+    let last = (1..=8)
+        .rev()
+        .map(|n| dir.join(format!("s-{n}.json")))
+        .find(|p| p.exists())
+        .expect("numbered reports written");
+    let report = read_json(&last);
+    assert_eq!(report["end_reason"], "duration elapsed");
+    assert_eq!(
+        report["processes"][0]["exit_status"],
+        "exited with status 0"
+    );
+    note_containing(&report, "it was sent SIGTERM and exited");
+    assert_shutdown_recorded(&report);
+}

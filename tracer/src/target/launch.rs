@@ -230,7 +230,7 @@ impl Launched {
 
     /// The exit code a shell would give for it: its status, or 128 + the
     /// signal that killed it. None while it runs.
-    pub fn shell_status(&mut self) -> Option<u8> {
+    pub fn shell_status(&self) -> Option<u8> {
         let status = self.wait_status()?;
         if libc::WIFEXITED(status) {
             Some(libc::WEXITSTATUS(status) as u8)
@@ -241,16 +241,17 @@ impl Launched {
         }
     }
 
-    /// Its wait status once it ended (reaping it).
-    fn wait_status(&mut self) -> Option<i32> {
-        if self.status.is_none() {
-            self.status = self.try_wait().filter(|&s| !libc::WIFSTOPPED(s));
-        }
+    /// Its wait status once it ended, as `service` (the one caller of
+    /// waitpid) reaped it. Waiting here would consume the report of a
+    /// ptrace stop (a signal-delivery stop, the exit stop) that only
+    /// `service` may answer: the command would stay stopped for good, its
+    /// SIGTERM never delivered.
+    fn wait_status(&self) -> Option<i32> {
         self.status
     }
 
-    /// Describes how the command ended, if it has (reaping it).
-    pub fn exit_status(&mut self) -> Option<String> {
+    /// Describes how the command ended, if `service` saw it end.
+    pub fn exit_status(&self) -> Option<String> {
         let status = self.wait_status()?;
         Some(if libc::WIFEXITED(status) {
             format!("exited with status {}", libc::WEXITSTATUS(status))
