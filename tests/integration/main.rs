@@ -18,6 +18,7 @@ mod lifecycle;
 mod losses;
 mod min_age;
 mod offline;
+mod output_dest;
 mod page;
 mod pprof;
 mod privileges;

@@ -20,14 +20,19 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _};
 
+pub use super::interruptible::{abandon_blocked_writes_on_signal, abandoned, Interruptible};
+
 /// A checked `-o` destination.
 #[derive(Debug)]
 pub struct Output {
     /// Where the user wants the report (symlinks resolved).
     path: PathBuf,
-    /// An existing device or FIFO (`-o /dev/stderr`): written in place,
-    /// since a rename would replace the device node.
-    in_place: bool,
+    /// An existing device, FIFO or socket (`-o /dev/stderr`, a terminal,
+    /// a named pipe with its reader running): opened without blocking when
+    /// the trace starts and kept open until the report is written in place
+    /// (a rename would replace the node). Kept open, so that a FIFO's
+    /// reader does not see the end of its input before the report.
+    in_place: Option<File>,
 }
 
 impl Output {
@@ -44,17 +49,12 @@ impl Output {
             if meta.is_dir() {
                 bail!("-o {shown} is a directory: name a file in it, e.g. -o {shown}/memtrace-report.txt");
             }
-            let kind = meta.file_type();
-            if kind.is_char_device() || kind.is_fifo() || kind.is_socket() {
-                OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .with_context(|| {
-                        format!("-o {shown} cannot be opened for writing: choose another file")
-                    })?;
+            if !meta.is_file() {
+                let file = open_special(&path, &meta.file_type())
+                    .map_err(|e| anyhow!("-o {shown}: {e}"))?;
                 return Ok(Output {
                     path,
-                    in_place: true,
+                    in_place: Some(file),
                 });
             }
         }
@@ -68,7 +68,7 @@ impl Output {
         }
         let output = Output {
             path,
-            in_place: false,
+            in_place: None,
         };
         let (probe, _) = output.create_temporary().map_err(|e| {
             anyhow!(
@@ -92,9 +92,9 @@ impl Output {
     /// can be larger than the memory it would take to hold it. `render`
     /// runs again for the fallback destination if the first one fails.
     pub fn write_with(&self, render: &mut Render<'_>) -> anyhow::Result<()> {
-        let result = match self.in_place {
-            true => write_in_place(&self.path, render),
-            false => self.replace(render),
+        let result = match &self.in_place {
+            Some(file) => write_in_place(file, render),
+            None => self.replace(render),
         };
         let Err(err) = result else {
             return Ok(());
@@ -181,14 +181,70 @@ fn directory(path: &Path) -> PathBuf {
     }
 }
 
-fn write_in_place(path: &Path, render: &mut Render<'_>) -> anyhow::Result<()> {
-    let file = OpenOptions::new()
+/// Opens an existing file that is not a regular file, without blocking:
+/// a FIFO that no process reads is refused at once (opening it for writing
+/// would wait for a reader for ever, beyond the reach of Ctrl-C).
+fn open_special(path: &Path, kind: &fs::FileType) -> Result<File, String> {
+    let what = if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    if !(kind.is_fifo() || kind.is_char_device() || kind.is_socket()) {
+        return Err(format!(
+            "{what} cannot take a report: name a regular file, or leave -o out for stdout"
+        ));
+    }
+    match OpenOptions::new()
         .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
-        .context("opening it for writing")?;
-    let mut out = std::io::BufWriter::new(file);
+    {
+        Ok(file) => Ok(file),
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) && kind.is_fifo() => Err(format!(
+            "{what} that no process is reading: start its reader first, or name a regular \
+             file, or leave -o out for stdout"
+        )),
+        Err(e) => Err(format!(
+            "{what} that cannot be opened for writing ({e}): choose another file"
+        )),
+    }
+}
+
+fn write_in_place(file: &File, render: &mut Render<'_>) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(Interruptible::new(file));
     render(&mut out).context("writing the report")?;
     out.flush().context("writing the report")
+}
+
+/// Writes what `render` writes to stdout. If stdout blocks (a pipe nobody
+/// reads) and a signal abandons the write, the report is saved in the
+/// temporary directory and the error says where.
+pub fn write_stdout(render: &mut Render<'_>) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(Interruptible::stdout());
+    let written = render(&mut out).and_then(|()| Ok(out.flush()?));
+    let Err(err) = written else {
+        return Ok(());
+    };
+    if !abandoned() {
+        return Err(err.context("writing the report to stdout"));
+    }
+    drop(out);
+    let fallback = Output {
+        path: std::env::temp_dir().join(format!("memtrace-bpf-{}-report", std::process::id())),
+        in_place: None,
+    };
+    match fallback.replace(render) {
+        Ok(()) => Err(err.context(format!(
+            "the report could not be written to stdout; it was saved to {} instead",
+            fallback.path.display()
+        ))),
+        Err(e) => Err(e.context("the report could not be written to stdout, nor saved")),
+    }
 }
 
 /// Saves `report` in the temporary directory, or writes it to stdout when
@@ -203,12 +259,12 @@ fn save_elsewhere(wanted: &Path, render: &mut Render<'_>) -> Option<String> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "report".into())
         )),
-        in_place: false,
+        in_place: None,
     };
     if fallback.replace(render).is_ok() {
         return Some(fallback.path.display().to_string());
     }
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut out = std::io::BufWriter::new(Interruptible::stdout());
     let _ = render(&mut out).map(|()| out.flush());
     None
 }

@@ -77,6 +77,10 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     let command_note = trace.end_command(&end_reason, |trace| {
         runtime.block_on(trace.collect(Phase::WindDown))
     })?;
+    // The runtime no longer listens for signals: from here on, one
+    // abandons a report write that blocks (a pipe nobody reads) and is
+    // acknowledged at once.
+    report::output::abandon_blocked_writes_on_signal();
     // The server stops with the trace; the report follows.
     if let Some(server) = server {
         server.stop();

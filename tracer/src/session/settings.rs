@@ -7,8 +7,6 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context as _;
-
 use crate::{
     cli::{Cli, Format, SNAPSHOT_NUMBER},
     probes::loader::{AttachOptions, Limits},
@@ -148,11 +146,7 @@ fn write_report(
     let (started, before) = (std::time::Instant::now(), crate::usage::own());
     match output {
         Some(output) => output.write_with(&mut render)?,
-        None => {
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            render(&mut out).context("writing the report to stdout")?;
-            out.flush().context("writing the report to stdout")?;
-        }
+        None => report::output::write_stdout(&mut render)?,
     }
     if cli.verbose {
         // For `cargo xtask bench-report`: what rendering alone costs. The
