@@ -425,4 +425,20 @@ fn exited_processes_beyond_the_limit_are_summed_per_program() {
     let section = &report["not_freed_at_exit"];
     assert_eq!(section["bytes"], 12345 * RUNS, "{section}");
     assert_eq!(section["processes"], RUNS, "{section}");
+    // Each run left one block: the stacks count every run, folded or not
+    // (a folded group was counted as one process).
+    let by_processes: u64 = section["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter_map(|s| s["processes"].as_u64())
+        .sum();
+    assert_eq!(by_processes, RUNS, "{section}");
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "{RUNS} processes exited during the trace; {RUNS} of them left"
+        )),
+        "{notes}"
+    );
 }

@@ -1,16 +1,11 @@
 //! Turns the collector's state into a `report::Profile`: symbolizes every
 //! frame once, sums per-stack totals, and writes the notes a user needs.
 
-use std::{
-    collections::{BTreeSet, HashMap},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use crate::{
     cli::UnwindMode,
     collect::collector::Collector,
-    collect::processes::ProcessIndex,
     model::{
         heap::{StackHandle, Unfreed},
         history::{self, History},
@@ -257,8 +252,7 @@ fn add(total: &mut Counts, c: &Counts) {
 fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
     type Key<'a> = (&'a str, Option<*const NormFrame>, bool);
     let state = &collector.state;
-    let mut groups: HashMap<Key<'_>, (Unfreed, BTreeSet<ProcessIndex>, StackHandle)> =
-        HashMap::new();
+    let mut groups: HashMap<Key<'_>, (Unfreed, StackHandle)> = HashMap::new();
     for (h, unfreed) in state.heap.unfreed_at_exit() {
         let Some(stack) = state.stacks.get(h) else {
             continue;
@@ -273,10 +267,12 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
         let frames = stack.frames.as_ref().map(|f| f.as_ptr());
         let group = groups
             .entry((program, frames, stack.truncated))
-            .or_insert_with(|| (Unfreed::default(), BTreeSet::new(), h));
+            .or_insert_with(|| (Unfreed::default(), h));
         group.0.bytes += unfreed.bytes;
         group.0.objects += unfreed.objects;
-        group.1.insert(stack.process);
+        // Each process's stacks are its own, and a folded group's stack
+        // counts every process folded into it.
+        group.0.processes += unfreed.processes;
     }
     let mut out = NotFreedAtExit {
         processes: state.heap.exited_with_unfreed,
@@ -288,7 +284,7 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
             .cmp(&(a.1 .0.bytes, a.1 .0.objects))
             .then_with(|| a.0 .0.cmp(b.0 .0))
     });
-    for ((program, _, truncated), (unfreed, processes, h)) in groups {
+    for ((program, _, truncated), (unfreed, h)) in groups {
         out.bytes += unfreed.bytes;
         out.objects += unfreed.objects;
         if out.stacks.len() >= MAX_EXIT_STACKS {
@@ -301,7 +297,7 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
         };
         out.stacks.push(ExitStack {
             program: program.to_string(),
-            processes: processes.len() as u64,
+            processes: unfreed.processes,
             bytes: unfreed.bytes,
             objects: unfreed.objects,
             frames,
@@ -414,7 +410,14 @@ fn exit_notes(meta: &Meta, at_exit: &NotFreedAtExit) -> Vec<String> {
             p.exit_status.as_deref().unwrap_or("exited")
         ));
     }
-    let exited = meta.processes.iter().filter(|p| p.exited).count() - usize::from(root.is_some());
+    // A folded group stands for the processes folded into it.
+    let exited = meta
+        .processes
+        .iter()
+        .filter(|p| p.exited)
+        .map(|p| p.folded.max(1))
+        .sum::<u64>()
+        - u64::from(root.is_some());
     if exited > 0 {
         let unfreed = match at_exit.processes {
             0 => "none left blocks unfreed".to_string(),
@@ -428,7 +431,7 @@ fn exit_notes(meta: &Meta, at_exit: &NotFreedAtExit) -> Vec<String> {
         };
         notes.push(format!(
             "{} exited during the trace; {unfreed}",
-            counted(exited as u64, "process", "processes"),
+            counted(exited, "process", "processes"),
         ));
     }
     notes

@@ -48,6 +48,9 @@ struct Estimate {
     /// `Heap::exited`): no longer in use by anyone.
     exit_bytes: f64,
     exit_objects: f64,
+    /// Processes that exited leaving blocks of this stack (summed when a
+    /// folded process's stack joins its program's group stack).
+    exit_processes: u64,
 }
 
 /// What processes that exited had not freed, for one stack: rounded like
@@ -56,6 +59,8 @@ struct Estimate {
 pub struct Unfreed {
     pub bytes: u64,
     pub objects: u64,
+    /// How many exited processes left them.
+    pub processes: u64,
 }
 
 impl Estimate {
@@ -76,6 +81,7 @@ impl Estimate {
         Unfreed {
             bytes: r(self.exit_bytes),
             objects: r(self.exit_objects),
+            processes: self.exit_processes,
         }
     }
 }
@@ -195,6 +201,7 @@ impl Heap {
                 self.exited_with_unfreed += 1;
             }
             addrs.reserve(blocks.len());
+            let mut stacks = HashSet::new();
             for (addr, block) in blocks {
                 addrs.push(addr);
                 if keep_inuse {
@@ -205,6 +212,9 @@ impl Heap {
                 if let Some(c) = self.per_stack.get_mut(&block.stack) {
                     c.exit_bytes += block.size as f64 * block.weight;
                     c.exit_objects += block.weight;
+                    if stacks.insert(block.stack) {
+                        c.exit_processes += 1;
+                    }
                 }
             }
         }
@@ -224,6 +234,7 @@ impl Heap {
         c.alloc_objects += e.alloc_objects;
         c.exit_bytes += e.exit_bytes;
         c.exit_objects += e.exit_objects;
+        c.exit_processes += e.exit_processes;
     }
 
     fn release(&mut self, block: LiveBlock) {
@@ -352,6 +363,39 @@ mod tests {
     }
 
     #[test]
+    fn given_exits_folded_into_one_stack_then_it_counts_every_process_that_left_blocks() {
+        let mut h = Heap::default();
+        // Three processes leave blocks at their own stack 1, 2, 3; stack 4
+        // is freed before its process exits.
+        for pid in 1..=3u32 {
+            h.alloc(pid, 0x10, 100, 1.0, pid, 0);
+            h.alloc(pid, 0x20, 100, 1.0, pid, 0);
+        }
+        h.alloc(4, 0x10, 100, 1.0, 4, 0);
+        h.free(4, 0x10);
+        for pid in 1..=4 {
+            h.exited(pid, false);
+        }
+        // Folded into the program's group stack 9, as --exited-processes does.
+        for from in 1..=4 {
+            h.merge(from, 9);
+        }
+        let at_exit: Vec<_> = h.unfreed_at_exit().collect();
+        assert_eq!(
+            at_exit,
+            [(
+                9,
+                Unfreed {
+                    bytes: 600,
+                    objects: 6,
+                    processes: 3,
+                }
+            )]
+        );
+        assert_eq!(h.exited_with_unfreed, 3);
+    }
+
+    #[test]
     fn given_an_exit_during_the_trace_then_what_was_not_freed_leaves_inuse_for_at_exit() {
         let mut h = Heap::default();
         h.alloc(1, 0x10, 100, 1.0, 7, 0);
@@ -372,7 +416,8 @@ mod tests {
                 7,
                 Unfreed {
                     bytes: 200,
-                    objects: 3
+                    objects: 3,
+                    processes: 1,
                 }
             )]
         );
@@ -404,7 +449,8 @@ mod tests {
                 9,
                 Unfreed {
                     bytes: 100,
-                    objects: 1
+                    objects: 1,
+                    processes: 1,
                 }
             )]
         );
