@@ -278,6 +278,21 @@ impl Cli {
         if !system_wide && (self.comm.is_some() || !self.exclude_pid.is_empty()) {
             return Err("--comm and --exclude-pid filter system-wide tracing: drop --pid, --binary and the command".into());
         }
+        // clap's `requires` does not see the trailing command as absent.
+        if self.command.is_empty() {
+            for (set, flag) in [
+                (self.exit_status, "--exit-status"),
+                (self.keep_running, "--keep-running"),
+            ] {
+                if set {
+                    return Err(format!(
+                        "{flag} applies to a command memtrace-bpf starts (`-- CMD ARGS`): a \
+                         process traced with --pid, --binary or system-wide is not its child and \
+                         always runs on after the trace; drop {flag}"
+                    ));
+                }
+            }
+        }
         if self.follow_forks && self.pid.is_none() && self.command.is_empty() {
             return Err(if self.binary.is_some() {
                 "--follow-forks follows the children of --pid or of a command: --binary already \

@@ -91,3 +91,17 @@ fn no_number_can_panic_or_overflow() {
         }
     }
 }
+
+#[test]
+fn command_only_flags_are_refused_without_a_command() {
+    for flag in ["--exit-status", "--keep-running"] {
+        for target in [&["--pid", "1"][..], &["--binary", "/bin/ls"][..], &[][..]] {
+            let mut args = target.to_vec();
+            args.push(flag);
+            let err = check(&args).expect_err("refused");
+            // clap refuses the bare flag itself; validate the rest.
+            assert!(err.contains(flag) && err.contains("CMD"), "{args:?}: {err}");
+        }
+        assert_eq!(check(&[flag, "--", "/bin/true"]), Ok(()), "{flag}");
+    }
+}

@@ -16,15 +16,7 @@ use crate::{
 pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
     if cli.verbose {
         for h in &hooks.lines {
-            eprintln!(
-                "memtrace-bpf: {} at {}+{:#x}: {}; probes at {:#x}: {}",
-                escape::text(&h.function),
-                escape::text(&h.module),
-                h.offset,
-                escape::text(&h.status.to_string()),
-                h.probe_offset,
-                escape::text(&h.placement)
-            );
+            eprintln!("{}", hook_line(h));
         }
     }
     // Paths the traced processes chose: escaped for the terminal.
@@ -88,6 +80,27 @@ impl Trace<'_> {
             "the trace ended before the command (pid {pid}): it was sent {name} and {how}"
         )))
     }
+}
+
+/// A hook for --verbose: where its probes went, when it has any of its own
+/// (an alias is counted at the function it aliases, and a hook that was not
+/// attached has none).
+fn hook_line(h: &crate::probes::plan::HookFact) -> String {
+    let mut line = format!(
+        "memtrace-bpf: {} at {}+{:#x}: {}",
+        escape::text(&h.function),
+        escape::text(&h.module),
+        h.offset,
+        escape::text(&h.status.to_string()),
+    );
+    if !h.placement.is_empty() {
+        line.push_str(&format!(
+            "; probes at {:#x}: {}",
+            h.probe_offset,
+            escape::text(&h.placement)
+        ));
+    }
+    line
 }
 
 /// Remarks about what was traced: the scope's, the children's, hooks that
@@ -159,4 +172,47 @@ pub fn print_stats(collector: &Collector) {
         "memtrace-bpf: tracer CPU {:.3} s user, {:.3} s system; peak RSS {} KiB",
         u.user_secs, u.system_secs, u.peak_rss_kib
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probes::plan::{HookFact, HookStatus, Skip};
+
+    fn fact(status: HookStatus, probe_offset: u64, placement: &str) -> HookFact {
+        HookFact {
+            function: "memalign".into(),
+            module: "/lib/libc.so.6".into(),
+            offset: 0x99610,
+            probe_offset,
+            placement: placement.into(),
+            status,
+        }
+    }
+
+    #[test]
+    fn a_hook_without_probes_of_its_own_shows_no_probe_address() {
+        let alias = fact(
+            HookStatus::Skipped(Skip::Alias {
+                of: "aligned_alloc".into(),
+            }),
+            0,
+            "",
+        );
+        assert_eq!(
+            hook_line(&alias),
+            "memtrace-bpf: memalign at /lib/libc.so.6+0x99610: alias of aligned_alloc, counted there"
+        );
+        let attached = fact(
+            HookStatus::Attached { session: false },
+            0x99617,
+            "+7: `push rbx` is emulated",
+        );
+        assert!(
+            hook_line(&attached)
+                .ends_with("attached; probes at 0x99617: +7: `push rbx` is emulated"),
+            "{}",
+            hook_line(&attached)
+        );
+    }
 }

@@ -53,12 +53,7 @@ impl Single {
         Ok(Single {
             pid: launched.pid,
             pidfd,
-            command: cli
-                .command
-                .iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
+            command: crate::target::launch::report_command(&cli.command),
             forks: Forks::new(cli.follow_forks),
             launched: Some((launched, argv_shown)),
         })

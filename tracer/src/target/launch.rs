@@ -292,12 +292,45 @@ fn is_group_stop(sig: libc::c_int) -> bool {
 
 /// A command line for display: arguments joined with spaces, each escaped
 /// as every target-controlled string is (`escape::bytes`: invalid UTF-8 and
-/// controls as `\xNN`). The command's bytes themselves are never changed.
+/// controls as `\xNN`), cut after `MAX_CMDLINE` bytes with ` [...]` as the
+/// reports cut a process's command line. The command's bytes themselves
+/// are never changed.
 pub fn display_command(args: &[OsString]) -> String {
-    args.iter()
-        .map(|a| crate::escape::bytes(a.as_bytes()))
-        .collect::<Vec<_>>()
-        .join(" ")
+    let mut shown = Vec::new();
+    let mut left = crate::target::process::MAX_CMDLINE;
+    for arg in args {
+        if left == 0 {
+            shown.push("[...]".to_string());
+            break;
+        }
+        let bytes = arg.as_bytes();
+        let cut = &bytes[..bytes.len().min(left)];
+        left -= cut.len();
+        let mut text = crate::escape::bytes(cut);
+        if cut.len() < bytes.len() {
+            text.push_str(" [...]");
+            left = 0;
+            shown.push(text);
+            break;
+        }
+        shown.push(text);
+    }
+    shown.join(" ")
+}
+
+/// The command line as the report keeps it (one per process): the raw
+/// argv, NUL-separated as in /proc/PID/cmdline, cut at `MAX_CMDLINE`.
+pub fn report_command(args: &[OsString]) -> String {
+    let mut raw = Vec::new();
+    for arg in args {
+        raw.extend_from_slice(arg.as_bytes());
+        raw.push(0);
+        if raw.len() >= crate::target::process::MAX_CMDLINE {
+            raw.truncate(crate::target::process::MAX_CMDLINE);
+            break;
+        }
+    }
+    crate::target::process::command_line(&raw)
 }
 
 /// `program` as execvp would find it.
@@ -358,6 +391,30 @@ mod tests {
             display_command(&args),
             r"/bin/echo \xff\xfe-x \x1b[31mred\n café"
         );
+    }
+
+    #[test]
+    fn a_huge_command_line_is_cut_at_4_kib_for_display_and_the_report() {
+        let args = [
+            OsString::from("/bin/echo"),
+            OsString::from("a".repeat(1 << 20)),
+            OsString::from("never-shown"),
+        ];
+        let shown = display_command(&args);
+        assert!(shown.len() < 4200, "{}", shown.len());
+        assert!(
+            shown.ends_with("aaa [...]"),
+            "{}",
+            &shown[shown.len() - 20..]
+        );
+        assert!(!shown.contains("never-shown"));
+        let kept = report_command(&args);
+        assert!(kept.len() < 4200, "{}", kept.len());
+        assert!(kept.starts_with("/bin/echo aaa") && kept.ends_with(" [...]"));
+        // Short ones are whole.
+        let short = [OsString::from("/bin/ls"), OsString::from("-l")];
+        assert_eq!(display_command(&short), "/bin/ls -l");
+        assert_eq!(report_command(&short), "/bin/ls -l");
     }
 
     #[test]

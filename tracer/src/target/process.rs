@@ -229,7 +229,7 @@ pub fn read_cmdline(pid: u32) -> String {
 
 /// A raw /proc/PID/cmdline as the report shows it: arguments joined by
 /// spaces, ` [...]` when it was cut at `MAX_CMDLINE`.
-fn command_line(raw: &[u8]) -> String {
+pub fn command_line(raw: &[u8]) -> String {
     let mut command = raw
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
