@@ -182,4 +182,31 @@ mod tests {
             .expect_err("sleep 60 outlives 200 ms");
         assert!(format!("{err:#}").contains("no exit within"), "{err:#}");
     }
+
+    /// Scratch output of manual runs (stderr captures, saved pages) was
+    /// committed at the root once; .gitignore keeps such files out.
+    #[test]
+    fn the_repository_root_holds_no_scratch_files() {
+        let root = repo_root();
+        if !root.join(".git").exists() {
+            return; // not a checkout (a packaged source tree)
+        }
+        let out = Command::new("git")
+            .current_dir(&root)
+            .args(["ls-files", "--cached", "--others", "--exclude-standard"])
+            .output()
+            .expect("git runs");
+        let listed = String::from_utf8_lossy(&out.stdout);
+        let scratch: Vec<&str> = listed
+            .lines()
+            .filter(|f| !f.contains('/'))
+            .filter(|f| {
+                [".err", ".log", ".folded", ".svg", ".pb.gz"]
+                    .iter()
+                    .any(|ext| f.ends_with(ext))
+                    || *f == "page.html"
+            })
+            .collect();
+        assert!(scratch.is_empty(), "scratch files at the root: {scratch:?}");
+    }
 }
