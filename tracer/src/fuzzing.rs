@@ -7,7 +7,7 @@ use iced_x86::Register;
 
 use crate::{
     probes::placement,
-    target::{elf::ObjectInfo, ld_so_conf::ld_so_conf_lines, process},
+    tracee::{elf::ObjectInfo, ld_so_conf::ld_so_conf_lines, process},
 };
 
 /// ELF symbol, PLT-thunk and dynamic-section discovery on any file.

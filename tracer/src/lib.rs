@@ -17,5 +17,5 @@ pub mod saved;
 pub mod serve;
 pub mod session;
 pub mod stacks;
-pub mod target;
+pub mod tracee;
 pub mod usage;

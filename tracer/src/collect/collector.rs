@@ -26,7 +26,7 @@ use crate::{
         modules::Modules,
         unwind::{Sample, Unwinders},
     },
-    target::liveness::{has_exited_since, start_time},
+    tracee::liveness::{has_exited_since, start_time},
 };
 
 /// Most execs waiting for the session (see `State::execs`).

@@ -21,7 +21,7 @@ pub struct ProcessRecord {
     pub start_time: Option<u64>,
     /// Command line as read at its first event or exec ("" when unknown).
     pub command: String,
-    /// argv[0] (see `target::process::program_of`), "" when unknown.
+    /// argv[0] (see `tracee::process::program_of`), "" when unknown.
     pub program: String,
     /// Its exit was seen.
     pub exited: bool,
@@ -52,7 +52,7 @@ impl ProcessTable {
         if let Some(&i) = self.current.get(&pid) {
             return i;
         }
-        let (command, program) = crate::target::process::command_and_program(pid);
+        let (command, program) = crate::tracee::process::command_and_program(pid);
         let program = program
             .or_else(|| self.program_hint.clone())
             .unwrap_or_default();
@@ -135,7 +135,7 @@ impl ProcessTable {
         else {
             return;
         };
-        let (command, program) = crate::target::process::command_and_program(pid);
+        let (command, program) = crate::tracee::process::command_and_program(pid);
         record.command = match command.is_empty() {
             true => comm.to_string(),
             false => command,

@@ -13,9 +13,9 @@ use crate::{
     error::TraceError,
     probes::loader::{self, AttachOptions, Loaded},
     probes::plan::HookFact,
-    target::allocators::{Choice, Hooked},
-    target::elf::{FileId, ObjectCache},
-    target::search::Program,
+    tracee::allocators::{Choice, Hooked},
+    tracee::elf::{FileId, ObjectCache},
+    tracee::search::Program,
 };
 
 pub struct Hooks {
@@ -116,7 +116,7 @@ impl Hooks {
         let mut result = program
             .map_err(anyhow::Error::from)
             .and_then(|p| self.hook(loaded, &p, Some(pid), attach_pid));
-        if result.is_err() && !crate::target::liveness::process_exited(pid) {
+        if result.is_err() && !crate::tracee::liveness::process_exited(pid) {
             // Met while its loader was still mapping its libraries (a new
             // process under --binary): what the loader will load counts.
             result = Program::just_executed(pid)
@@ -126,7 +126,7 @@ impl Hooks {
         if let Err(e) = result {
             // A process gone while its maps were read looks like one that
             // loads no allocator: that is no failure to report.
-            if !crate::target::liveness::process_exited(pid) {
+            if !crate::tracee::liveness::process_exited(pid) {
                 self.failures.push((pid, format!("{e:#}")));
             }
         }

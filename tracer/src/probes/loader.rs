@@ -16,7 +16,7 @@ use crate::{
     probes::plan::{self, HookFact, PlannedProbe},
     probes::roles,
     probes::uprobe_session,
-    target::allocators::Hooked,
+    tracee::allocators::Hooked,
 };
 
 /// The BPF object built by build.rs from tracer-ebpf.
@@ -401,7 +401,7 @@ pub fn attach_binary_entry(loaded: &mut Loaded, path: &Path) -> anyhow::Result<(
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = object::File::parse(&*data)
         .with_context(|| format!("{} is not an ELF file", path.display()))?;
-    let offset = crate::target::elf::vaddr_to_file_offset(&file, file.entry())
+    let offset = crate::tracee::elf::vaddr_to_file_offset(&file, file.entry())
         .with_context(|| format!("{}: its entry point is in no segment", path.display()))?;
     attach_one(loaded, "binary_entry", offset, path, None)
 }

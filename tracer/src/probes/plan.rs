@@ -12,9 +12,9 @@ use crate::{
     cli::ProbePlacement,
     error::TraceError,
     probes::{placement, roles},
-    target::allocators::Hooked,
-    target::elf::{ObjectInfo, Thunk},
-    target::entry_points::{EntryPoint, CORE},
+    tracee::allocators::Hooked,
+    tracee::elf::{ObjectInfo, Thunk},
+    tracee::entry_points::{EntryPoint, CORE},
 };
 
 /// Why an entry point gets no probe of its own.

@@ -15,7 +15,7 @@ use crate::{
     report::ProcessInfo,
     session::forks::ProcessChange,
     stacks::modules::Modules,
-    target::{
+    tracee::{
         launch::check_dynamic,
         process::{has_exited, program_of, read_cmdline},
         search::Program,
@@ -182,7 +182,7 @@ impl Binary {
             if !self.gone.contains(&pid) && !has_exited(pid) && !all.iter().any(|p| p.pid == pid) {
                 all.push(ProcessInfo {
                     pid,
-                    start_time: crate::target::liveness::start_time(pid),
+                    start_time: crate::tracee::liveness::start_time(pid),
                     command: command.clone(),
                     program: program_of(pid).unwrap_or_default(),
                     exited: false,
@@ -239,7 +239,7 @@ fn check_binary(binary: &Path) -> anyhow::Result<PathBuf> {
              it (--binary PROGRAM or --pid PID)"
         );
     }
-    if let Ok(info) = crate::target::elf::ObjectInfo::parse(&path) {
+    if let Ok(info) = crate::tracee::elf::ObjectInfo::parse(&path) {
         let exe = path.display().to_string();
         if !info.is_native() {
             let machine = info.machine().to_string();

@@ -1,11 +1,11 @@
 //! What the probes and the target inspection found, as the report shows
 //! it: the report receives facts and renders them, and probes/ and
-//! target/ know nothing of the report.
+//! tracee/ know nothing of the report.
 
 use crate::{
     probes::plan::HookFact,
     report::{Hook, ProcessAllocator},
-    target::allocators::Hooked,
+    tracee::allocators::Hooked,
 };
 
 /// One report line per entry point; `status` in the words the report has

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use aya::maps::{MapData, PerCpuArray};
 use tracer_common::counter;
 
-use crate::{collect::collector::read_counter, report::ProcessInfo, target::process::read_cmdline};
+use crate::{collect::collector::read_counter, report::ProcessInfo, tracee::process::read_cmdline};
 
 /// A process that joined or left the traced set, in the order the kernel
 /// saw it (see tracer_common::EVENT_FORK / EVENT_EXIT).
@@ -183,9 +183,9 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
     ProcessInfo {
         pid,
         start_time: (!exited)
-            .then(|| crate::target::liveness::start_time(pid))
+            .then(|| crate::tracee::liveness::start_time(pid))
             .flatten(),
-        program: crate::target::process::program_of(pid).unwrap_or_default(),
+        program: crate::tracee::process::program_of(pid).unwrap_or_default(),
         command,
         exited,
         exit_status: None,
@@ -197,11 +197,11 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
 /// The parent pid field of /proc/PID/stat (the 4th; the command name
 /// before it is in parentheses and may itself contain spaces and ')').
 fn parent_pid(pid: u32) -> Option<u32> {
-    parse_parent(&crate::target::process::read_stat(pid)?)
+    parse_parent(&crate::tracee::process::read_stat(pid)?)
 }
 
 fn parse_parent(stat: &str) -> Option<u32> {
-    crate::target::process::stat_field(stat, 4)?.parse().ok()
+    crate::tracee::process::stat_field(stat, 4)?.parse().ok()
 }
 
 #[cfg(test)]

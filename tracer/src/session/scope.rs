@@ -11,7 +11,7 @@ use crate::{
     report::ProcessInfo,
     session::{binary::Binary, forks::ProcessChange, single::Single},
     stacks::modules::Modules,
-    target::{
+    tracee::{
         launch::Launched,
         liveness::PidFd,
         process::{has_exited, Mapping},
@@ -253,7 +253,7 @@ impl Scope {
                 program: r.program.clone(),
                 exited: r.exited
                     || r.folded > 0
-                    || crate::target::liveness::has_exited_since(r.pid, r.start_time),
+                    || crate::tracee::liveness::has_exited_since(r.pid, r.start_time),
                 exit_status: None,
                 allocators: Vec::new(),
                 folded: r.folded,
@@ -299,6 +299,6 @@ fn all_pids() -> Vec<u32> {
 }
 
 fn is_kernel_thread(pid: u32) -> bool {
-    crate::target::process::read_stat(pid)
-        .is_some_and(|stat| crate::target::process::is_kernel_thread(&stat))
+    crate::tracee::process::read_stat(pid)
+        .is_some_and(|stat| crate::tracee::process::is_kernel_thread(&stat))
 }

@@ -12,7 +12,7 @@ use crate::{
     probes::loader::{AttachOptions, Limits},
     report::{self, Output, Profile},
     session::scope::Scope,
-    target::allocators::Choice,
+    tracee::allocators::Choice,
 };
 
 /// History tick with --serve and no --interval.

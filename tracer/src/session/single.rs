@@ -9,7 +9,7 @@ use crate::{
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
     session::forks::{Forks, ProcessChange},
-    target::{
+    tracee::{
         launch::Launched,
         liveness::PidFd,
         process::{has_exited, program_of, read_cmdline, Mapping, Process},
@@ -49,11 +49,11 @@ impl Single {
     pub fn start(cli: &Cli) -> anyhow::Result<Single> {
         let launched = Launched::spawn(&cli.command)?;
         let pidfd = PidFd::open(launched.pid)?;
-        let argv_shown = crate::target::launch::display_command(&cli.command);
+        let argv_shown = crate::tracee::launch::display_command(&cli.command);
         Ok(Single {
             pid: launched.pid,
             pidfd,
-            command: crate::target::launch::report_command(&cli.command),
+            command: crate::tracee::launch::report_command(&cli.command),
             forks: Forks::new(cli.follow_forks),
             launched: Some((launched, argv_shown)),
         })
@@ -199,7 +199,7 @@ fn root_first(all: &mut Vec<ProcessInfo>, root: u32) -> &mut ProcessInfo {
         Some(i) => all.remove(i),
         None => ProcessInfo {
             pid: root,
-            start_time: crate::target::liveness::start_time(root),
+            start_time: crate::tracee::liveness::start_time(root),
             program: program_of(root).unwrap_or_default(),
             ..ProcessInfo::default()
         },

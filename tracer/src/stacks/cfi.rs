@@ -16,7 +16,7 @@ use std::{
 use framehop::ExplicitModuleSectionInfo;
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
-use crate::target::process::Mapping;
+use crate::tracee::process::Mapping;
 
 pub(super) type Data = Arc<[u8]>;
 

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::target::process::{host_path, Mapping};
+use crate::tracee::process::{host_path, Mapping};
 
 /// Which file an object is: the same (device, inode) in every process that
 /// maps it, whatever path or mount namespace it is seen through. A file
@@ -103,7 +103,7 @@ impl Modules {
             self.note_unread(pid);
             return false;
         };
-        let maps = crate::target::process::parse_maps(&text);
+        let maps = crate::tracee::process::parse_maps(&text);
         if maps.is_empty() {
             self.note_unread(pid);
             return false; // a zombie: keep what we had
@@ -389,7 +389,7 @@ mod tests {
     fn exe_mapping(shift: u64) -> Mapping {
         let text = std::fs::read("/proc/self/maps").expect("own maps");
         let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
-        let mut m = crate::target::process::parse_maps(&text)
+        let mut m = crate::tracee::process::parse_maps(&text)
             .into_iter()
             .find(|m| m.executable && std::path::Path::new(&m.path) == exe)
             .expect("an executable mapping of the test binary");

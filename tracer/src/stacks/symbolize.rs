@@ -202,7 +202,7 @@ mod tests {
             .map(|n| {
                 use object::{Object as _, ObjectSymbol as _};
                 let sym = file.symbols().find(|s| s.name() == Ok(n)).expect("symbol");
-                crate::target::elf::vaddr_to_file_offset(&file, sym.address()).expect("offset")
+                crate::tracee::elf::vaddr_to_file_offset(&file, sym.address()).expect("offset")
             })
             .collect();
         let symbolizer = Symbolizer::builder()

@@ -13,7 +13,7 @@ use framehop::{
 };
 
 use super::cfi::{Data, SectionCache, Sections};
-use crate::target::process::Mapping;
+use crate::tracee::process::Mapping;
 
 /// Frames beyond this many are dropped and the stack marked truncated (the
 /// kernel's frame-pointer walks stop at 127 here, perf_event_max_stack).
@@ -103,7 +103,7 @@ pub struct Unwinders {
 
 impl Default for Unwinders {
     fn default() -> Self {
-        Unwinders::with_resolver(crate::target::process::host_path)
+        Unwinders::with_resolver(crate::tracee::process::host_path)
     }
 }
 

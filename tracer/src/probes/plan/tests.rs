@@ -3,7 +3,7 @@
 use std::{path::Path, sync::Arc};
 
 use super::*;
-use crate::target::{elf::file_id, entry_points::ENTRY_POINTS};
+use crate::tracee::{elf::file_id, entry_points::ENTRY_POINTS};
 
 const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";

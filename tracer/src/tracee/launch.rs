@@ -297,7 +297,7 @@ fn is_group_stop(sig: libc::c_int) -> bool {
 /// are never changed.
 pub fn display_command(args: &[OsString]) -> String {
     let mut shown = Vec::new();
-    let mut left = crate::target::process::MAX_CMDLINE;
+    let mut left = crate::tracee::process::MAX_CMDLINE;
     for arg in args {
         if left == 0 {
             shown.push("[...]".to_string());
@@ -309,7 +309,6 @@ pub fn display_command(args: &[OsString]) -> String {
         let mut text = crate::escape::bytes(cut);
         if cut.len() < bytes.len() {
             text.push_str(" [...]");
-            left = 0;
             shown.push(text);
             break;
         }
@@ -325,12 +324,12 @@ pub fn report_command(args: &[OsString]) -> String {
     for arg in args {
         raw.extend_from_slice(arg.as_bytes());
         raw.push(0);
-        if raw.len() >= crate::target::process::MAX_CMDLINE {
-            raw.truncate(crate::target::process::MAX_CMDLINE);
+        if raw.len() >= crate::tracee::process::MAX_CMDLINE {
+            raw.truncate(crate::tracee::process::MAX_CMDLINE);
             break;
         }
     }
-    crate::target::process::command_line(&raw)
+    crate::tracee::process::command_line(&raw)
 }
 
 /// `program` as execvp would find it.
@@ -369,7 +368,7 @@ pub fn check_dynamic(path: &Path) -> anyhow::Result<()> {
     let has_interp = file.section_by_name(".interp").is_some();
     // A static executable is its own allocator: traceable when its symbol
     // table still names malloc and free.
-    if !has_interp && !crate::target::elf::ObjectInfo::parse(path)?.defines_malloc_and_free() {
+    if !has_interp && !crate::tracee::elf::ObjectInfo::parse(path)?.defines_malloc_and_free() {
         bail!(TraceError::StaticCommand(path.display().to_string()));
     }
     Ok(())

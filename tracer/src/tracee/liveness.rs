@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::{
     error::TraceError,
-    target::process::{has_exited, is_zombie, read_stat, stat_field},
+    tracee::process::{has_exited, is_zombie, read_stat, stat_field},
 };
 
 /// A pidfd: readable once the process has exited.

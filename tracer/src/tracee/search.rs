@@ -76,7 +76,7 @@ impl Program {
     /// be mapped yet, and are then found by the loader's rules).
     pub fn running(pid: u32) -> Result<Program, TraceError> {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map_err(|e| crate::target::process::unreadable(pid, "exe", &e))?;
+            .map_err(|e| crate::tracee::process::unreadable(pid, "exe", &e))?;
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         let mut preload: &[u8] = b"";
         let mut library_path: &[u8] = b"";
@@ -89,7 +89,7 @@ impl Program {
         }
         let maps = std::fs::read(format!("/proc/{pid}/maps")).unwrap_or_default();
         let mut mapped: Vec<(PathBuf, PathBuf)> = Vec::new();
-        for (m, file) in crate::target::process::parse_maps_files(&maps) {
+        for (m, file) in crate::tracee::process::parse_maps_files(&maps) {
             if m.executable && !mapped.iter().any(|(p, _)| *p == file) {
                 let host =
                     PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
@@ -99,7 +99,7 @@ impl Program {
         Ok(Program {
             root: PathBuf::from(format!("/proc/{pid}/root")),
             exe_host: PathBuf::from(format!("/proc/{pid}/exe")),
-            exe: crate::target::process::strip_deleted(exe.as_os_str().as_bytes()),
+            exe: crate::tracee::process::strip_deleted(exe.as_os_str().as_bytes()),
             ld_preload: split_list(preload, b" :"),
             ld_library_path: split_list(library_path, b":;"),
             mapped: Some(mapped),
