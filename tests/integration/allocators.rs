@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target},
+    harness::{compile_c, scratch, JsonTracer, Target},
     sites::{
         assert_no_losses, per_calling_site, trace_sites_to_json, trace_sites_with,
         EXPECTED_PER_THREAD, O2_FLAGS,
@@ -118,25 +118,16 @@ fn assert_hooked_instead_of_glibc(report: &Value, lib: &str, kind: &str) {
 
 #[test]
 fn a_preloaded_jemalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
-    if !root_or_skip("a_preloaded_jemalloc_is_hooked_instead_of_glibc_with_exact_numbers") {
-        return;
-    }
     assert_preloaded_allocator_exact(JEMALLOC, "jemalloc", "jemalloc");
 }
 
 #[test]
 fn a_preloaded_tcmalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
-    if !root_or_skip("a_preloaded_tcmalloc_is_hooked_instead_of_glibc_with_exact_numbers") {
-        return;
-    }
     assert_preloaded_allocator_exact(TCMALLOC, "tcmalloc", "tcmalloc");
 }
 
 #[test]
 fn a_linked_mimalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
-    if !root_or_skip("a_linked_mimalloc_is_hooked_instead_of_glibc_with_exact_numbers") {
-        return;
-    }
     // mimalloc's realloc(p, 0) frees p but returns a new 0-byte block
     // (glibc's returns NULL): 3 live empty objects per thread.
     let realloc_zero = ("site_realloc_zero", [0, 3, 3 * 300, 6]);
@@ -162,9 +153,6 @@ fn a_linked_mimalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
 
 #[test]
 fn a_linked_tcmalloc_is_hooked_instead_of_glibc_with_exact_numbers() {
-    if !root_or_skip("a_linked_tcmalloc_is_hooked_instead_of_glibc_with_exact_numbers") {
-        return;
-    }
     assert_linked_allocator_exact(TCMALLOC, "tcmalloc", "tcmalloc-linked", &[]);
 }
 
@@ -183,9 +171,6 @@ const JEMALLOC_API_EXPECTED: &[(&str, [u64; 4])] = &[
 
 #[test]
 fn jemallocs_own_api_and_operator_new_give_exact_numbers() {
-    if !root_or_skip("jemallocs_own_api_and_operator_new_give_exact_numbers") {
-        return;
-    }
     let bin = compile_c(
         "jemalloc_api",
         "linked",
@@ -232,9 +217,6 @@ fn jemallocs_own_api_and_operator_new_give_exact_numbers() {
 /// is hooked there, from its symbol table.
 #[test]
 fn a_static_executable_with_symbols_is_traced_exactly() {
-    if !root_or_skip("a_static_executable_with_symbols_is_traced_exactly") {
-        return;
-    }
     let bin = compile_c("sites", "static", &["-O1", "-g", "-static"]);
     let mut target = Target::start(&bin, &[]);
     let report = trace_sites_to_json(&mut target, "sites-static", true, libc::SIGINT);
@@ -255,9 +237,6 @@ fn a_static_executable_with_symbols_is_traced_exactly() {
 /// jemalloc's path hooks jemalloc, with exact numbers.
 #[test]
 fn the_allocator_flag_overrides_detection() {
-    if !root_or_skip("the_allocator_flag_overrides_detection") {
-        return;
-    }
     let bin = compile_c("sites", "override", O2_FLAGS);
     for (choice, kind) in [("glibc", "glibc"), (JEMALLOC, "jemalloc")] {
         let mut target = Target::start_with_env(&bin, &[], &[("LD_PRELOAD", JEMALLOC)]);
@@ -339,17 +318,11 @@ fn assert_replaced_jemalloc_exact(tag: &str, linked: bool) {
 
 #[test]
 fn a_needed_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers() {
-    if !root_or_skip("a_needed_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers") {
-        return;
-    }
     assert_replaced_jemalloc_exact("jemalloc-replaced-needed", true);
 }
 
 #[test]
 fn a_preloaded_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers() {
-    if !root_or_skip("a_preloaded_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers") {
-        return;
-    }
     assert_replaced_jemalloc_exact("jemalloc-replaced-preload", false);
 }
 
@@ -357,9 +330,6 @@ fn a_preloaded_jemalloc_replaced_on_disk_is_still_hooked_with_exact_numbers() {
 /// site_* functions) are named from the mapped file.
 #[test]
 fn a_deleted_executable_is_traced_with_its_frames_named() {
-    if !root_or_skip("a_deleted_executable_is_traced_with_its_frames_named") {
-        return;
-    }
     let built = compile_c("sites", "deleted-exe", O2_FLAGS);
     let dir = scratch("deleted-exe");
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -378,9 +348,6 @@ fn a_deleted_executable_is_traced_with_its_frames_named() {
 /// process still runs the old file: that process is found and traced.
 #[test]
 fn binary_finds_a_process_whose_program_was_replaced_on_disk() {
-    if !root_or_skip("binary_finds_a_process_whose_program_was_replaced_on_disk") {
-        return;
-    }
     let built = compile_c("sites", "replaced-exe", O2_FLAGS);
     let dir = scratch("replaced-exe");
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -410,9 +377,6 @@ fn binary_finds_a_process_whose_program_was_replaced_on_disk() {
 /// the program is found, hooked and traced like any other.
 #[test]
 fn binary_paths_that_are_not_utf8_are_traced_exactly() {
-    if !root_or_skip("binary_paths_that_are_not_utf8_are_traced_exactly") {
-        return;
-    }
     let built = compile_c("sites", "odd-path", O2_FLAGS);
     let names: [&[u8]; 2] = [b"caf\xe9-\xff/prog\xfe", b"with space\nand newline/my prog"];
     for (i, name) in names.iter().enumerate() {
@@ -459,9 +423,6 @@ const NEW_ARRAY_EXPECTED: &[(&str, [u64; 4])] = &[
 /// fires without its entry, and every call counts once.
 #[test]
 fn jemallocs_operator_new_array_counts_once_without_returns_without_entry() {
-    if !root_or_skip("jemallocs_operator_new_array_counts_once_without_returns_without_entry") {
-        return;
-    }
     let bin = compile_c(
         "new_array",
         "jemalloc",

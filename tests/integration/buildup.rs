@@ -4,7 +4,7 @@
 //! reader thread.
 
 use crate::{
-    harness::{compile_c, root_or_skip, Target},
+    harness::{compile_c, Target},
     sites::{assert_no_losses, trace_sites_with},
 };
 
@@ -12,11 +12,6 @@ const BLOCKS: u64 = 1_000_000;
 
 #[test]
 fn a_million_block_build_up_in_exact_mode_loses_nothing_with_the_default_ring_buffer() {
-    if !root_or_skip(
-        "a_million_block_build_up_in_exact_mode_loses_nothing_with_the_default_ring_buffer",
-    ) {
-        return;
-    }
     let bin = compile_c("buildup", "O2", &["-O2"]);
     let mut target = Target::start(&bin, &[&BLOCKS.to_string()]);
     // Frame-pointer stacks keep each event small, so what is measured is

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use crate::harness::{compile_c, root_or_skip, Target, TRACER};
+use crate::harness::{compile_c, Target, TRACER};
 
 fn run(args: &[&str]) -> (i32, String) {
     let out = Command::new(TRACER)
@@ -23,9 +23,6 @@ fn unused_pid() -> u32 {
 
 #[test]
 fn nonexistent_pid_is_an_error_naming_it() {
-    if !root_or_skip("nonexistent_pid_is_an_error_naming_it") {
-        return;
-    }
     let pid = unused_pid();
     let (code, err) = run(&["--pid", &pid.to_string()]);
     assert_eq!(code, 1, "{err}");
@@ -34,9 +31,6 @@ fn nonexistent_pid_is_an_error_naming_it() {
 
 #[test]
 fn kernel_thread_is_refused() {
-    if !root_or_skip("kernel_thread_is_refused") {
-        return;
-    }
     // pid 2 is kthreadd on Linux.
     let (code, err) = run(&["--pid", "2"]);
     assert_eq!(code, 1, "{err}");
@@ -45,9 +39,6 @@ fn kernel_thread_is_refused() {
 
 #[test]
 fn a_stripped_static_target_is_refused_with_the_reason() {
-    if !root_or_skip("a_stripped_static_target_is_refused_with_the_reason") {
-        return;
-    }
     let bin = compile_c("sites", "static-stripped", &["-O1", "-static", "-s"]);
     let target = Target::start(&bin, &[]);
     let (code, err) = run(&["--pid", &target.pid().to_string()]);
@@ -61,9 +52,6 @@ fn a_stripped_static_target_is_refused_with_the_reason() {
 
 #[test]
 fn without_capabilities_it_says_how_to_get_them() {
-    if !root_or_skip("without_capabilities_it_says_how_to_get_them") {
-        return;
-    }
     let out = Command::new("setpriv")
         .args([
             "--inh-caps=-all",
@@ -103,9 +91,6 @@ fn bad_command_lines_exit_with_status_2() {
 
 #[test]
 fn an_allocator_the_process_does_not_load_is_refused_with_what_it_loads() {
-    if !root_or_skip("an_allocator_the_process_does_not_load_is_refused_with_what_it_loads") {
-        return;
-    }
     let bin = compile_c("sites", "allocator-missing", &["-O1"]);
     let target = Target::start(&bin, &[]);
     let (code, err) = run(&[
@@ -123,9 +108,6 @@ fn an_allocator_the_process_does_not_load_is_refused_with_what_it_loads() {
 
 #[test]
 fn a_script_given_to_binary_is_refused_with_what_to_do() {
-    if !root_or_skip("a_script_given_to_binary_is_refused_with_what_to_do") {
-        return;
-    }
     let script = crate::harness::scratch("binary-script.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").expect("write script");
     let path = script.to_str().expect("utf-8 path");
@@ -141,9 +123,6 @@ fn a_script_given_to_binary_is_refused_with_what_to_do() {
 /// CAP_SYS_PTRACE) is named as unreadable, with what to do, not as missing.
 #[test]
 fn a_pid_that_cannot_be_read_is_explained() {
-    if !root_or_skip("a_pid_that_cannot_be_read_is_explained") {
-        return;
-    }
     let target = Target::start(
         std::path::Path::new("/usr/bin/setpriv"),
         &[
@@ -181,9 +160,6 @@ fn a_pid_that_cannot_be_read_is_explained() {
 /// A zombie (exited, not reaped) has no memory left: said so.
 #[test]
 fn a_zombie_pid_is_explained() {
-    if !root_or_skip("a_zombie_pid_is_explained") {
-        return;
-    }
     // The shell's child waits for a line on stdin; the shell becomes
     // `sleep`, which never reaps it; then the line lets the child exit.
     let mut parent = Target::start(
@@ -250,18 +226,12 @@ fn assert_refused_with(bin: &std::path::Path, why: &str) {
 /// no malloc: it is not "stripped", and --allocator has nothing to list.
 #[test]
 fn a_program_with_its_own_allocator_is_explained() {
-    if !root_or_skip("a_program_with_its_own_allocator_is_explained") {
-        return;
-    }
     let bin = no_malloc("own", &[]);
     assert_refused_with(&bin, "is statically linked and defines no malloc or free");
 }
 
 #[test]
 fn a_32_bit_program_is_explained() {
-    if !root_or_skip("a_32_bit_program_is_explained") {
-        return;
-    }
     let bin = no_malloc("m32", &["-m32", "-fno-pie", "-no-pie"]);
     assert_refused_with(&bin, "is a 32-bit I386 program: memtrace-bpf traces 64-bit");
 }
@@ -270,9 +240,6 @@ fn a_32_bit_program_is_explained() {
 /// what to pass instead.
 #[test]
 fn binary_paths_that_are_not_programs_are_explained() {
-    if !root_or_skip("binary_paths_that_are_not_programs_are_explained") {
-        return;
-    }
     let dir = crate::harness::scratch("binary-not-a-program");
     std::fs::create_dir_all(&dir).expect("scratch dir");
     let data = dir.join("data.bin");
@@ -304,9 +271,6 @@ fn binary_paths_that_are_not_programs_are_explained() {
 
 #[test]
 fn pid_zero_and_the_tracers_own_pid_are_refused() {
-    if !root_or_skip("pid_zero_and_the_tracers_own_pid_are_refused") {
-        return;
-    }
     let (code, err) = run(&["--pid", "0"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("pid 0 is not a process"), "{err}");
@@ -337,9 +301,6 @@ fn holds_pidfd(pid: u32) -> Option<bool> {
 /// exited before the probes were attached.
 #[test]
 fn a_pid_that_exits_during_attach_is_reported_as_such() {
-    if !root_or_skip("a_pid_that_exits_during_attach_is_reported_as_such") {
-        return;
-    }
     let mut target = Target::start(
         std::path::Path::new("/bin/sh"),
         &["-c", "echo ready; exec sleep 60"],

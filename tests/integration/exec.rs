@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, JsonTracer, Target, Tracer},
+    harness::{compile_c, JsonTracer, Target, Tracer},
     sites::{assert_no_losses, per_calling_site, O2_FLAGS},
 };
 
@@ -71,18 +71,12 @@ fn assert_exec_numbers(report: &Value) {
 
 #[test]
 fn a_process_that_execs_is_followed_into_its_new_image() {
-    if !root_or_skip("a_process_that_execs_is_followed_into_its_new_image") {
-        return;
-    }
     let (report, _) = trace_exec_chain("exec-same", &[], |_| {});
     assert_exec_numbers(&report);
 }
 
 #[test]
 fn an_allocator_brought_by_exec_is_hooked() {
-    if !root_or_skip("an_allocator_brought_by_exec_is_hooked") {
-        return;
-    }
     let (report, stderr) = trace_exec_chain(
         "exec-jemalloc",
         &[("EXEC_CHAIN_PRELOAD", JEMALLOC)],

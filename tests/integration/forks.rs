@@ -13,7 +13,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target, Tracer, TRACER},
+    harness::{compile_c, scratch, JsonTracer, Target, Tracer, TRACER},
     sites::{
         assert_no_losses, per_calling_site, per_site, per_site_by, read_json, EXPECTED_PER_THREAD,
         O2_FLAGS,
@@ -115,9 +115,6 @@ impl Lines {
 
 #[test]
 fn a_shell_command_with_follow_forks_reports_the_program_it_forks_exactly() {
-    if !root_or_skip("a_shell_command_with_follow_forks_reports_the_program_it_forks_exactly") {
-        return;
-    }
     let sites = compile_c("sites", "forks-shell", O2_FLAGS);
     let path = scratch("forks-shell.json");
     // `; true` keeps bash from exec'ing the program in its own process: it
@@ -190,9 +187,6 @@ fn trace_forker(tag: &str, args: &[&str], extra: &[&str]) -> (Value, u64) {
 
 #[test]
 fn a_pid_with_follow_forks_sees_each_childs_allocations_under_its_own_pid() {
-    if !root_or_skip("a_pid_with_follow_forks_sees_each_childs_allocations_under_its_own_pid") {
-        return;
-    }
     let bin = compile_c("forker", "forks-pid", O2_FLAGS);
     let mut target = Target::start(&bin, &["3", "grandchild"]);
     let pid = target.pid().to_string();
@@ -258,9 +252,6 @@ fn a_pid_with_follow_forks_sees_each_childs_allocations_under_its_own_pid() {
 
 #[test]
 fn without_follow_forks_the_report_counts_the_children_not_traced() {
-    if !root_or_skip("without_follow_forks_the_report_counts_the_children_not_traced") {
-        return;
-    }
     // 3 children of the target, a grandchild (not the target's child) and
     // a thread (not a process): 3 children counted.
     let (report, root) = trace_forker("forks-counted", &["3", "grandchild"], &[]);
@@ -284,11 +275,6 @@ fn without_follow_forks_the_report_counts_the_children_not_traced() {
 
 #[test]
 fn a_followed_child_that_execs_a_jemalloc_program_is_traced_with_jemalloc_hooked() {
-    if !root_or_skip(
-        "a_followed_child_that_execs_a_jemalloc_program_is_traced_with_jemalloc_hooked",
-    ) {
-        return;
-    }
     assert!(
         std::path::Path::new(JEMALLOC).exists(),
         "{JEMALLOC} is missing: run `cargo xtask setup`"
@@ -342,9 +328,6 @@ fn a_followed_child_that_execs_a_jemalloc_program_is_traced_with_jemalloc_hooked
 /// and its stacks are named with the mappings it shared with its parent.
 #[test]
 fn children_that_exit_at_once_are_reported_exited_with_named_stacks() {
-    if !root_or_skip("children_that_exit_at_once_are_reported_exited_with_named_stacks") {
-        return;
-    }
     let (report, root) = trace_forker("forks-exit", &["3", "exit"], &["--follow-forks"]);
     let processes = report["processes"].as_array().expect("processes");
     assert_eq!(processes.len(), 4, "{}", report["processes"]);
@@ -372,9 +355,6 @@ fn children_that_exit_at_once_are_reported_exited_with_named_stacks() {
 /// kernel, before the other program allocates.
 #[test]
 fn binary_traces_forked_children_from_the_fork() {
-    if !root_or_skip("binary_traces_forked_children_from_the_fork") {
-        return;
-    }
     let bin = compile_c("forker", "forks-binary", O2_FLAGS);
     let sites = compile_c("sites", "forks-binary", O2_FLAGS);
     // Preloading glibc's own libc changes nothing: the other program runs
@@ -420,9 +400,6 @@ fn binary_traces_forked_children_from_the_fork() {
 /// join at the start and are listed under their own pids.
 #[test]
 fn children_running_before_the_trace_starts_are_followed_too() {
-    if !root_or_skip("children_running_before_the_trace_starts_are_followed_too") {
-        return;
-    }
     let bin = compile_c("forker", "forks-before", O2_FLAGS);
     let mut target = Target::start(&bin, &["2", "grandchild"]);
     target.send("go");
@@ -444,9 +421,6 @@ fn children_running_before_the_trace_starts_are_followed_too() {
 /// without, the note counts them.
 #[test]
 fn short_lived_children_of_a_shell_are_named_for_what_they_exec_or_counted() {
-    if !root_or_skip("short_lived_children_of_a_shell_are_named_for_what_they_exec_or_counted") {
-        return;
-    }
     // Two external commands (forked) and a builtin (not).
     let script = "/bin/true; /bin/true; true";
     for follow in [true, false] {

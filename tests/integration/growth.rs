@@ -12,7 +12,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target, Tracer},
+    harness::{compile_c, scratch, JsonTracer, Target, Tracer},
     pprof::pprof,
     serve::{get_text, served_addr},
     sites::{assert_no_losses, FP_FLAGS},
@@ -127,9 +127,6 @@ fn assert_trends(report: &Value, mode: &str) {
 
 #[test]
 fn growth_classes_and_the_leak_rate_in_exact_mode_in_one_report_without_n() {
-    if !root_or_skip("growth_classes_and_the_leak_rate_in_exact_mode_in_one_report_without_n") {
-        return;
-    }
     let (report, stderr) = trace_growth("growth-exact", true);
     assert_no_losses(&report);
     assert_history(&report);
@@ -148,9 +145,6 @@ fn growth_classes_and_the_leak_rate_in_exact_mode_in_one_report_without_n() {
 
 #[test]
 fn growth_classes_at_the_default_sample_rate() {
-    if !root_or_skip("growth_classes_at_the_default_sample_rate") {
-        return;
-    }
     let (report, _) = trace_growth("growth-sampled", false);
     assert_eq!(report["sample_rate"], 65536);
     assert_history(&report);
@@ -159,9 +153,6 @@ fn growth_classes_at_the_default_sample_rate() {
 
 #[test]
 fn text_and_pprof_show_each_stacks_rate_trend_and_sparkline() {
-    if !root_or_skip("text_and_pprof_show_each_stacks_rate_trend_and_sparkline") {
-        return;
-    }
     let bin = compile_c("growth", "growth-render", FP_FLAGS);
     let target = Target::start(&bin, &["60"]);
     let pid = target.pid().to_string();
@@ -213,9 +204,6 @@ fn text_and_pprof_show_each_stacks_rate_trend_and_sparkline() {
 
 #[test]
 fn serve_alone_records_the_history_every_5_s_for_the_live_profile() {
-    if !root_or_skip("serve_alone_records_the_history_every_5_s_for_the_live_profile") {
-        return;
-    }
     let bin = compile_c("growth", "growth-serve", FP_FLAGS);
     let target = Target::start(&bin, &["60"]);
     let pid = target.pid().to_string();

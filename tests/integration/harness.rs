@@ -18,20 +18,20 @@ use crate::sites::read_json;
 pub const TRACER: &str = env!("CARGO_BIN_EXE_memtrace-bpf");
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// True when BPF tests can run. Panics when they must run but cannot.
-pub fn root_or_skip(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    let required = std::env::var_os("MEMTRACE_REQUIRE_ROOT_TESTS").is_some()
-        || std::env::var_os("CI").is_some();
-    assert!(
-        !required,
-        "{test} needs root to load BPF programs; run the tests as root"
-    );
-    eprintln!("skipping test {test} - not root: BPF programs cannot be loaded");
-    false
+/// The integration tests load BPF programs and need root. The runner
+/// (`cargo xtask test`, which CI runs) checks that once before it starts
+/// them; this stops a direct `cargo test` without root at its first test
+/// with the reason, instead of a failure per test. Nothing is skipped.
+fn require_root() {
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        assert!(
+            root,
+            "the integration tests load BPF programs and need root: run `cargo xtask test` as root"
+        );
+    });
 }
 
 /// tests/targets/FILE.
@@ -43,6 +43,7 @@ fn target_source(file: &str) -> PathBuf {
 
 /// Compiles tests/targets/NAME.c with `flags` into a binary unique to `tag`.
 pub fn compile_c(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
+    require_root();
     let src = target_source(&format!("{name}.c"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{tag}"));
     // Tests running in parallel compile the same program: each writes its
@@ -69,6 +70,7 @@ pub fn compile_c(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
 /// Compiles tests/targets/NAME.rs (std only) with `rustc --edition 2021` and
 /// `flags` into CARGO_TARGET_TMPDIR/NAME.
 pub fn compile_rust(name: &str, flags: &[&str]) -> PathBuf {
+    require_root();
     let src = target_source(&format!("{name}.rs"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let status = Command::new(toolchain_binary("rustc"))
@@ -260,6 +262,7 @@ impl Tracer {
     }
 
     fn spawn_with(args: &[&OsStr], exact: bool) -> Tracer {
+        require_root();
         let mut command = Command::new(TRACER);
         // The defaults below go before the test's own arguments, which may
         // end with `-- CMD ...`.

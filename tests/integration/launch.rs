@@ -10,15 +10,12 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, JsonTracer, Tracer},
+    harness::{compile_c, scratch, JsonTracer, Tracer},
     sites::{read_json, FP_FLAGS, O2_FLAGS},
 };
 
 #[test]
 fn an_allocation_in_the_first_line_of_main_is_reported_with_the_exit_status() {
-    if !root_or_skip("an_allocation_in_the_first_line_of_main_is_reported_with_the_exit_status") {
-        return;
-    }
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     // It exits as soon as it has allocated, before the tracer's next look
     // at the ring buffer: held at its exit, it is still named, every time.
@@ -45,9 +42,6 @@ fn an_allocation_in_the_first_line_of_main_is_reported_with_the_exit_status() {
 
 #[test]
 fn a_command_that_cannot_be_found_is_an_error() {
-    if !root_or_skip("a_command_that_cannot_be_found_is_an_error") {
-        return;
-    }
     let out = Tracer::spawn(&["--", "/nonexistent/memtrace-test-cmd"]).finish();
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     assert!(out.stderr.contains("command not found"), "{}", out.stderr);
@@ -55,9 +49,6 @@ fn a_command_that_cannot_be_found_is_an_error() {
 
 #[test]
 fn a_stripped_static_command_is_refused_with_the_reason() {
-    if !root_or_skip("a_stripped_static_command_is_refused_with_the_reason") {
-        return;
-    }
     let bin = compile_c("first_line", "static-stripped", &["-O1", "-static", "-s"]);
     let out = Tracer::spawn(&["--", bin.to_str().expect("utf-8 path")]).finish();
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
@@ -144,9 +135,6 @@ pub fn stack_from<'a>(report: &'a Value, function: &str) -> Option<&'a Value> {
 /// terminal's SIGTSTP) and continued, it runs on, ends, and is reported.
 #[test]
 fn a_command_stopped_and_continued_runs_on_to_its_end() {
-    if !root_or_skip("a_command_stopped_and_continued_runs_on_to_its_end") {
-        return;
-    }
     let bin = compile_c("lifecycle", "fp", FP_FLAGS);
     let state = state_file("jobctl");
     let tracer = JsonTracer::spawn(
@@ -184,9 +172,6 @@ fn a_command_stopped_and_continued_runs_on_to_its_end() {
 /// unchanged, and is shown escaped.
 #[test]
 fn a_non_utf8_argument_reaches_the_command_unchanged() {
-    if !root_or_skip("a_non_utf8_argument_reaches_the_command_unchanged") {
-        return;
-    }
     let bin = compile_c("lifecycle", "fp", FP_FLAGS);
     let state = state_file("argv");
     let odd = OsStr::from_bytes(b"\xff\xfe-not-utf8");
@@ -218,9 +203,6 @@ fn a_non_utf8_argument_reaches_the_command_unchanged() {
 /// --exit-status: the tracer exits as the command did, after the report.
 #[test]
 fn exit_status_makes_the_tracer_exit_with_the_commands_status() {
-    if !root_or_skip("exit_status_makes_the_tracer_exit_with_the_commands_status") {
-        return;
-    }
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     let bin = bin.to_str().expect("utf-8 path");
     let run = |args: &[&str]| JsonTracer::spawn("exit-status", args).finish_unchecked();

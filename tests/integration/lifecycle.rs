@@ -4,16 +4,13 @@
 use std::{os::unix::process::ExitStatusExt, path::PathBuf};
 
 use crate::{
-    harness::{compile_c, root_or_skip, JsonTracer, Target, Tracer},
+    harness::{compile_c, JsonTracer, Target, Tracer},
     launch::{proc_state, ready_pid, send, stack_from, state_file, wait_for_line},
     sites::{assert_sites_exact, read_json, trace_sites_to_json, FP_FLAGS},
 };
 
 #[test]
 fn sigterm_during_the_trace_still_writes_the_whole_report() {
-    if !root_or_skip("sigterm_during_the_trace_still_writes_the_whole_report") {
-        return;
-    }
     let bin = compile_c("sites", "fp-sigterm", FP_FLAGS);
     let mut target = Target::start(&bin, &[]);
     let report = trace_sites_to_json(&mut target, "sigterm", true, libc::SIGTERM);
@@ -23,9 +20,6 @@ fn sigterm_during_the_trace_still_writes_the_whole_report() {
 
 #[test]
 fn a_target_that_exits_mid_trace_still_gets_its_report_with_names() {
-    if !root_or_skip("a_target_that_exits_mid_trace_still_gets_its_report_with_names") {
-        return;
-    }
     let bin = compile_c("sites", "fp-exit", FP_FLAGS);
     let mut target = Target::start(&bin, &["exit"]);
     let pid = target.pid();
@@ -43,9 +37,6 @@ fn a_target_that_exits_mid_trace_still_gets_its_report_with_names() {
 
 #[test]
 fn duration_ends_the_trace_with_a_text_report() {
-    if !root_or_skip("duration_ends_the_trace_with_a_text_report") {
-        return;
-    }
     let bin = compile_c("sites", "fp-duration", FP_FLAGS);
     let mut target = Target::start(&bin, &[]);
     let tracer = Tracer::start(&["--pid", &target.pid().to_string(), "--duration", "3"]);
@@ -61,9 +52,6 @@ fn duration_ends_the_trace_with_a_text_report() {
 /// and the realloc'd buffer is exactly one live block.
 #[test]
 fn a_target_busy_during_attach_and_detach_is_counted_right() {
-    if !root_or_skip("a_target_busy_during_attach_and_detach_is_counted_right") {
-        return;
-    }
     let bin = compile_c("steady", "fp", FP_FLAGS);
     let target = Target::start(&bin, &[]);
     for round in 0..2 {
@@ -113,9 +101,6 @@ fn a_target_busy_during_attach_and_detach_is_counted_right() {
 /// ends the trace with a report, not by killing the tracer.
 #[test]
 fn ctrl_c_during_attach_still_writes_a_report() {
-    if !root_or_skip("ctrl_c_during_attach_still_writes_a_report") {
-        return;
-    }
     let bin = compile_c("sites", "fp-early-int", FP_FLAGS);
     let target = Target::start(&bin, &[]);
     let pid = target.pid().to_string();
@@ -166,9 +151,6 @@ fn note_containing(report: &serde_json::Value, needle: &str) -> String {
 /// is traced while it shuts down, and is gone when the tracer exits.
 #[test]
 fn duration_end_sends_sigterm_to_the_command_and_records_its_shutdown() {
-    if !root_or_skip("duration_end_sends_sigterm_to_the_command_and_records_its_shutdown") {
-        return;
-    }
     let (tracer, pid, state) = start_lifecycle("end-duration", "shutdown", &["-d", "3"]);
     let (report, _) = tracer.finish();
     wait_for_line(&state, &format!("got signal {}", libc::SIGTERM));
@@ -185,9 +167,6 @@ fn duration_end_sends_sigterm_to_the_command_and_records_its_shutdown() {
 /// SIGINT to the tracer (Ctrl-C) reaches the command as SIGINT.
 #[test]
 fn sigint_to_the_tracer_is_passed_on_to_the_command() {
-    if !root_or_skip("sigint_to_the_tracer_is_passed_on_to_the_command") {
-        return;
-    }
     let (tracer, pid, state) = start_lifecycle("end-sigint", "shutdown", &[]);
     let (report, _) = tracer.stop();
     wait_for_line(&state, &format!("got signal {}", libc::SIGINT));
@@ -201,9 +180,6 @@ fn sigint_to_the_tracer_is_passed_on_to_the_command() {
 /// --exit-status the tracer exits as a shell reports a SIGKILL.
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace_time() {
-    if !root_or_skip("a_command_that_ignores_sigterm_is_killed_after_the_grace_time") {
-        return;
-    }
     let (tracer, pid, _state) = start_lifecycle("end-stubborn", "stubborn", &["--exit-status"]);
     tracer.signal(libc::SIGTERM);
     let (out, path) = tracer.finish_unchecked();
@@ -227,9 +203,6 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace_time() {
 /// held by ptrace.
 #[test]
 fn keep_running_leaves_the_command_running_untraced() {
-    if !root_or_skip("keep_running_leaves_the_command_running_untraced") {
-        return;
-    }
     let (tracer, pid, state) = start_lifecycle("end-keep", "shutdown", &["--keep-running"]);
     let (report, out) = tracer.stop_with(libc::SIGTERM);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -306,9 +279,6 @@ fn byte_in_memory(pid: u32, bin: &std::path::Path, offset: u64) -> u8 {
 /// whose int3 byte must be gone once the tracer is.
 #[test]
 fn sigkill_of_the_tracer_leaves_no_probe_in_the_target() {
-    if !root_or_skip("sigkill_of_the_tracer_leaves_no_probe_in_the_target") {
-        return;
-    }
     let bin = compile_c("sites", "fp-sigkill", FP_FLAGS);
     let target = Target::start(&bin, &[]);
     let offset = entry_file_offset(&bin);
@@ -339,10 +309,6 @@ fn sigkill_of_the_tracer_leaves_no_probe_in_the_target() {
 /// after the grace time: the tracer exited 137 after 8 s).
 #[test]
 fn numbered_snapshots_at_the_end_of_the_duration_leave_the_command_its_sigterm() {
-    if !root_or_skip("numbered_snapshots_at_the_end_of_the_duration_leave_the_command_its_sigterm")
-    {
-        return;
-    }
     let bin = compile_c("lifecycle", "fp", FP_FLAGS);
     let state = state_file("snap-end");
     let dir = crate::harness::scratch("snap-end");

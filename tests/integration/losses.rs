@@ -3,7 +3,7 @@
 //! total of events lost.
 
 use crate::{
-    harness::{compile_c, root_or_skip, JsonTracer, Target, Tracer},
+    harness::{compile_c, JsonTracer, Target, Tracer},
     sites::FP_FLAGS,
 };
 
@@ -24,9 +24,6 @@ fn footer_count(text: &str, name: &str) -> u64 {
 /// says how to avoid it and counts it as lost.
 #[test]
 fn a_full_live_map_is_counted_as_live_map_full_with_its_remedy() {
-    if !root_or_skip("a_full_live_map_is_counted_as_live_map_full_with_its_remedy") {
-        return;
-    }
     let bin = compile_c("sites", "losses-live-full", FP_FLAGS);
     let mut target = Target::start(&bin, &[]);
     let pid = target.pid().to_string();

@@ -1,9 +1,8 @@
 //! Integration tests: the real `memtrace-bpf` binary, run as root against C
 //! and Rust programs compiled from tests/targets during the test.
 //!
-//! They need root (BPF). Without root they are skipped with a loud message,
-//! except where MEMTRACE_REQUIRE_ROOT_TESTS or CI is set (xtask test, CI),
-//! where they fail instead.
+//! They need root (BPF): `cargo xtask test` checks it once before running
+//! them, and none is ever skipped.
 
 mod allocators;
 mod buildup;

@@ -18,7 +18,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target, Tracer},
+    harness::{compile_c, scratch, JsonTracer, Target, Tracer},
     serve::{get, get_text, served_addr, site_values},
     sites::{assert_no_losses, parse_report, per_site, O2_FLAGS},
 };
@@ -58,9 +58,6 @@ fn sites(report: &Value) -> [[u64; 4]; 2] {
 
 #[test]
 fn min_age_counts_only_the_old_set_in_json_and_over_http() {
-    if !root_or_skip("min_age_counts_only_the_old_set_in_json_and_over_http") {
-        return;
-    }
     let mut target = target_with_an_old_set("min-age-json");
     let pid = target.pid().to_string();
     let mut tracer = JsonTracer::start(
@@ -190,9 +187,6 @@ fn wait_for_snapshot(dir: &Path, n: u32) -> String {
 
 #[test]
 fn min_age_in_text_reports_and_interval_snapshots() {
-    if !root_or_skip("min_age_in_text_reports_and_interval_snapshots") {
-        return;
-    }
     let mut target = target_with_an_old_set("min-age-text");
     let pid = target.pid().to_string();
     let dir = scratch("min-age-text");

@@ -16,7 +16,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer, TRACER},
+    harness::{compile_c, scratch, Target, Tracer, TRACER},
     sites::{per_site, read_json, O2_FLAGS},
 };
 
@@ -197,9 +197,6 @@ fn pprof_raw_by_leaf(file: &Path) -> BTreeMap<String, [i64; 4]> {
 
 #[test]
 fn diff_of_two_snapshots_gives_the_leak_exactly_as_nobody() {
-    if !root_or_skip("diff_of_two_snapshots_gives_the_leak_exactly_as_nobody") {
-        return;
-    }
     let (dir, old, new) = two_snapshots("offline-diff");
     let growth = 2 * LEAK_PER_STEP as i64;
     // Collapsed: signed, the leak's growth exactly; churn keeps nothing.
@@ -304,9 +301,6 @@ fn diff_of_two_snapshots_gives_the_leak_exactly_as_nobody() {
 
 #[test]
 fn report_rerenders_a_saved_profile_and_pprof_diffs_against_json_as_nobody() {
-    if !root_or_skip("report_rerenders_a_saved_profile_and_pprof_diffs_against_json_as_nobody") {
-        return;
-    }
     let (dir, old, new) = two_snapshots("offline-report");
     let original = read_json(&new);
     let sites = per_site(&original);
@@ -403,9 +397,6 @@ fn fails(args: &[&OsStr]) -> String {
 
 #[test]
 fn bad_saved_files_give_clear_errors_as_nobody() {
-    if !root_or_skip("bad_saved_files_give_clear_errors_as_nobody") {
-        return;
-    }
     let dir = open_dir("offline-bad");
     let write = |name: &str, bytes: &[u8]| {
         let path = dir.join(name);
@@ -480,9 +471,6 @@ fn bad_saved_files_give_clear_errors_as_nobody() {
 
 #[test]
 fn a_go_heap_profile_reports_and_diffs_as_nobody() {
-    if !root_or_skip("a_go_heap_profile_reports_and_diffs_as_nobody") {
-        return;
-    }
     let dir = open_dir("offline-go");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/goheap.go");
     let bin = dir.join("goheap");

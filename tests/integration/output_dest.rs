@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    harness::{root_or_skip, scratch, Tracer},
+    harness::{scratch, Tracer},
     sites::read_json,
 };
 
@@ -36,9 +36,6 @@ fn reader(path: &Path) -> File {
 /// deaf to SIGINT and SIGTERM. It is refused at once instead.
 #[test]
 fn a_fifo_that_nobody_reads_is_refused_at_start() {
-    if !root_or_skip("a_fifo_that_nobody_reads_is_refused_at_start") {
-        return;
-    }
     let path = fifo("no-reader.fifo");
     let out = Tracer::spawn(&["-o", path.to_str().expect("utf-8"), "--", "/bin/true"]).finish();
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
@@ -58,9 +55,6 @@ fn a_fifo_that_nobody_reads_is_refused_at_start() {
 /// file whose name the error gives, whole.
 #[test]
 fn a_report_blocked_on_a_fifo_is_saved_elsewhere_on_a_signal() {
-    if !root_or_skip("a_report_blocked_on_a_fifo_is_saved_elsewhere_on_a_signal") {
-        return;
-    }
     let path = fifo("stalled.fifo");
     let held = reader(&path);
     // The smallest pipe (one page), so that any report fills it.

@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     chromium,
-    harness::{compile_c, root_or_skip, JsonTracer, Target},
+    harness::{compile_c, JsonTracer, Target},
     serve::{get_text, served_addr},
     sites::parse_report,
 };
@@ -58,9 +58,6 @@ fn wait_for_leak(addr: &str, function: &str) {
 
 #[test]
 fn the_live_page_names_the_leaking_function_in_headless_chromium() {
-    if !root_or_skip("the_live_page_names_the_leaking_function_in_headless_chromium") {
-        return;
-    }
     // 20 KB a second in 1000-byte blocks from leak_block, churn beside it,
     // for up to 10 minutes (the test ends it).
     let bin = compile_c("soak_leak", "page", &["-O2", "-g"]);

@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
+    harness::{compile_c, scratch, Target, Tracer},
     rjem::{rjem_binary, EXPECTED_PER_THREAD as RJEM_EXPECTED},
     sites::{EXPECTED_PER_THREAD, FP_FLAGS, O2_FLAGS},
 };
@@ -235,9 +235,6 @@ fn assert_labels_and_stacks(samples: &[RawSample], pid: u32) {
 
 #[test]
 fn go_tool_pprof_reads_exact_site_numbers_of_a_frame_pointer_build() {
-    if !root_or_skip("go_tool_pprof_reads_exact_site_numbers_of_a_frame_pointer_build") {
-        return;
-    }
     let (samples, pid) = sites_pprof("fp", FP_FLAGS, &["--unwind", "fp"]);
     assert_exact(
         &leaf(&samples),
@@ -249,9 +246,6 @@ fn go_tool_pprof_reads_exact_site_numbers_of_a_frame_pointer_build() {
 
 #[test]
 fn go_tool_pprof_reads_exact_site_numbers_without_frame_pointers() {
-    if !root_or_skip("go_tool_pprof_reads_exact_site_numbers_without_frame_pointers") {
-        return;
-    }
     let (samples, pid) = sites_pprof("O2", O2_FLAGS, &[]);
     assert_exact(
         &leaf(&samples),
@@ -263,9 +257,6 @@ fn go_tool_pprof_reads_exact_site_numbers_without_frame_pointers() {
 
 #[test]
 fn go_tool_pprof_reads_exact_numbers_of_the_rust_jemalloc_target() {
-    if !root_or_skip("go_tool_pprof_reads_exact_numbers_of_the_rust_jemalloc_target") {
-        return;
-    }
     let mut target = [Target::start(rjem_binary(), &[])];
     let pid = target[0].pid().to_string();
     let file = trace_to_pprof("pprof-rjem", &["--pid", &pid], &mut target);
@@ -281,9 +272,6 @@ fn go_tool_pprof_reads_exact_numbers_of_the_rust_jemalloc_target() {
 
 #[test]
 fn go_tool_pprof_tagfocus_keeps_one_process_of_a_binary_trace() {
-    if !root_or_skip("go_tool_pprof_tagfocus_keeps_one_process_of_a_binary_trace") {
-        return;
-    }
     let bin = compile_c("sites", "pprof-binary", O2_FLAGS);
     let mut targets = [Target::start(&bin, &[]), Target::start(&bin, &[])];
     let pids = [targets[0].pid(), targets[1].pid()];

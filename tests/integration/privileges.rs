@@ -11,7 +11,7 @@ use std::{
 };
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, TRACER},
+    harness::{compile_c, scratch, Target, TRACER},
     launch::{send, wait_for_line},
     sites::{assert_sites_exact, read_json, O2_FLAGS},
 };
@@ -66,9 +66,6 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn cap_bpf_and_cap_perfmon_are_refused_with_the_setcap_line_that_works() {
-    if !root_or_skip("cap_bpf_and_cap_perfmon_are_refused_with_the_setcap_line_that_works") {
-        return;
-    }
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     let (_dir, tracer, target) = capable_copy("bpf-perfmon", "cap_bpf,cap_perfmon+ep", &bin);
     let out = run_as_nobody(&tracer, &["--", target.to_str().expect("utf-8 path")]);
@@ -81,9 +78,6 @@ fn cap_bpf_and_cap_perfmon_are_refused_with_the_setcap_line_that_works() {
 
 #[test]
 fn another_users_process_needs_cap_sys_ptrace_and_the_message_says_so() {
-    if !root_or_skip("another_users_process_needs_cap_sys_ptrace_and_the_message_says_so") {
-        return;
-    }
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     let (_dir, tracer, _) = capable_copy("no-ptrace", "cap_sys_admin+ep", &bin);
     // Root's process, not nobody's.
@@ -109,9 +103,6 @@ fn another_users_process_needs_cap_sys_ptrace_and_the_message_says_so() {
 /// its exit status.
 #[test]
 fn cap_sys_admin_alone_traces_a_command_as_an_unprivileged_user() {
-    if !root_or_skip("cap_sys_admin_alone_traces_a_command_as_an_unprivileged_user") {
-        return;
-    }
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     let (dir, tracer, target) = capable_copy("sys-admin", "cap_sys_admin+ep", &bin);
     let path = dir.0.join("report.json");
@@ -149,9 +140,6 @@ fn cap_sys_admin_alone_traces_a_command_as_an_unprivileged_user() {
 /// pid and gets the exact report root gets.
 #[test]
 fn cap_sys_admin_and_cap_sys_ptrace_trace_another_users_process() {
-    if !root_or_skip("cap_sys_admin_and_cap_sys_ptrace_trace_another_users_process") {
-        return;
-    }
     let bin = compile_c("sites", "fp-caps-ptrace", crate::sites::FP_FLAGS);
     let (dir, tracer, _) = capable_copy("sys-ptrace", "cap_sys_admin,cap_sys_ptrace+ep", &bin);
     let mut target = Target::start(&bin, &[]);

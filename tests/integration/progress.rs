@@ -8,7 +8,7 @@
 
 use std::{path::Path, process::Command};
 
-use crate::harness::{compile_c, root_or_skip, scratch, Target, Tracer, TRACER};
+use crate::harness::{compile_c, scratch, Target, Tracer, TRACER};
 use crate::sites::O2_FLAGS;
 
 /// What the line is rewritten with: carriage return, erase to the end of
@@ -123,9 +123,6 @@ fn fields(line: &str) -> (String, u64, String, u64) {
 
 #[test]
 fn on_a_terminal_the_progress_line_updates_in_place_and_is_cleared() {
-    if !root_or_skip("on_a_terminal_the_progress_line_updates_in_place_and_is_cleared") {
-        return;
-    }
     let target = steady("progress-pty");
     let pid = target.pid().to_string();
     let dir = scratch("progress-pty");
@@ -197,9 +194,6 @@ fn wait_then_remove(dir: &Path) {
 
 #[test]
 fn on_a_terminal_the_final_summary_is_clean_and_quiet_turns_the_line_off() {
-    if !root_or_skip("on_a_terminal_the_final_summary_is_clean_and_quiet_turns_the_line_off") {
-        return;
-    }
     let target = steady("progress-quiet");
     let pid = target.pid().to_string();
     let report = scratch("progress-quiet.txt");
@@ -222,9 +216,6 @@ fn on_a_terminal_the_final_summary_is_clean_and_quiet_turns_the_line_off() {
 
 #[test]
 fn without_a_terminal_there_is_no_progress_line() {
-    if !root_or_skip("without_a_terminal_there_is_no_progress_line") {
-        return;
-    }
     let target = steady("progress-pipe");
     let pid = target.pid().to_string();
     let report = scratch("progress-pipe.txt");

@@ -17,7 +17,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{root_or_skip, scratch, JsonTracer},
+    harness::{scratch, JsonTracer},
     sites::{assert_no_losses, read_json},
 };
 
@@ -335,9 +335,6 @@ fn assert_top_stacks_are_redis(report: &Value, pid: u32, exe: &Path) {
 
 #[test]
 fn redis_server_under_benchmark_is_traced_by_binary_and_keeps_serving() {
-    if !root_or_skip("redis_server_under_benchmark_is_traced_by_binary_and_keeps_serving") {
-        return;
-    }
     let exe = fs::canonicalize(REDIS_SERVER).unwrap_or_else(|e| {
         panic!("{REDIS_SERVER}: {e} (install redis-server: cargo xtask setup)")
     });

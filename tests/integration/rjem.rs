@@ -12,7 +12,7 @@ use std::{
 };
 
 use crate::{
-    harness::{root_or_skip, toolchain_binary, Target},
+    harness::{toolchain_binary, Target},
     sites::{assert_counters_zero, per_calling_site, trace_sites_to_json, LOSSES},
 };
 
@@ -90,9 +90,6 @@ pub fn rjem_binary() -> &'static Path {
 
 #[test]
 fn a_static_tikv_jemallocator_is_hooked_in_the_executable_with_exact_numbers() {
-    if !root_or_skip("a_static_tikv_jemallocator_is_hooked_in_the_executable_with_exact_numbers") {
-        return;
-    }
     let bin = rjem_binary();
     let mut target = Target::start(bin, &[]);
     let report = trace_sites_to_json(&mut target, "rjem", true, libc::SIGINT);

@@ -11,7 +11,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer, TRACER},
+    harness::{compile_c, scratch, Target, Tracer, TRACER},
     sites::{parse_report, read_json},
 };
 
@@ -92,9 +92,6 @@ fn trace_hostile(program: &Path, format: &str) -> (String, String) {
 
 #[test]
 fn hostile_names_are_escaped_in_text_and_collapsed_and_exact_in_json() {
-    if !root_or_skip("hostile_names_are_escaped_in_text_and_collapsed_and_exact_in_json") {
-        return;
-    }
     let program = hostile_program("escape");
     let dir = program.parent().expect("a directory").display();
     let shown_path = format!("{dir}/{HOSTILE_FILE_SHOWN}");
@@ -151,9 +148,6 @@ fn hostile_names_are_escaped_in_text_and_collapsed_and_exact_in_json() {
 
 #[test]
 fn a_program_path_with_spaces_names_the_process_root_frame() {
-    if !root_or_skip("a_program_path_with_spaces_names_the_process_root_frame") {
-        return;
-    }
     let program = hostile_program("root-frame");
     let mut first = Target::start(&program, &["wait"]);
     let mut second = Target::start(&program, &["wait"]);
@@ -199,9 +193,6 @@ fn run_with_marker(tag: &str, args: &[&str]) -> (i32, String, bool) {
 
 #[test]
 fn an_unwritable_output_fails_before_anything_is_attached() {
-    if !root_or_skip("an_unwritable_output_fails_before_anything_is_attached") {
-        return;
-    }
     let dir = std::env::temp_dir();
     let dir = dir.to_str().expect("UTF-8 temp dir");
     for (path, remedy) in [
@@ -222,9 +213,6 @@ fn an_unwritable_output_fails_before_anything_is_attached() {
 
 #[test]
 fn a_normal_output_leaves_exactly_the_report() {
-    if !root_or_skip("a_normal_output_leaves_exactly_the_report") {
-        return;
-    }
     let dir = scratch("output-one-file");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -248,9 +236,6 @@ fn a_normal_output_leaves_exactly_the_report() {
 
 #[test]
 fn a_report_whose_directory_vanished_is_saved_elsewhere_and_said_so() {
-    if !root_or_skip("a_report_whose_directory_vanished_is_saved_elsewhere_and_said_so") {
-        return;
-    }
     let bin = compile_c("steady", "vanished-output", &["-O1"]);
     let target = Target::start(&bin, &[]);
     let dir = scratch("output-vanishes");
@@ -300,9 +285,6 @@ fn out_of_range_numbers_are_usage_errors_not_panics() {
 
 #[test]
 fn system_wide_tracing_does_not_list_the_tracer() {
-    if !root_or_skip("system_wide_tracing_does_not_list_the_tracer") {
-        return;
-    }
     let _one_at_a_time = crate::harness::system_wide_lock();
     let path = scratch("system-wide-self.json");
     let _ = std::fs::remove_file(&path);
@@ -351,9 +333,6 @@ fn system_wide_tracing_does_not_list_the_tracer() {
 
 #[test]
 fn error_messages_escape_what_they_quote() {
-    if !root_or_skip("error_messages_escape_what_they_quote") {
-        return;
-    }
     // The error names the allocator asked for and the program's path.
     let program = hostile_program("error");
     let (code, err, _) =

@@ -2,7 +2,7 @@
 //! site that keeps nothing is estimated near zero.
 
 use crate::{
-    harness::{compile_c, root_or_skip, Target},
+    harness::{compile_c, Target},
     sites::{per_site, trace_sites_to_json, O2_FLAGS},
 };
 
@@ -13,9 +13,6 @@ const KEPT: f64 = (128u64 << 20) as f64;
 /// errors; the test runs the trace twice to show it holds across runs.
 #[test]
 fn default_sampling_estimates_kept_sites_within_ten_percent() {
-    if !root_or_skip("default_sampling_estimates_kept_sites_within_ten_percent") {
-        return;
-    }
     let bin = compile_c("accuracy", "O2", O2_FLAGS);
     for run in 0..2 {
         let mut target = Target::start(&bin, &[]);

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target},
+    harness::{compile_c, scratch, JsonTracer, Target},
     sites::{at_exit_by_leaf, per_site, EXPECTED_PER_THREAD, O2_FLAGS},
 };
 
@@ -60,9 +60,6 @@ fn program_copy(program: &str, tag: &str, dir: &str, name: &str) -> std::path::P
 
 #[test]
 fn binary_traces_running_and_newly_started_processes_separately() {
-    if !root_or_skip("binary_traces_running_and_newly_started_processes_separately") {
-        return;
-    }
     let bin = sites_copy("binary", "binary-scope", "memtrace_bin");
     let mut early = Target::start(&bin, &[]);
     let tracer = JsonTracer::start(
@@ -96,9 +93,6 @@ fn binary_traces_running_and_newly_started_processes_separately() {
 
 #[test]
 fn system_wide_sees_two_programs_and_reports_them_separately() {
-    if !root_or_skip("system_wide_sees_two_programs_and_reports_them_separately") {
-        return;
-    }
     let _one_at_a_time = crate::harness::system_wide_lock();
     // Different programs (different files and builds), one process name,
     // so that --comm keeps the rest of the machine out of the trace.
@@ -166,9 +160,6 @@ fn chroot_with_sites(tag: &str, name: &str) -> std::path::PathBuf {
 
 #[test]
 fn system_wide_hooks_the_allocators_of_programs_started_during_the_trace() {
-    if !root_or_skip("system_wide_hooks_the_allocators_of_programs_started_during_the_trace") {
-        return;
-    }
     let _one_at_a_time = crate::harness::system_wide_lock();
     const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
     let name = "memtrace_swlate";
@@ -223,9 +214,6 @@ fn system_wide_hooks_the_allocators_of_programs_started_during_the_trace() {
 /// in the kernel, before its main runs.
 #[test]
 fn binary_traces_every_short_lived_process_from_its_entry_point() {
-    if !root_or_skip("binary_traces_every_short_lived_process_from_its_entry_point") {
-        return;
-    }
     let bin = program_copy(
         "first_line",
         "binary-quick",
@@ -313,9 +301,6 @@ fn start_with_pid(bin: &std::path::Path, pid: u32) -> Target {
 /// pid called exec.
 #[test]
 fn a_reused_pid_is_reported_as_a_new_process() {
-    if !root_or_skip("a_reused_pid_is_reported_as_a_new_process") {
-        return;
-    }
     let bin = program_copy("reuse", "pid-reuse", "pid-reuse", "memtrace_reuse");
     let tracer = JsonTracer::start(
         "pid-reuse",
@@ -368,9 +353,6 @@ fn a_reused_pid_is_reported_as_a_new_process() {
 /// stacks, not by how many processes ran. Nothing is lost in the sums.
 #[test]
 fn exited_processes_beyond_the_limit_are_summed_per_program() {
-    if !root_or_skip("exited_processes_beyond_the_limit_are_summed_per_program") {
-        return;
-    }
     const RUNS: u64 = 30;
     const KEPT: u64 = 5;
     let bin = program_copy("first_line", "binary-fold", "binary-fold", "memtrace_fold");

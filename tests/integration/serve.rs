@@ -15,7 +15,7 @@ use std::{
 };
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target, Tracer, TRACER},
+    harness::{compile_c, scratch, JsonTracer, Target, Tracer, TRACER},
     sites::{assert_no_losses, per_site, O2_FLAGS},
 };
 
@@ -77,9 +77,6 @@ fn phases_served(tag: &str) -> (Target, JsonTracer, String) {
 
 #[test]
 fn go_tool_pprof_reads_the_live_heap_while_tracing_then_the_report_is_written() {
-    if !root_or_skip("go_tool_pprof_reads_the_live_heap_while_tracing_then_the_report_is_written") {
-        return;
-    }
     let (mut target, tracer, addr) = phases_served("serve-pprof");
     target.send("a");
     target.wait_for("did a");
@@ -155,9 +152,6 @@ pub(crate) fn site_values(raw: &str, function: &str) -> [u64; 4] {
 
 #[test]
 fn metrics_parse_as_prometheus_text_and_match_the_live_heap() {
-    if !root_or_skip("metrics_parse_as_prometheus_text_and_match_the_live_heap") {
-        return;
-    }
     let (mut target, tracer, addr) = phases_served("serve-metrics");
     target.send("a");
     target.wait_for("did a");
@@ -218,9 +212,6 @@ fn metrics_parse_as_prometheus_text_and_match_the_live_heap() {
 
 #[test]
 fn unknown_paths_get_404_with_the_endpoints_and_bad_queries_400() {
-    if !root_or_skip("unknown_paths_get_404_with_the_endpoints_and_bad_queries_400") {
-        return;
-    }
     let (_target, tracer, addr) = phases_served("serve-404");
     for path in ["/nope", "/../../etc/passwd", "/debug/pprof/", "/metrics/x"] {
         let (status, body) = get_text(&addr, path);
@@ -262,9 +253,6 @@ fn unknown_paths_get_404_with_the_endpoints_and_bad_queries_400() {
 
 #[test]
 fn twenty_parallel_scrapers_during_an_allocation_burst_lose_no_events() {
-    if !root_or_skip("twenty_parallel_scrapers_during_an_allocation_burst_lose_no_events") {
-        return;
-    }
     const BLOCKS: u64 = 300_000;
     let bin = compile_c("buildup", "serve-burst", &["-O2"]);
     let mut target = Target::start(&bin, &[&BLOCKS.to_string()]);
@@ -305,9 +293,6 @@ fn twenty_parallel_scrapers_during_an_allocation_burst_lose_no_events() {
 
 #[test]
 fn a_port_in_use_is_refused_before_anything_is_attached() {
-    if !root_or_skip("a_port_in_use_is_refused_before_anything_is_attached") {
-        return;
-    }
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
     let addr = taken.local_addr().expect("its address").to_string();
     let marker = scratch("serve-port-in-use-ran");
@@ -330,9 +315,6 @@ fn a_port_in_use_is_refused_before_anything_is_attached() {
 
 #[test]
 fn a_client_that_sends_nothing_does_not_keep_the_trace_from_ending() {
-    if !root_or_skip("a_client_that_sends_nothing_does_not_keep_the_trace_from_ending") {
-        return;
-    }
     let (mut target, tracer, addr) = phases_served("serve-silent");
     // One says nothing, one stops halfway through its request line, one
     // sends a header larger than the server reads.

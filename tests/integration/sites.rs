@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::harness::{compile_c, root_or_skip, scratch, Finished, JsonTracer, Target, Tracer};
+use crate::harness::{compile_c, scratch, Finished, JsonTracer, Target, Tracer};
 
 /// (in-use bytes, in-use objects, allocated bytes, allocated objects) per
 /// thread for each site in tests/targets/sites.c.
@@ -353,9 +353,6 @@ fn assert_hook_kind(report: &Value, status: &str) {
 
 #[test]
 fn frame_pointer_build_exact_numbers_with_fp_unwinding() {
-    if !root_or_skip("frame_pointer_build_exact_numbers_with_fp_unwinding") {
-        return;
-    }
     // Also the fallback from uprobe sessions: a uprobe and a uretprobe each.
     // The kernel's stack map keeps one stack per hash bucket: two of the
     // test's few dozen stacks in one bucket lose the second's samples
@@ -379,9 +376,6 @@ fn frame_pointer_build_exact_numbers_with_fp_unwinding() {
 
 #[test]
 fn frame_pointer_build_exact_numbers_with_dwarf_unwinding() {
-    if !root_or_skip("frame_pointer_build_exact_numbers_with_dwarf_unwinding") {
-        return;
-    }
     let r = trace_sites("fp-dwarf", FP_FLAGS, &[]);
     assert_reports(&r, "dwarf");
     assert_site_stacks_complete(&r.json);
@@ -389,9 +383,6 @@ fn frame_pointer_build_exact_numbers_with_dwarf_unwinding() {
 
 #[test]
 fn o2_without_frame_pointers_gives_the_same_numbers_and_complete_stacks() {
-    if !root_or_skip("o2_without_frame_pointers_gives_the_same_numbers_and_complete_stacks") {
-        return;
-    }
     let r = trace_sites("O2-dwarf", O2_FLAGS, &[]);
     assert_reports(&r, "dwarf");
     assert_site_stacks_complete(&r.json);
@@ -401,9 +392,6 @@ fn o2_without_frame_pointers_gives_the_same_numbers_and_complete_stacks() {
 
 #[test]
 fn o0_build_gives_the_same_numbers_and_complete_stacks() {
-    if !root_or_skip("o0_build_gives_the_same_numbers_and_complete_stacks") {
-        return;
-    }
     let r = trace_sites("O0-dwarf", O0_FLAGS, &[]);
     assert_reports(&r, "dwarf");
     assert_site_stacks_complete(&r.json);
@@ -413,9 +401,6 @@ fn o0_build_gives_the_same_numbers_and_complete_stacks() {
 /// kernel emulates) without changing a single number.
 #[test]
 fn probes_at_the_symbols_and_at_emulated_offsets_give_the_same_numbers() {
-    if !root_or_skip("probes_at_the_symbols_and_at_emulated_offsets_give_the_same_numbers") {
-        return;
-    }
     let placed = trace_sites("O2-placed", O2_FLAGS, &[]);
     let at_symbols = trace_sites("O2-symbols", O2_FLAGS, &["--probe-placement", "entry"]);
     for r in [&placed, &at_symbols] {
@@ -451,9 +436,6 @@ fn probes_at_the_symbols_and_at_emulated_offsets_give_the_same_numbers() {
 /// indices into it (read here raw, without `parse_report`).
 #[test]
 fn json_report_writes_each_frame_once_and_stacks_as_indices() {
-    if !root_or_skip("json_report_writes_each_frame_once_and_stacks_as_indices") {
-        return;
-    }
     let bin = compile_c("sites", "O2-table", O2_FLAGS);
     let mut target = Target::start(&bin, &[]);
     let (resolved, _) = trace_sites_with(&mut target, "json-table", true, libc::SIGINT, &[]);

@@ -10,7 +10,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
+    harness::{compile_c, scratch, Target, Tracer},
     sites::{assert_no_losses, per_site, read_json, O2_FLAGS},
 };
 
@@ -53,9 +53,6 @@ fn step_then_snapshot(target: &mut Target, step: &str, dir: &Path) -> Value {
 
 #[test]
 fn snapshots_during_a_trace_and_the_final_report_agree_with_the_target() {
-    if !root_or_skip("snapshots_during_a_trace_and_the_final_report_agree_with_the_target") {
-        return;
-    }
     let bin = compile_c("phases", "snapshots", O2_FLAGS);
     let dir = scratch("snapshots");
     let _ = std::fs::remove_dir_all(&dir);

@@ -15,7 +15,7 @@ use std::{
 };
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, system_wide_lock, Target, Tracer},
+    harness::{compile_c, scratch, system_wide_lock, Target, Tracer},
     sites::{assert_no_losses, read_json},
 };
 
@@ -129,9 +129,6 @@ fn soak_python(tag: &str, scope: &[&str]) -> (serde_json::Value, u64) {
 
 #[test]
 fn hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat() {
-    if !root_or_skip("hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat") {
-        return;
-    }
     let (report, _) = soak_python("soak.json", &["--binary", PYTHON]);
     // Hundreds of exited processes make a handful of notes, not one each,
     // and none that blames the program for having exited quickly.
@@ -174,11 +171,6 @@ fn hundreds_of_short_processes_under_binary_keep_the_tracer_rss_flat() {
 
 #[test]
 fn hundreds_of_short_processes_system_wide_keep_the_tracer_rss_and_live_map_flat() {
-    if !root_or_skip(
-        "hundreds_of_short_processes_system_wide_keep_the_tracer_rss_and_live_map_flat",
-    ) {
-        return;
-    }
     let _one_at_a_time = system_wide_lock();
     let (report, deleted) = soak_python("soak-system.json", &["--comm", "python3.11"]);
     // The runs' blocks were in the map, and left it as they exited.
@@ -266,10 +258,6 @@ fn stats_lines(stderr: &str) -> Vec<(u64, u64)> {
 
 #[test]
 fn a_busy_process_with_a_slow_leak_keeps_the_tracer_flat_and_its_leak_is_found() {
-    if !root_or_skip("a_busy_process_with_a_slow_leak_keeps_the_tracer_flat_and_its_leak_is_found")
-    {
-        return;
-    }
     let bin = compile_c("soak_leak", "O2", &["-O2"]);
     let args = [SINGLE_RATE, 2, LEAK_RATE, LEAK_BLOCK, SINGLE_SECS].map(|n| n.to_string());
     let mut target = Target::start(&bin, &args.each_ref().map(String::as_str));

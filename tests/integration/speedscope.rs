@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::{
     chromium::{self, FileServer},
-    harness::{compile_c, root_or_skip, scratch, Target, Tracer},
+    harness::{compile_c, scratch, Target, Tracer},
     sites::{EXPECTED_PER_THREAD, O2_FLAGS, THREADS},
 };
 
@@ -105,9 +105,6 @@ fn trace_sites(tag: &str) -> PathBuf {
 
 #[test]
 fn a_speedscope_file_validates_against_the_schema_and_holds_exact_numbers() {
-    if !root_or_skip("a_speedscope_file_validates_against_the_schema_and_holds_exact_numbers") {
-        return;
-    }
     let file = trace_sites("speedscope");
     validate(&file);
     let doc: Value =
@@ -157,9 +154,6 @@ fn speedscope_bytes(bytes: u64) -> String {
 /// its exact in-use bytes.
 #[test]
 fn headless_chromium_opens_our_file_in_the_speedscope_app() {
-    if !root_or_skip("headless_chromium_opens_our_file_in_the_speedscope_app") {
-        return;
-    }
     let file = trace_sites("speedscope-chromium");
     let ours = std::fs::read(&file).expect("read our file");
     let server = FileServer::start(

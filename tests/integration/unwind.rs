@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, compile_rust, root_or_skip},
+    harness::{compile_c, compile_rust},
     sites::{trace_formats, O2_FLAGS},
 };
 
@@ -66,9 +66,6 @@ fn notes(report: &Value) -> Vec<&str> {
 /// up through std's runtime to C's `main`.
 #[test]
 fn rust_release_build_unwinds_through_std_to_main() {
-    if !root_or_skip("rust_release_build_unwinds_through_std_to_main") {
-        return;
-    }
     let bin = compile_rust("rust_allocs", &["-C", "opt-level=3"]);
     let r = trace_formats(&bin, &[], "rust_allocs", &[]);
     let report = &r.json;
@@ -134,9 +131,6 @@ fn rust_release_build_unwinds_through_std_to_main() {
 /// either), and the walk continues out of it to the caller and `main`.
 #[test]
 fn allocations_inside_glibc_unwind_out_to_the_caller_and_main() {
-    if !root_or_skip("allocations_inside_glibc_unwind_out_to_the_caller_and_main") {
-        return;
-    }
     let bin = compile_c("glibc_internals", "O2", O2_FLAGS);
     let r = trace_formats(&bin, &[], "glibc_internals-O2", &[]);
     let report = &r.json;
@@ -194,9 +188,6 @@ fn recursion_stack(report: &Value) -> &Value {
 /// the notes say which flag copies more.
 #[test]
 fn recursion_deeper_than_the_copied_stack_is_marked_truncated() {
-    if !root_or_skip("recursion_deeper_than_the_copied_stack_is_marked_truncated") {
-        return;
-    }
     let bin = compile_c("recurse", "O2", O2_FLAGS);
     let r = trace_formats(&bin, &["200"], "recurse-200", &[]);
     let stack = recursion_stack(&r.json);
@@ -238,9 +229,6 @@ fn recursion_deeper_than_the_copied_stack_is_marked_truncated() {
 /// then `main`, not truncated.
 #[test]
 fn recursion_within_the_copied_stack_unwinds_to_main() {
-    if !root_or_skip("recursion_within_the_copied_stack_unwinds_to_main") {
-        return;
-    }
     let bin = compile_c("recurse", "O2-shallow", O2_FLAGS);
     let r = trace_formats(&bin, &["40"], "recurse-40", &[]);
     let stack = recursion_stack(&r.json);
