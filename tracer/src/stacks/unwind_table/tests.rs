@@ -159,7 +159,10 @@ fn check_against_readelf(path: &Path) -> UnwindTable {
         }
         for row in &fde.rows {
             let Some(rule) = table.lookup(row.pc) else {
-                panic!("no row at {row:?} in {fde:?}, first row {:?}", table.rows.first());
+                panic!(
+                    "no row at {row:?} in {fde:?}, first row {:?}",
+                    table.rows.first()
+                );
             };
             if !agrees(rule, row, fde.signal) {
                 wrong.push(format!("{row:?} -> {rule:?}"));
@@ -381,4 +384,36 @@ fn bad_input_is_an_error_not_a_panic() {
     // Truncated mid-file: sections point past the end.
     elf.truncate(elf.len() / 3);
     let _ = UnwindTable::from_elf(&elf);
+}
+
+/// The numbers in docs/unwind-tables.md: rows, bytes and build time per
+/// file. Not a timed test (it asserts nothing about time); run with
+///
+/// `MEMTRACE_UWT_FILES=/usr/bin/rg:... cargo test -p memtrace-bpf --lib
+/// measure_unwind_tables -- --ignored --nocapture`
+#[test]
+#[ignore = "prints measurements for the design doc"]
+fn measure_unwind_tables() {
+    let files = std::env::var("MEMTRACE_UWT_FILES")
+        .unwrap_or_else(|_| "/lib/x86_64-linux-gnu/libc.so.6:/usr/bin/python3.11".into());
+    println!("file | size | FDEs | rows before merge | rows | bytes | distinct rules | unsupported [reg, expr, ra, off] | build ms");
+    for path in files.split(':').filter(|p| !p.is_empty()) {
+        let data = std::fs::read(path).expect("read");
+        let started = std::time::Instant::now();
+        let table = UnwindTable::from_elf(&data).expect("table");
+        let words = table.encoded().expect("fits");
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let rules: std::collections::HashSet<u32> = words.iter().map(|w| *w as u32).collect();
+        let s = table.stats;
+        println!(
+            "{path} | {} KiB | {} | {} | {} | {} KiB | {} | {:?} | {ms:.1}",
+            data.len() / 1024,
+            s.fdes,
+            s.raw_rows,
+            table.rows.len(),
+            words.len() * ROW_BYTES / 1024,
+            rules.len(),
+            s.unsupported,
+        );
+    }
 }
