@@ -29,6 +29,15 @@ type Slice<'a> = EndianSlice<'a, LittleEndian>;
 /// Bytes per encoded row.
 pub(crate) const ROW_BYTES: usize = 8;
 
+/// A CFI section larger than this (after decompression) is refused, not
+/// read: the file belongs to the traced process. The largest seen here is
+/// a few MiB (a 129 MiB debug build of this tracer).
+const MAX_CFI_SECTION: u64 = 64 << 20;
+
+/// Rows per table at most (32 MiB encoded); the BPF binary search is
+/// bounded by log2 of it (22 steps).
+pub(crate) const MAX_ROWS: usize = 1 << 22;
+
 const RBP: Register = Register(6);
 const RSP: Register = Register(7);
 const RA: Register = Register(16);
@@ -130,6 +139,10 @@ pub(crate) enum TableError {
     NoCfi,
     #[error("code spans more than 4 GiB; a row's address is 32 bits")]
     TooLarge,
+    #[error("a call frame section of {0} bytes, more than this tracer reads (64 MiB)")]
+    SectionTooLarge(u64),
+    #[error("more than {MAX_ROWS} unwind rows")]
+    TooManyRows,
 }
 
 /// One file's rows, sorted by address.
@@ -149,6 +162,10 @@ impl UnwindTable {
             let Some(s) = file.section_by_name(name) else {
                 return Ok(None);
             };
+            let size = s.compressed_data()?.uncompressed_size;
+            if size > MAX_CFI_SECTION {
+                return Err(TableError::SectionTooLarge(size));
+            }
             Ok(Some((s.address(), s.uncompressed_data()?.into_owned())))
         };
         let addr = |name: &str| file.section_by_name(name).map(|s| s.address());
@@ -202,7 +219,11 @@ impl UnwindTable {
             stats.debug_frame_fdes = stats.fdes - before;
         }
         stats.raw_rows = rows.len();
-        Ok(UnwindTable::from_rows(rows, stats))
+        let table = UnwindTable::from_rows(rows, stats);
+        if table.rows.len() > MAX_ROWS {
+            return Err(TableError::TooManyRows);
+        }
+        Ok(table)
     }
 
     /// Sorts, resolves rows at the same address (a function's first row
@@ -267,6 +288,9 @@ fn collect<'a, S: UnwindSection<Slice<'a>>>(
         let signal = fde.is_signal_trampoline();
         let mut table = fde.rows(section, bases, &mut ctx)?;
         while let Some(row) = table.next_row()? {
+            if rows.len() >= 2 * MAX_ROWS {
+                return Err(TableError::TooManyRows);
+            }
             let rule = rule_of(row, section, signal)?;
             if let Cfa::Unsupported(why) = rule.cfa {
                 stats.unsupported[why as usize] += 1;
