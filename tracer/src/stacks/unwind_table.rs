@@ -26,7 +26,8 @@ use object::{Object as _, ObjectSection as _};
 
 mod encode;
 
-pub(crate) use encode::decode_rule;
+#[cfg(test)]
+use encode::decode_rule;
 use encode::encode_rule;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;

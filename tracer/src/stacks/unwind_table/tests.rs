@@ -232,7 +232,7 @@ fn rules_in(table: &UnwindTable, (start, end): (u64, u64)) -> Vec<Rule> {
 fn rows_round_trip_through_the_encoding() {
     let cases = [
         Cfa::Sp(8),
-        Cfa::Sp(0x100018),
+        Cfa::Sp(0x0010_0018),
         Cfa::Sp((8 << 19) - 8),
         Cfa::Fp(16),
         Cfa::DerefSp(160),
