@@ -1,0 +1,71 @@
+//! `--serve` against hostile programs and clients (issue #19 items 18–20):
+//! what a traced program names itself is escaped in /metrics, held
+//! connections cannot lock scrapers out, in-flight requests are answered
+//! when the trace ends, and every endpoint takes `?min_age=` by one rule.
+
+use std::{io::Write as _, process::Command};
+
+use crate::{
+    harness::{root_or_skip, JsonTracer, Target},
+    safety::{assert_no_raw_controls, hostile_program},
+    serve::{get_text, served_addr},
+};
+
+/// Samples as `name{k=v,...} value` lines, from the Prometheus client
+/// library's own parser (Debian's python3-prometheus-client).
+pub(crate) fn parse_prometheus(text: &str) -> String {
+    let parser = "import sys\n\
+        from prometheus_client.parser import text_string_to_metric_families\n\
+        for f in text_string_to_metric_families(sys.stdin.read()):\n\
+        \x20   for s in f.samples:\n\
+        \x20       labels = ','.join(f'{k}={v}' for k, v in sorted(s.labels.items()))\n\
+        \x20       print(f'{s.name}{{{labels}}} {s.value:.0f}')\n";
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", parser])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3 (cargo xtask setup installs python3-prometheus-client)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed the parser");
+    let out = child.wait_with_output().expect("parser output");
+    assert!(
+        out.status.success(),
+        "not Prometheus text: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn metrics_escape_a_program_path_that_holds_terminal_escapes() {
+    if !root_or_skip("metrics_escape_a_program_path_that_holds_terminal_escapes") {
+        return;
+    }
+    // hostile.c under a name with a colour escape, a bell and a C1 CSI.
+    let built = hostile_program("metrics-label");
+    let program = built.with_file_name("bell\x07\x1b[31mred\u{9b}2J");
+    std::fs::copy(&built, &program).expect("copy the hostile program");
+    let mut target = Target::start(&program, &["wait"]);
+    let pid = target.pid().to_string();
+    let mut tracer = JsonTracer::start("metrics-label", &["--pid", &pid, "--serve", "127.0.0.1:0"]);
+    let addr = served_addr(&mut tracer);
+    target.run_sites();
+    let (status, text) = get_text(&addr, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    assert_no_raw_controls("/metrics", &text);
+    let parsed = parse_prometheus(&text);
+    let dir = program.parent().expect("a directory").display();
+    let shown = format!("program={dir}/bell\\x07\\x1b[31mred\\u{{9b}}2J}}");
+    assert!(
+        parsed.contains(&format!("memtrace_process_inuse_bytes{{pid={pid},"))
+            && parsed.contains(&shown),
+        "{shown} not in:\n{parsed}"
+    );
+    tracer.stop();
+}
