@@ -6,9 +6,10 @@
 use std::{io::Write as _, process::Command};
 
 use crate::{
-    harness::{root_or_skip, JsonTracer, Target},
+    harness::{compile_c, root_or_skip, JsonTracer, Target},
     safety::{assert_no_raw_controls, hostile_program},
-    serve::{get_text, served_addr},
+    serve::{get, get_text, served_addr},
+    sites::O2_FLAGS,
 };
 
 /// Samples as `name{k=v,...} value` lines, from the Prometheus client
@@ -66,6 +67,63 @@ fn metrics_escape_a_program_path_that_holds_terminal_escapes() {
         parsed.contains(&format!("memtrace_process_inuse_bytes{{pid={pid},"))
             && parsed.contains(&shown),
         "{shown} not in:\n{parsed}"
+    );
+    tracer.stop();
+}
+
+#[test]
+fn every_endpoint_honours_min_age_or_refuses_a_bad_one() {
+    if !root_or_skip("every_endpoint_honours_min_age_or_refuses_a_bad_one") {
+        return;
+    }
+    let bin = compile_c("phases", "serve-min-age", O2_FLAGS);
+    let mut target = Target::start(&bin, &[]);
+    let pid = target.pid().to_string();
+    let mut tracer = JsonTracer::start("serve-min-age", &["--pid", &pid, "--serve", ":0"]);
+    let addr = served_addr(&mut tracer);
+    target.send("a");
+    target.wait_for("did a");
+    let endpoints = [
+        "/",
+        "/debug/pprof/heap",
+        "/debug/pprof/allocs",
+        "/debug/pprof/allocs?seconds=1",
+        "/flamegraph.svg",
+        "/profile.json",
+        "/metrics",
+    ];
+    let with = |path: &str, query: &str| match path.contains('?') {
+        true => format!("{path}&{query}"),
+        false => format!("{path}?{query}"),
+    };
+    for path in endpoints {
+        for bad in ["nope", "-1", "inf", "NaN", "1e30"] {
+            let (status, body) = get_text(&addr, &with(path, &format!("min_age={bad}")));
+            assert_eq!(status, 400, "{path} min_age={bad}: {body}");
+            assert!(
+                body.contains("?min_age= takes the seconds"),
+                "{path}: {body}"
+            );
+        }
+        // Every block (10 of 1000 bytes at site_a) is younger than an hour.
+        let (status, _) = get(&addr, &with(path, "min_age=3600"));
+        assert_eq!(status, 200, "{path}?min_age=3600");
+    }
+    let (_, metrics) = get_text(&addr, "/metrics?min_age=3600");
+    assert!(metrics.contains("memtrace_inuse_bytes 0\n"), "{metrics}");
+    let (_, metrics) = get_text(&addr, "/metrics?min_age=0");
+    assert!(
+        metrics.contains("memtrace_inuse_bytes 10000\n"),
+        "{metrics}"
+    );
+    let (_, json) = get_text(&addr, "/profile.json?min_age=3600");
+    let profile: serde_json::Value = serde_json::from_str(&json).expect("JSON profile");
+    assert_eq!(profile["totals"]["inuse_bytes"], 0, "{json}");
+    assert_eq!(profile["min_age_secs"].as_f64(), Some(3600.0), "{json}");
+    let (_, page) = get_text(&addr, "/?min_age=3600");
+    assert!(
+        page.contains("in use (blocks live 3600 s or more): 0 B"),
+        "{page}"
     );
     tracer.stop();
 }

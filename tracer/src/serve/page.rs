@@ -58,6 +58,8 @@ pub struct Page<'a> {
     /// What is traced, as the user named it.
     pub target: &'a str,
     pub flame: Flame,
+    /// The page's `?min_age=`, kept by its own links.
+    pub min_age: Option<f64>,
     /// The server's endpoints, one `PATH  description` per line.
     pub endpoints: &'a str,
 }
@@ -73,7 +75,7 @@ pub fn write_page(p: &Profile, page: &Page, w: &mut impl Write) -> anyhow::Resul
     )?;
     writeln!(w, "<p class=\"summary\">{}</p>", summary(p))?;
     write_history(p, w)?;
-    write_flame(p, page.flame, w)?;
+    write_flame(p, page, w)?;
     write_stacks(p, w)?;
     write_endpoints(page.endpoints, w)?;
     writeln!(w, "</body></html>")?;
@@ -94,8 +96,12 @@ fn summary(p: &Profile) -> String {
         0 => "no events lost".to_string(),
         n => report::counted(n, "event lost", "events lost"),
     };
+    let in_use = match p.min_age_secs {
+        Some(secs) => format!("in use (blocks live {secs} s or more)"),
+        None => "in use".to_string(),
+    };
     html(&format!(
-        "{:.1} s traced · in use: {} in {} · allocated: {} · {} · {lost} · {} · reloads every {REFRESH_SECS} s",
+        "{:.1} s traced · {in_use}: {} in {} · allocated: {} · {} · {lost} · {} · reloads every {REFRESH_SECS} s",
         p.duration_secs,
         chart::human_bytes(t.inuse_bytes),
         report::counted(t.inuse_objects, "object", "objects"),
@@ -123,12 +129,17 @@ fn has_growth(p: &Profile) -> bool {
     p.stacks.iter().any(|s| s.growth_bytes_per_sec.is_some())
 }
 
-fn write_flame(p: &Profile, flame: Flame, w: &mut impl Write) -> anyhow::Result<()> {
+fn write_flame(p: &Profile, page: &Page, w: &mut impl Write) -> anyhow::Result<()> {
+    let flame = page.flame;
+    // A number the server parsed: nothing to escape.
+    let aged = page
+        .min_age
+        .map_or(String::new(), |secs| format!("&amp;min_age={secs}"));
     let link = |label: &str, to: Flame, href: &str| {
         if to == flame {
             format!("<strong>{label}</strong>")
         } else {
-            format!("<a href=\"{href}\">{label}</a>")
+            format!("<a href=\"{href}{aged}\">{label}</a>")
         }
     };
     writeln!(
@@ -403,6 +414,16 @@ fn write_endpoints(endpoints: &str, w: &mut impl Write) -> std::io::Result<()> {
     for line in endpoints.lines().filter(|l| !l.trim().is_empty()) {
         let (path, what) = line.split_once("  ").unwrap_or((line, ""));
         let link = path.split(['?', ' ']).next().unwrap_or(path);
+        if link.is_empty() {
+            // A query every endpoint takes: nothing to link to.
+            writeln!(
+                w,
+                "<tr><td><code>{}</code></td><td>{}</td></tr>",
+                html(path),
+                html(what.trim())
+            )?;
+            continue;
+        }
         writeln!(
             w,
             "<tr><td><a href=\"{}\"><code>{}</code></a></td><td>{}</td></tr>",

@@ -93,6 +93,7 @@ fn render(p: &Profile, flame: Flame) -> String {
     let page = Page {
         target: &p.target,
         flame,
+        min_age: None,
         endpoints: ENDPOINTS,
     };
     let mut out = Vec::new();
@@ -196,6 +197,7 @@ fn hostile_names_stay_text() {
         let target = Page {
             target: "<i>pid 7</i>",
             flame,
+            min_age: None,
             endpoints: ENDPOINTS,
         };
         let mut titled = Vec::new();
@@ -289,4 +291,33 @@ fn a_large_profile_gives_a_bounded_page() {
         // Names are cut in the table.
         assert!(table.contains(&format!("site_19999_{}…", "x".repeat(189))));
     }
+}
+
+#[test]
+fn a_min_age_page_says_so_and_its_links_keep_it() {
+    let mut p = with_history();
+    p.min_age_secs = Some(2.5);
+    let page = Page {
+        target: &p.target,
+        flame: Flame::Inuse,
+        min_age: Some(2.5),
+        endpoints: "/metrics  Prometheus text\n?min_age=SECS  on every endpoint\n",
+    };
+    let mut out = Vec::new();
+    write_page(&p, &page, &mut out).expect("render the page");
+    let page = String::from_utf8(out).expect("UTF-8");
+    assert!(
+        page.contains("in use (blocks live 2.5 s or more): "),
+        "{page}"
+    );
+    assert!(
+        page.contains("<a href=\"/?flame=growth&amp;min_age=2.5\">growth</a>"),
+        "{page}"
+    );
+    // The query row is not a link.
+    assert!(
+        page.contains("<tr><td><code>?min_age=SECS</code></td><td>on every endpoint</td></tr>"),
+        "{page}"
+    );
+    assert!(!page.contains("href=\"\""), "{page}");
 }

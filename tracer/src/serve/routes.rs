@@ -33,11 +33,12 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// What every endpoint is, for `/` and the 404.
 const ENDPOINTS: &str = "\
 /                          the live page: flamegraph, in-use bytes over time, top growing stacks (HTML)
-/debug/pprof/heap          pprof, in-use space by default (go tool pprof); ?min_age=SECS: only blocks live that long
+/debug/pprof/heap          pprof, in-use space by default (go tool pprof)
 /debug/pprof/allocs        pprof, allocated space by default; ?seconds=N: what was allocated over the next N s
-/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects; ?min_age=SECS
-/profile.json              the whole profile as JSON (the schema of --format json); ?min_age=SECS
+/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects
+/profile.json              the whole profile as JSON (the schema of --format json)
 /metrics                   Prometheus text: live bytes and objects, events, loss counters, tracer CPU and RSS
+?min_age=SECS              on every endpoint: in use counts only blocks live at least SECS (0: all; default: --min-age)
 ";
 
 pub struct App {
@@ -59,14 +60,9 @@ impl App {
         }
     }
 
-    /// A snapshot no older than `max_age`: the last one, or a new one from
-    /// the trace's loop.
-    async fn snapshot(&self, max_age: Duration) -> Result<Arc<Snapshot>, Response> {
-        self.snapshot_aged(max_age, None).await
-    }
-
-    /// `snapshot` with in-use counting only blocks live at least `min_age`
-    /// seconds (None: the trace's --min-age).
+    /// A snapshot no older than `max_age` (the last one, or a new one from
+    /// the trace's loop), with in-use counting only blocks live at least
+    /// `min_age` seconds (None: the trace's --min-age).
     async fn snapshot_aged(
         &self,
         max_age: Duration,
@@ -148,7 +144,11 @@ async fn index(State(app): State<Arc<App>>, Query(params): Params) -> Response {
         Some(Some(flame)) => flame,
         Some(None) => return error(StatusCode::BAD_REQUEST, "?flame= takes inuse or growth"),
     };
-    let snapshot = match app.snapshot(SHARE_SNAPSHOT).await {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    let snapshot = match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };
@@ -157,6 +157,7 @@ async fn index(State(app): State<Arc<App>>, Query(params): Params) -> Response {
         let page = page::Page {
             target: &target,
             flame,
+            min_age,
             endpoints: ENDPOINTS,
         };
         page::write_page(p, &page, w)
@@ -199,8 +200,12 @@ async fn heap(State(app): State<Arc<App>>, Query(params): Params) -> Response {
 }
 
 async fn allocs(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
     let Some(seconds) = params.get("seconds") else {
-        return match app.snapshot(SHARE_SNAPSHOT).await {
+        return match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
             Ok(s) => pprof(s.profile.clone(), View::AllocSpace, "allocs").await,
             Err(response) => response,
         };
@@ -215,12 +220,12 @@ async fn allocs(State(app): State<Arc<App>>, Query(params): Params) -> Response 
         }
     };
     // Both ends new: a shared snapshot would shift the window.
-    let before = match app.snapshot(Duration::ZERO).await {
+    let before = match app.snapshot_aged(Duration::ZERO, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let after = match app.snapshot(Duration::ZERO).await {
+    let after = match app.snapshot_aged(Duration::ZERO, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };
@@ -266,8 +271,12 @@ async fn json(State(app): State<Arc<App>>, Query(params): Params) -> Response {
     respond(body.await, "application/json", None)
 }
 
-async fn prometheus(State(app): State<Arc<App>>) -> Response {
-    match app.snapshot(SHARE_SNAPSHOT).await {
+async fn prometheus(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => (
             [(
                 header::CONTENT_TYPE,
