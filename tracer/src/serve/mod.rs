@@ -13,6 +13,7 @@ mod chart;
 mod delta;
 mod metrics;
 mod page;
+mod page_flame;
 #[cfg(test)]
 mod page_tests;
 mod routes;
