@@ -3,12 +3,17 @@
 //! connections cannot lock scrapers out, in-flight requests are answered
 //! when the trace ends, and every endpoint takes `?min_age=` by one rule.
 
-use std::{io::Write as _, process::Command};
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    process::Command,
+    time::Duration,
+};
 
 use crate::{
     harness::{compile_c, root_or_skip, JsonTracer, Target},
     safety::{assert_no_raw_controls, hostile_program},
-    serve::{get, get_text, served_addr},
+    serve::{get, get_text, phases_served, served_addr},
     sites::O2_FLAGS,
 };
 
@@ -126,4 +131,103 @@ fn every_endpoint_honours_min_age_or_refuses_a_bad_one() {
         "{page}"
     );
     tracer.stop();
+}
+
+/// Sends `GET path` on a new connection and leaves it open, unread.
+fn hold(addr: &str, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send request");
+    stream
+}
+
+/// The status line and body of the response on `stream` (which said
+/// nothing of closing: read up to the content length).
+fn response(stream: &mut TcpStream) -> (u16, String) {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("read timeout");
+    let mut got = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_string)
+                })
+                .and_then(|n| n.trim().parse::<usize>().ok());
+            if length.is_some_and(|n| body.len() >= n) {
+                let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
+                return (status.unwrap_or(0), body.to_string());
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("connection closed without a whole response: {text:?}"),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("no response ({e}): {text:?}"),
+        }
+    }
+}
+
+#[test]
+fn held_delta_requests_and_idle_sockets_do_not_lock_scrapers_out() {
+    if !root_or_skip("held_delta_requests_and_idle_sockets_do_not_lock_scrapers_out") {
+        return;
+    }
+    let (mut target, tracer, addr) = phases_served("serve-held");
+    target.send("a");
+    target.wait_for("did a");
+    // As many 300 s delta profiles as the server has connections, then as
+    // many sockets that say nothing.
+    let mut deltas: Vec<TcpStream> = (0..64)
+        .map(|_| hold(&addr, "/debug/pprof/allocs?seconds=300"))
+        .collect();
+    let _idle: Vec<TcpStream> = (0..64)
+        .map(|_| TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    for path in ["/metrics", "/debug/pprof/heap", "/metrics"] {
+        let (status, body) = get(&addr, path);
+        assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    // The last delta was over the limit: it was told so.
+    let (status, body) = response(deltas.last_mut().expect("deltas"));
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("delta profiles (?seconds=) are in progress"),
+        "{body}"
+    );
+    tracer.stop();
+}
+
+#[test]
+fn delta_requests_in_flight_are_answered_when_the_trace_ends() {
+    if !root_or_skip("delta_requests_in_flight_are_answered_when_the_trace_ends") {
+        return;
+    }
+    let (mut target, tracer, addr) = phases_served("serve-ending");
+    target.send("a");
+    target.wait_for("did a");
+    let mut held: Vec<TcpStream> = (0..3)
+        .map(|_| hold(&addr, "/debug/pprof/allocs?seconds=300"))
+        .collect();
+    // Answered after the held ones were accepted (one at a time, in order).
+    let (status, _) = get(&addr, "/debug/pprof/heap");
+    assert_eq!(status, 200);
+    let (report, out) = tracer.stop();
+    assert_eq!(
+        report["end_reason"], "interrupted (SIGINT)",
+        "{}",
+        out.stderr
+    );
+    for stream in &mut held {
+        let (status, body) = response(stream);
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            body.contains("s delta profile: no profile for the window"),
+            "{body}"
+        );
+    }
 }

@@ -14,13 +14,16 @@ use axum::{
     routing::get,
     Router,
 };
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, watch, Mutex, Semaphore};
 
 use super::{delta, metrics, page, Snapshot, SnapshotReply};
 use crate::report::{self, Profile, View};
 
 /// Longest `?seconds=N` delta profile.
 pub const MAX_DELTA_SECS: u64 = 300;
+/// Delta profiles in progress at once: a quarter of the connections, so
+/// held deltas leave the rest to the quick snapshot endpoints.
+const MAX_DELTAS: usize = super::conns::MAX_CONNECTIONS / 4;
 /// Time for a request beyond its delta window: to wait for the snapshot,
 /// render and send it.
 pub const REQUEST_SLACK_SECS: u64 = 60;
@@ -49,6 +52,10 @@ pub struct App {
     last: Mutex<Option<(Instant, MinAge, Arc<Snapshot>)>>,
     /// What is traced, for the index page.
     target: String,
+    /// Delta profiles (`?seconds=N`) in progress.
+    deltas: Arc<Semaphore>,
+    /// True once the trace has ended: waiting requests answer then.
+    ended: watch::Sender<bool>,
 }
 
 impl App {
@@ -57,13 +64,38 @@ impl App {
             requests,
             last: Mutex::new(None),
             target,
+            deltas: Arc::new(Semaphore::new(MAX_DELTAS)),
+            ended: watch::Sender::new(false),
         }
+    }
+
+    /// The trace has ended: requests waiting for a snapshot or a delta's
+    /// window answer now.
+    pub fn end(&self) {
+        self.ended.send_replace(true);
+    }
+
+    /// Resolves once the trace has ended.
+    async fn ended(&self) {
+        let mut ended = self.ended.subscribe();
+        let _ = ended.wait_for(|&e| e).await;
     }
 
     /// A snapshot no older than `max_age` (the last one, or a new one from
     /// the trace's loop), with in-use counting only blocks live at least
     /// `min_age` seconds (None: the trace's --min-age).
     async fn snapshot_aged(
+        &self,
+        max_age: Duration,
+        min_age: MinAge,
+    ) -> Result<Arc<Snapshot>, Response> {
+        tokio::select! {
+            snapshot = self.snapshot_from_trace(max_age, min_age) => snapshot,
+            () = self.ended() => Err(ended()),
+        }
+    }
+
+    async fn snapshot_from_trace(
         &self,
         max_age: Duration,
         min_age: MinAge,
@@ -76,12 +108,6 @@ impl App {
         }
         let asked = Instant::now();
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let ended = || {
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the trace has ended: no more snapshots",
-            )
-        };
         let reply = SnapshotReply {
             sender: reply,
             min_age,
@@ -100,6 +126,13 @@ impl App {
         *last = Some((asked, min_age, snapshot.clone()));
         Ok(snapshot)
     }
+}
+
+fn ended() -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the trace has ended: no more snapshots (its report has the whole trace)",
+    )
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -219,12 +252,34 @@ async fn allocs(State(app): State<Arc<App>>, Query(params): Params) -> Response 
             )
         }
     };
+    let Ok(_delta) = app.deltas.clone().try_acquire_owned() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "{MAX_DELTAS} delta profiles (?seconds=) are in progress already, the most at \
+                 once: try again when one ends"
+            ),
+        );
+    };
     // Both ends new: a shared snapshot would shift the window.
     let before = match app.snapshot_aged(Duration::ZERO, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let started = Instant::now();
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
+        () = app.ended() => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "the trace ended {:.1} s into this {seconds} s delta profile: no profile \
+                     for the window (the trace's report has the whole trace)",
+                    started.elapsed().as_secs_f64()
+                ),
+            )
+        }
+    }
     let after = match app.snapshot_aged(Duration::ZERO, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
