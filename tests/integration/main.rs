@@ -28,6 +28,7 @@ mod safety;
 mod sampling;
 mod scopes;
 mod serve;
+mod serve_guard;
 mod sites;
 mod snapshots;
 mod soak;

@@ -86,6 +86,12 @@ fn the_live_page_names_the_leaking_function_in_headless_chromium() {
         "the page does not name leak_block: {text}"
     );
     assert!(text.contains("In-use bytes over time"), "{text}");
+    // The inline flamegraph shows no control that only its script made
+    // work, and its root row is labelled (issue #19 item 21).
+    for dead in ["Search", "Reset Zoom"] {
+        assert!(!text.contains(dead), "{dead} on the page: {text}");
+    }
+    assert!(text.contains(" all ("), "no root label: {text}");
     // Each endpoint is listed.
     for endpoint in [
         "/debug/pprof/heap",

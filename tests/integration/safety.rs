@@ -41,7 +41,7 @@ const HOSTILE_FILE_SHOWN: &str = "ho\\x1b[31mstile\\tprog";
 const HOSTILE_ARGS: [&str; 2] = ["\x1b]0;pwned\x07", "arg\nforged"];
 
 /// `hostile.c` built, its symbol renamed, copied to `DIR with space/FILE`.
-fn hostile_program(tag: &str) -> PathBuf {
+pub(crate) fn hostile_program(tag: &str) -> PathBuf {
     let built = compile_c("hostile", tag, &["-O2"]);
     let mut elf = std::fs::read(&built).expect("read built target");
     let symbol = hostile_symbol();
@@ -64,7 +64,7 @@ fn hostile_program(tag: &str) -> PathBuf {
 }
 
 /// No control character but the newlines that end lines.
-fn assert_no_raw_controls(what: &str, out: &str) {
+pub(crate) fn assert_no_raw_controls(what: &str, out: &str) {
     let bad: Vec<char> = out
         .chars()
         .filter(|&c| c != '\n' && c.is_control())

@@ -66,7 +66,7 @@ pub(crate) fn get_text(addr: &str, path: &str) -> (u16, String) {
 
 /// The phases target (a: 10 blocks of 1000 bytes kept at site_a) traced
 /// with --serve on a free port.
-fn phases_served(tag: &str) -> (Target, JsonTracer, String) {
+pub(crate) fn phases_served(tag: &str) -> (Target, JsonTracer, String) {
     let bin = compile_c("phases", tag, O2_FLAGS);
     let target = Target::start(&bin, &[]);
     let pid = target.pid().to_string();

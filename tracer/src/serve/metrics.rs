@@ -123,11 +123,16 @@ fn per_process(p: &Profile) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// A label value as the text format wants it: the traced process chose
-/// its program name, so backslash, quote and newline are escaped.
+/// A label value as the text format wants it. The traced process chose
+/// its program name: controls (ESC, BEL, C1), bidirectional overrides and
+/// newlines are first made visible escapes like in every other output
+/// (`escape::text`, so a scraped page shown in a terminal cannot drive
+/// it), then backslash, quote and newline are escaped as the exposition
+/// format requires (a parser gives back `escape::text`'s string).
 fn label(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
+    let visible = crate::escape::text(text);
+    let mut out = String::with_capacity(visible.len());
+    for c in visible.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
@@ -150,6 +155,21 @@ mod tests {
 
     #[test]
     fn labels_escape_what_the_process_chose() {
-        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        // The exposition format's three escapes, over escape::text's
+        // visible form (a newline is `\n` there, a backslash `\\`).
+        assert_eq!(label("a\"b"), "a\\\"b");
+        assert_eq!(label("a\\c"), "a\\\\\\\\c");
+        assert_eq!(label("a\nd"), "a\\\\nd");
+    }
+
+    #[test]
+    fn labels_hold_no_control_or_reordering_character() {
+        let hostile = "/tmp/ho\x1b[31mstile\x07\u{9b}2J\u{202e}x\ty";
+        let got = label(hostile);
+        assert!(!got.chars().any(crate::escape::is_hidden), "{got:?}");
+        assert_eq!(
+            got,
+            "/tmp/ho\\\\x1b[31mstile\\\\x07\\\\u{9b}2J\\\\u{202e}x\\\\ty"
+        );
     }
 }

@@ -10,9 +10,11 @@
 //! shared by every request (see `routes::App::snapshot`).
 
 mod chart;
+mod conns;
 mod delta;
 mod metrics;
 mod page;
+mod page_flame;
 #[cfg(test)]
 mod page_tests;
 mod routes;
@@ -25,14 +27,10 @@ use std::{
 };
 
 use anyhow::Context as _;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::report::Profile;
 
-/// Most connections served at once; more are closed as they come.
-const MAX_CONNECTIONS: usize = 64;
-/// How long a client gets to send its request's headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a connection lives, whatever it does: a delta profile's window
 /// plus time to build and send it.
 const CONNECTION_TIME: Duration =
@@ -218,11 +216,13 @@ fn serve_thread(
         crate::session::progress::clear();
         eprintln!("memtrace-bpf: warning: --serve stopped: {e:#}");
     }
-    // Connections still open (a client that sent nothing, a delta profile
-    // waiting) are dropped, not waited for.
+    // Every request read was answered (accept_loop drained them): what
+    // is left is idle or stuck, and is dropped.
     runtime.shutdown_background();
 }
 
+/// Accepts connections within the budget (serve/conns.rs) until told to
+/// stop; then ends the app's requests and drains the connections.
 async fn accept_loop(
     listener: std::net::TcpListener,
     app: Arc<routes::App>,
@@ -230,11 +230,11 @@ async fn accept_loop(
 ) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::from_std(listener).context("registering the listener")?;
-    let router = routes::router(app);
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let router = routes::router(app.clone());
+    let budget = conns::Budget::new();
     loop {
         let stream = tokio::select! {
-            _ = &mut stopped => return Ok(()),
+            _ = &mut stopped => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(_) => {
@@ -245,23 +245,65 @@ async fn accept_loop(
                 }
             },
         };
-        // Over the limit: closed at once, so it holds nothing.
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            continue;
-        };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        tokio::spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .max_buf_size(MAX_REQUEST_HEAD)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_TIME, connection).await;
-            drop(permit);
-        });
+        let (router, budget) = (router.clone(), budget.clone());
+        match budget.try_slot() {
+            Some(slot) => drop(tokio::spawn(serve(stream, router, budget, slot))),
+            None => drop(tokio::spawn(async move {
+                match budget.wait_slot(&stream).await {
+                    Some(slot) => serve(stream, router, budget, slot).await,
+                    None => conns::refuse(&stream),
+                }
+            })),
+        }
     }
+    // No new connections; requests waiting for a snapshot or a delta's
+    // window answer now, and the server waits for those answers.
+    drop(listener);
+    app.end();
+    budget.drain().await;
+    Ok(())
 }
 
+/// Serves one connection in its slot, until it ends, outlives
+/// `CONNECTION_TIME`, or the budget closes or shuts it down.
+async fn serve(
+    stream: tokio::net::TcpStream,
+    router: axum::Router,
+    budget: Arc<conns::Budget>,
+    slot: conns::Slot,
+) {
+    let inner = hyper_util::service::TowerToHyperService::new(router);
+    let conn = slot.conn.clone();
+    let service = hyper::service::service_fn(move |request| {
+        let busy = budget.busy(&conn);
+        let answer = hyper::service::Service::call(&inner, request);
+        async move {
+            let response = answer.await;
+            drop(busy);
+            response
+        }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(conns::HEADER_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_HEAD)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let deadline = tokio::time::sleep(CONNECTION_TIME);
+    tokio::pin!(deadline);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = &mut deadline => {}
+        () = slot.conn.close.notified() => {}
+        () = slot.conn.shutdown.notified() => {
+            connection.as_mut().graceful_shutdown();
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = &mut deadline => {}
+            }
+        }
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

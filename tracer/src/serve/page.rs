@@ -10,18 +10,15 @@
 //! Content-Security-Policy allows no script, no frame and no fetch (see
 //! `CSP`), so even a name that slipped through could not run or call out.
 
-use std::{collections::HashMap, io::Write, sync::Arc};
+use std::io::Write;
 
-use super::chart;
-use crate::report::{self, Frame, Profile, StackReport, View};
+use super::{chart, page_flame::write_flame};
+use crate::report::{self, Frame, Profile, StackReport};
 
 /// Seconds between reloads.
 pub const REFRESH_SECS: u32 = 5;
 /// Rows of the stack table.
 const TOP_STACKS: usize = 20;
-/// Stacks drawn in the flamegraph (the largest): keeps the page to a few
-/// hundred KiB whatever the profile holds; /flamegraph.svg draws them all.
-const FLAME_STACKS: usize = 200;
 /// Frames named per stack in the table, and characters per name.
 const TABLE_FRAMES: usize = 40;
 const NAME_CHARS: usize = 200;
@@ -58,6 +55,8 @@ pub struct Page<'a> {
     /// What is traced, as the user named it.
     pub target: &'a str,
     pub flame: Flame,
+    /// The page's `?min_age=`, kept by its own links.
+    pub min_age: Option<f64>,
     /// The server's endpoints, one `PATH  description` per line.
     pub endpoints: &'a str,
 }
@@ -73,7 +72,7 @@ pub fn write_page(p: &Profile, page: &Page, w: &mut impl Write) -> anyhow::Resul
     )?;
     writeln!(w, "<p class=\"summary\">{}</p>", summary(p))?;
     write_history(p, w)?;
-    write_flame(p, page.flame, w)?;
+    write_flame(p, page, w)?;
     write_stacks(p, w)?;
     write_endpoints(page.endpoints, w)?;
     writeln!(w, "</body></html>")?;
@@ -94,8 +93,12 @@ fn summary(p: &Profile) -> String {
         0 => "no events lost".to_string(),
         n => report::counted(n, "event lost", "events lost"),
     };
+    let in_use = match p.min_age_secs {
+        Some(secs) => format!("in use (blocks live {secs} s or more)"),
+        None => "in use".to_string(),
+    };
     html(&format!(
-        "{:.1} s traced · in use: {} in {} · allocated: {} · {} · {lost} · {} · reloads every {REFRESH_SECS} s",
+        "{:.1} s traced · {in_use}: {} in {} · allocated: {} · {} · {lost} · {} · reloads every {REFRESH_SECS} s",
         p.duration_secs,
         chart::human_bytes(t.inuse_bytes),
         report::counted(t.inuse_objects, "object", "objects"),
@@ -108,7 +111,8 @@ fn summary(p: &Profile) -> String {
 /// Why there is no chart or growth yet.
 /// (The history is taken every --interval seconds, or on --serve's own
 /// tick: both are the trace's business, not the page's.)
-const NO_HISTORY: &str = "no history yet: the chart and growth need two snapshots of the \
+pub(super) const NO_HISTORY: &str =
+    "no history yet: the chart and growth need two snapshots of the \
                           heap's history or more (see --interval)";
 
 fn write_history(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
@@ -119,66 +123,12 @@ fn write_history(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
     }
 }
 
-fn has_growth(p: &Profile) -> bool {
+pub(super) fn has_growth(p: &Profile) -> bool {
     p.stacks.iter().any(|s| s.growth_bytes_per_sec.is_some())
 }
 
-fn write_flame(p: &Profile, flame: Flame, w: &mut impl Write) -> anyhow::Result<()> {
-    let link = |label: &str, to: Flame, href: &str| {
-        if to == flame {
-            format!("<strong>{label}</strong>")
-        } else {
-            format!("<a href=\"{href}\">{label}</a>")
-        }
-    };
-    writeln!(
-        w,
-        "<h2>Flamegraph: {} | {} <small>(<a href=\"/flamegraph.svg\">interactive, all stacks</a>)</small></h2>",
-        link("in-use bytes", Flame::Inuse, "/?flame=inuse"),
-        link("growth", Flame::Growth, "/?flame=growth"),
-    )?;
-    let mut svg = Vec::new();
-    if flame == Flame::Growth && has_growth(p) {
-        let (growth, note) = growth_profile(p);
-        writeln!(w, "<p class=\"summary\">{}</p>", html(&note))?;
-        report::write_flamegraph_of(
-            &growth,
-            View::InuseSpace,
-            "growth (bytes/min)",
-            "bytes/min",
-            &mut svg,
-        )?;
-    } else {
-        if flame == Flame::Growth {
-            writeln!(w, "<p class=\"none\">{NO_HISTORY}; in-use bytes below</p>")?;
-        }
-        let (largest, note) = largest_profile(p);
-        writeln!(w, "<p class=\"summary\">{}</p>", html(&note))?;
-        report::write_flamegraph(&largest, View::InuseSpace, &mut svg)?;
-    }
-    let svg = String::from_utf8_lossy(&svg);
-    writeln!(w, "<div class=\"flame\">{}</div>", inline_svg(&svg))?;
-    Ok(())
-}
-
-/// A profile with `p`'s header and `stacks`, for the flamegraph.
-fn with_stacks(p: &Profile, stacks: Vec<StackReport>) -> Profile {
-    Profile {
-        target: p.target.clone(),
-        duration_secs: p.duration_secs,
-        end_reason: p.end_reason.clone(),
-        sample_rate: p.sample_rate,
-        unwind: p.unwind.clone(),
-        processes: p.processes.clone(),
-        losses: p.losses,
-        min_age_secs: p.min_age_secs,
-        stacks,
-        ..Profile::default()
-    }
-}
-
 /// The stacks holding memory, most first.
-fn by_inuse(p: &Profile) -> Vec<&StackReport> {
+pub(super) fn by_inuse(p: &Profile) -> Vec<&StackReport> {
     let mut stacks: Vec<&StackReport> = p
         .stacks
         .iter()
@@ -188,88 +138,8 @@ fn by_inuse(p: &Profile) -> Vec<&StackReport> {
     stacks
 }
 
-/// The stacks holding memory, weighted by their in-use bytes.
-fn largest_profile(p: &Profile) -> (Profile, String) {
-    let weighted: Vec<(&StackReport, u64)> = by_inuse(p)
-        .into_iter()
-        .map(|s| (s, s.counts.inuse_bytes))
-        .collect();
-    let note = flame_note(weighted.len(), "holding memory, weighted by in-use bytes");
-    (with_stacks(p, flame_stacks(&weighted)), note)
-}
-
-/// The growing stacks, each weighted by its growth in bytes per minute
-/// (stacks that shrink or hold steady are left out).
-fn growth_profile(p: &Profile) -> (Profile, String) {
-    let weighted: Vec<(&StackReport, u64)> = top_growing(p, usize::MAX)
-        .into_iter()
-        // Saturating float-to-int cast; below 1 byte/min is 0.
-        .map(|(s, rate)| (s, (rate * 60.0).round() as u64))
-        .collect();
-    let note = flame_note(weighted.len(), "growing, weighted by bytes per minute");
-    (with_stacks(p, flame_stacks(&weighted)), note)
-}
-
-/// `n` stacks `what`, and how many the flamegraph sums as others.
-fn flame_note(n: usize, what: &str) -> String {
-    let stacks = report::counted(n as u64, "stack", "stacks");
-    if n <= FLAME_STACKS {
-        return format!("{stacks} {what}");
-    }
-    format!(
-        "{stacks} {what}: the {FLAME_STACKS} largest drawn, the other {} summed as \
-         {OTHER_STACKS} (every stack: /flamegraph.svg)",
-        n - FLAME_STACKS
-    )
-}
-
-/// The frame that stands for the stacks the page's flamegraph leaves out.
-const OTHER_STACKS: &str = "[other stacks]";
-
-/// The flamegraph's stacks from (stack, weight) pairs, largest first: the
-/// first `FLAME_STACKS` with their weight as in-use bytes, the rest summed
-/// into one `OTHER_STACKS` frame per process, so every width stays true.
-fn flame_stacks(weighted: &[(&StackReport, u64)]) -> Vec<StackReport> {
-    let (kept, rest) = weighted.split_at(weighted.len().min(FLAME_STACKS));
-    let counts = |inuse_bytes| report::Counts {
-        inuse_bytes,
-        ..Default::default()
-    };
-    let mut out: Vec<StackReport> = kept
-        .iter()
-        .map(|(s, w)| StackReport {
-            counts: counts(*w),
-            ..(*s).clone()
-        })
-        .collect();
-    let mut others: HashMap<(u32, Option<u64>, Option<String>), u64> = HashMap::new();
-    for (s, w) in rest {
-        let sum = others
-            .entry((s.pid, s.start_time, s.exited_group.clone()))
-            .or_default();
-        *sum = sum.saturating_add(*w);
-    }
-    let other = Arc::new(Frame {
-        function: OTHER_STACKS.to_string(),
-        ..Frame::default()
-    });
-    out.extend(
-        others
-            .into_iter()
-            .map(|((pid, start_time, exited_group), w)| StackReport {
-                pid,
-                start_time,
-                exited_group,
-                counts: counts(w),
-                frames: vec![other.clone()],
-                ..StackReport::default()
-            }),
-    );
-    out
-}
-
 /// Stacks with a positive growth rate, fastest first, at most `n`.
-fn top_growing(p: &Profile, n: usize) -> Vec<(&StackReport, f64)> {
+pub(super) fn top_growing(p: &Profile, n: usize) -> Vec<(&StackReport, f64)> {
     let mut growing: Vec<(&StackReport, f64)> = p
         .stacks
         .iter()
@@ -281,21 +151,6 @@ fn top_growing(p: &Profile, n: usize) -> Vec<(&StackReport, f64)> {
     growing
 }
 
-/// inferno's SVG as an element of the page: without its XML prolog and
-/// DOCTYPE, and without its script and `onload` handler, which the page's
-/// CSP would block anyway (the page is static; /flamegraph.svg has them).
-/// inferno escapes every name, so the only `<script` is its own.
-fn inline_svg(svg: &str) -> String {
-    let svg = svg.find("<svg").map_or(svg, |i| &svg[i..]);
-    let svg = svg.replacen(" onload=\"init(evt)\"", "", 1);
-    match (svg.find("<script"), svg.find("</script>")) {
-        (Some(start), Some(end)) if start < end => {
-            format!("{}{}", &svg[..start], &svg[end + "</script>".len()..])
-        }
-        _ => svg,
-    }
-}
-
 /// The top growing stacks; without history, the largest.
 fn write_stacks(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
     if has_growth(p) {
@@ -305,8 +160,10 @@ fn write_stacks(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
     }
 }
 
+/// The rising stacks with their trend class; the growth flamegraph draws
+/// the ones classed `growing`.
 fn write_growing(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
-    writeln!(w, "<h2>Top growing stacks</h2>")?;
+    writeln!(w, "<h2>Top stacks by growth</h2>")?;
     let growing = top_growing(p, TOP_STACKS);
     if growing.is_empty() {
         return writeln!(w, "<p class=\"none\">no stack grows</p>");
@@ -403,6 +260,16 @@ fn write_endpoints(endpoints: &str, w: &mut impl Write) -> std::io::Result<()> {
     for line in endpoints.lines().filter(|l| !l.trim().is_empty()) {
         let (path, what) = line.split_once("  ").unwrap_or((line, ""));
         let link = path.split(['?', ' ']).next().unwrap_or(path);
+        if link.is_empty() {
+            // A query every endpoint takes: nothing to link to.
+            writeln!(
+                w,
+                "<tr><td><code>{}</code></td><td>{}</td></tr>",
+                html(path),
+                html(what.trim())
+            )?;
+            continue;
+        }
         writeln!(
             w,
             "<tr><td><a href=\"{}\"><code>{}</code></a></td><td>{}</td></tr>",

@@ -93,6 +93,7 @@ fn render(p: &Profile, flame: Flame) -> String {
     let page = Page {
         target: &p.target,
         flame,
+        min_age: None,
         endpoints: ENDPOINTS,
     };
     let mut out = Vec::new();
@@ -150,9 +151,9 @@ fn with_history_the_page_charts_totals_and_ranks_by_growth() {
     assert!(!page.contains("no history yet"), "{page}");
     assert!(page.contains("aria-label=\"total in-use bytes over time\""));
     assert!(page.contains(">5 s<") && page.contains(">30 s<"), "{page}");
-    assert!(page.contains("<h2>Top growing stacks</h2>"), "{page}");
+    assert!(page.contains("<h2>Top stacks by growth</h2>"), "{page}");
     // leak_block first, then cache_fill; shrink_me does not grow.
-    let table = &page[page.find("Top growing stacks").expect("table")..];
+    let table = &page[page.find("Top stacks by growth").expect("table")..];
     let leak = table.find("+20.0 KiB/min").expect("leak_block's rate");
     let cache = table.find("+17.6 KiB/min").expect("cache_fill's rate");
     assert!(leak < cache, "{table}");
@@ -196,6 +197,7 @@ fn hostile_names_stay_text() {
         let target = Page {
             target: "<i>pid 7</i>",
             flame,
+            min_age: None,
             endpoints: ENDPOINTS,
         };
         let mut titled = Vec::new();
@@ -267,6 +269,7 @@ fn a_large_profile_gives_a_bounded_page() {
             let mut s = stack(&format!("site_{i}_{}", "x".repeat(1000)), 1000 + i);
             s.series = vec![i; 700];
             s.growth_bytes_per_sec = Some(i as f64);
+            s.trend = Some(Trend::Growing);
             s
         })
         .collect();
@@ -284,9 +287,105 @@ fn a_large_profile_gives_a_bounded_page() {
         assert!(page.contains(&note), "{flame:?}: no {note}");
         // About 390 KB: 200 flamegraph stacks, 20 table rows.
         assert!(page.len() < 1 << 20, "{} bytes", page.len());
-        let table = &page[page.find("Top growing stacks").expect("table")..];
+        let table = &page[page.find("Top stacks by growth").expect("table")..];
         assert_eq!(table.matches("<details>").count(), 20);
         // Names are cut in the table.
         assert!(table.contains(&format!("site_19999_{}…", "x".repeat(189))));
+    }
+}
+
+#[test]
+fn a_min_age_page_says_so_and_its_links_keep_it() {
+    let mut p = with_history();
+    p.min_age_secs = Some(2.5);
+    let page = Page {
+        target: &p.target,
+        flame: Flame::Inuse,
+        min_age: Some(2.5),
+        endpoints: "/metrics  Prometheus text\n?min_age=SECS  on every endpoint\n",
+    };
+    let mut out = Vec::new();
+    write_page(&p, &page, &mut out).expect("render the page");
+    let page = String::from_utf8(out).expect("UTF-8");
+    assert!(
+        page.contains("in use (blocks live 2.5 s or more): "),
+        "{page}"
+    );
+    assert!(
+        page.contains("<a href=\"/?flame=growth&amp;min_age=2.5\">growth</a>"),
+        "{page}"
+    );
+    // The query row is not a link.
+    assert!(
+        page.contains("<tr><td><code>?min_age=SECS</code></td><td>on every endpoint</td></tr>"),
+        "{page}"
+    );
+    assert!(!page.contains("href=\"\""), "{page}");
+}
+
+/// The page's inline flamegraph (between `<div class="flame">` and its end).
+fn inline_flame(page: &str) -> &str {
+    let flame = &page[page.find("<div class=\"flame\">").expect("flame")..];
+    &flame[..flame.find("</div>").expect("end")]
+}
+
+#[test]
+fn the_growth_flamegraph_draws_exactly_the_stacks_classed_growing() {
+    let p = with_history();
+    let page = render(&p, Flame::Growth);
+    let flame = inline_flame(&page);
+    // cache_fill rises (+300 B/s) but the table calls it plateau.
+    let table = &page[page.find("Top stacks by growth").expect("table")..];
+    assert!(table.contains("<td>plateau</td>") && table.contains("cache_fill"));
+    assert!(flame.contains("leak_block"), "{flame}");
+    assert!(!flame.contains("cache_fill"), "{flame}");
+    assert!(
+        page.contains("1 stack classed growing in the table below"),
+        "{page}"
+    );
+    // None classed growing yet: it says so and draws in-use bytes.
+    let mut unclassed = with_history();
+    for s in &mut unclassed.stacks {
+        s.trend = None;
+    }
+    let page = render(&unclassed, Flame::Growth);
+    assert!(page.contains("no stack is classed growing (yet)"), "{page}");
+    assert!(page.contains("memtrace-bpf: in-use bytes"), "{page}");
+}
+
+#[test]
+fn the_inline_flamegraph_has_no_dead_controls_and_a_labelled_root() {
+    for (p, flame, root) in [
+        (
+            no_history(),
+            Flame::Inuse,
+            ">all (80,000 bytes, 100%)</text>",
+        ),
+        (
+            with_history(),
+            Flame::Growth,
+            ">all (20,480 bytes/min, 100%)</text>",
+        ),
+    ] {
+        let page = render(&p, flame);
+        let svg = inline_flame(&page);
+        for dead in [
+            "Search",
+            "Reset Zoom",
+            "id=\"search\"",
+            "id=\"matched\"",
+            "id=\"details\"",
+        ] {
+            assert!(
+                !svg.contains(dead),
+                "{dead} in the inline flamegraph:\n{svg}"
+            );
+        }
+        assert!(svg.contains(root), "no root label {root}:\n{svg}");
+        // The title and the frames are still there.
+        assert!(
+            svg.contains("id=\"title\"") && svg.contains("leak_block"),
+            "{svg}"
+        );
     }
 }

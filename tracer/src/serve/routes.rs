@@ -14,13 +14,16 @@ use axum::{
     routing::get,
     Router,
 };
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{mpsc, watch, Mutex, Semaphore};
 
 use super::{delta, metrics, page, Snapshot, SnapshotReply};
 use crate::report::{self, Profile, View};
 
 /// Longest `?seconds=N` delta profile.
 pub const MAX_DELTA_SECS: u64 = 300;
+/// Delta profiles in progress at once: a quarter of the connections, so
+/// held deltas leave the rest to the quick snapshot endpoints.
+const MAX_DELTAS: usize = super::conns::MAX_CONNECTIONS / 4;
 /// Time for a request beyond its delta window: to wait for the snapshot,
 /// render and send it.
 pub const REQUEST_SLACK_SECS: u64 = 60;
@@ -33,11 +36,12 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// What every endpoint is, for `/` and the 404.
 const ENDPOINTS: &str = "\
 /                          the live page: flamegraph, in-use bytes over time, top growing stacks (HTML)
-/debug/pprof/heap          pprof, in-use space by default (go tool pprof); ?min_age=SECS: only blocks live that long
+/debug/pprof/heap          pprof, in-use space by default (go tool pprof)
 /debug/pprof/allocs        pprof, allocated space by default; ?seconds=N: what was allocated over the next N s
-/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects; ?min_age=SECS
-/profile.json              the whole profile as JSON (the schema of --format json); ?min_age=SECS
+/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects
+/profile.json              the whole profile as JSON (the schema of --format json)
 /metrics                   Prometheus text: live bytes and objects, events, loss counters, tracer CPU and RSS
+?min_age=SECS              on every endpoint: in use counts only blocks live at least SECS (0: all; default: --min-age)
 ";
 
 pub struct App {
@@ -48,6 +52,10 @@ pub struct App {
     last: Mutex<Option<(Instant, MinAge, Arc<Snapshot>)>>,
     /// What is traced, for the index page.
     target: String,
+    /// Delta profiles (`?seconds=N`) in progress.
+    deltas: Arc<Semaphore>,
+    /// True once the trace has ended: waiting requests answer then.
+    ended: watch::Sender<bool>,
 }
 
 impl App {
@@ -56,18 +64,38 @@ impl App {
             requests,
             last: Mutex::new(None),
             target,
+            deltas: Arc::new(Semaphore::new(MAX_DELTAS)),
+            ended: watch::Sender::new(false),
         }
     }
 
-    /// A snapshot no older than `max_age`: the last one, or a new one from
-    /// the trace's loop.
-    async fn snapshot(&self, max_age: Duration) -> Result<Arc<Snapshot>, Response> {
-        self.snapshot_aged(max_age, None).await
+    /// The trace has ended: requests waiting for a snapshot or a delta's
+    /// window answer now.
+    pub fn end(&self) {
+        self.ended.send_replace(true);
     }
 
-    /// `snapshot` with in-use counting only blocks live at least `min_age`
-    /// seconds (None: the trace's --min-age).
+    /// Resolves once the trace has ended.
+    async fn ended(&self) {
+        let mut ended = self.ended.subscribe();
+        let _ = ended.wait_for(|&e| e).await;
+    }
+
+    /// A snapshot no older than `max_age` (the last one, or a new one from
+    /// the trace's loop), with in-use counting only blocks live at least
+    /// `min_age` seconds (None: the trace's --min-age).
     async fn snapshot_aged(
+        &self,
+        max_age: Duration,
+        min_age: MinAge,
+    ) -> Result<Arc<Snapshot>, Response> {
+        tokio::select! {
+            snapshot = self.snapshot_from_trace(max_age, min_age) => snapshot,
+            () = self.ended() => Err(ended()),
+        }
+    }
+
+    async fn snapshot_from_trace(
         &self,
         max_age: Duration,
         min_age: MinAge,
@@ -80,12 +108,6 @@ impl App {
         }
         let asked = Instant::now();
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let ended = || {
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the trace has ended: no more snapshots",
-            )
-        };
         let reply = SnapshotReply {
             sender: reply,
             min_age,
@@ -104,6 +126,13 @@ impl App {
         *last = Some((asked, min_age, snapshot.clone()));
         Ok(snapshot)
     }
+}
+
+fn ended() -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the trace has ended: no more snapshots (its report has the whole trace)",
+    )
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -148,7 +177,11 @@ async fn index(State(app): State<Arc<App>>, Query(params): Params) -> Response {
         Some(Some(flame)) => flame,
         Some(None) => return error(StatusCode::BAD_REQUEST, "?flame= takes inuse or growth"),
     };
-    let snapshot = match app.snapshot(SHARE_SNAPSHOT).await {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    let snapshot = match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };
@@ -157,6 +190,7 @@ async fn index(State(app): State<Arc<App>>, Query(params): Params) -> Response {
         let page = page::Page {
             target: &target,
             flame,
+            min_age,
             endpoints: ENDPOINTS,
         };
         page::write_page(p, &page, w)
@@ -199,8 +233,12 @@ async fn heap(State(app): State<Arc<App>>, Query(params): Params) -> Response {
 }
 
 async fn allocs(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
     let Some(seconds) = params.get("seconds") else {
-        return match app.snapshot(SHARE_SNAPSHOT).await {
+        return match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
             Ok(s) => pprof(s.profile.clone(), View::AllocSpace, "allocs").await,
             Err(response) => response,
         };
@@ -214,13 +252,35 @@ async fn allocs(State(app): State<Arc<App>>, Query(params): Params) -> Response 
             )
         }
     };
+    let Ok(_delta) = app.deltas.clone().try_acquire_owned() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "{MAX_DELTAS} delta profiles (?seconds=) are in progress already, the most at \
+                 once: try again when one ends"
+            ),
+        );
+    };
     // Both ends new: a shared snapshot would shift the window.
-    let before = match app.snapshot(Duration::ZERO).await {
+    let before = match app.snapshot_aged(Duration::ZERO, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let after = match app.snapshot(Duration::ZERO).await {
+    let started = Instant::now();
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
+        () = app.ended() => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "the trace ended {:.1} s into this {seconds} s delta profile: no profile \
+                     for the window (the trace's report has the whole trace)",
+                    started.elapsed().as_secs_f64()
+                ),
+            )
+        }
+    }
+    let after = match app.snapshot_aged(Duration::ZERO, min_age).await {
         Ok(s) => s,
         Err(response) => return response,
     };
@@ -266,8 +326,12 @@ async fn json(State(app): State<Arc<App>>, Query(params): Params) -> Response {
     respond(body.await, "application/json", None)
 }
 
-async fn prometheus(State(app): State<Arc<App>>) -> Response {
-    match app.snapshot(SHARE_SNAPSHOT).await {
+async fn prometheus(State(app): State<Arc<App>>, Query(params): Params) -> Response {
+    let min_age = match min_age(&params) {
+        Ok(min_age) => min_age,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
         Ok(s) => (
             [(
                 header::CONTENT_TYPE,
