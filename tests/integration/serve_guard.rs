@@ -11,7 +11,7 @@ use std::{
 };
 
 use crate::{
-    harness::{compile_c, root_or_skip, JsonTracer, Target},
+    harness::{compile_c, JsonTracer, Target},
     safety::{assert_no_raw_controls, hostile_program},
     serve::{get, get_text, phases_served, served_addr},
     sites::O2_FLAGS,
@@ -50,9 +50,6 @@ pub(crate) fn parse_prometheus(text: &str) -> String {
 
 #[test]
 fn metrics_escape_a_program_path_that_holds_terminal_escapes() {
-    if !root_or_skip("metrics_escape_a_program_path_that_holds_terminal_escapes") {
-        return;
-    }
     // hostile.c under a name with a colour escape, a bell and a C1 CSI.
     let built = hostile_program("metrics-label");
     let program = built.with_file_name("bell\x07\x1b[31mred\u{9b}2J");
@@ -78,9 +75,6 @@ fn metrics_escape_a_program_path_that_holds_terminal_escapes() {
 
 #[test]
 fn every_endpoint_honours_min_age_or_refuses_a_bad_one() {
-    if !root_or_skip("every_endpoint_honours_min_age_or_refuses_a_bad_one") {
-        return;
-    }
     let bin = compile_c("phases", "serve-min-age", O2_FLAGS);
     let mut target = Target::start(&bin, &[]);
     let pid = target.pid().to_string();
@@ -174,9 +168,6 @@ fn response(stream: &mut TcpStream) -> (u16, String) {
 
 #[test]
 fn held_delta_requests_and_idle_sockets_do_not_lock_scrapers_out() {
-    if !root_or_skip("held_delta_requests_and_idle_sockets_do_not_lock_scrapers_out") {
-        return;
-    }
     let (mut target, tracer, addr) = phases_served("serve-held");
     target.send("a");
     target.wait_for("did a");
@@ -204,9 +195,6 @@ fn held_delta_requests_and_idle_sockets_do_not_lock_scrapers_out() {
 
 #[test]
 fn delta_requests_in_flight_are_answered_when_the_trace_ends() {
-    if !root_or_skip("delta_requests_in_flight_are_answered_when_the_trace_ends") {
-        return;
-    }
     let (mut target, tracer, addr) = phases_served("serve-ending");
     target.send("a");
     target.wait_for("did a");

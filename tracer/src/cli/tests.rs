@@ -105,3 +105,104 @@ fn command_only_flags_are_refused_without_a_command() {
         assert_eq!(check(&[flag, "--", "/bin/true"]), Ok(()), "{flag}");
     }
 }
+
+/// The README's synopsis: the first code block without a language tag
+/// after `## Usage`.
+fn readme_synopsis() -> &'static str {
+    let readme = include_str!("../../../README.md");
+    let usage = readme
+        .split_once("\n## Usage\n")
+        .expect("README has a `## Usage` section")
+        .1;
+    // Fenced blocks alternate with prose: odd pieces are blocks, each
+    // starting with its language tag line.
+    usage
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .find_map(|block| block.strip_prefix('\n'))
+        .expect("a synopsis block without a language tag")
+}
+
+/// Every visible option of `cmd`: its long form, and its short one if any.
+fn visible_options(cmd: &clap::Command) -> Vec<(String, Option<String>)> {
+    cmd.get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| {
+            let long = format!("--{}", a.get_long()?);
+            Some((long, a.get_short().map(|c| format!("-{c}"))))
+        })
+        .collect()
+}
+
+/// Whether `flag` appears in `text` as a whole word (`--top` is not found
+/// inside `--top-n`).
+fn lists(text: &str, flag: &str) -> bool {
+    text.match_indices(flag).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + flag.len()..].chars().next();
+        !before.is_some_and(|c| c == '-' || c.is_alphanumeric())
+            && !after.is_some_and(|c| c == '-' || c.is_alphanumeric())
+    })
+}
+
+#[test]
+fn the_readme_synopsis_lists_every_option() {
+    use clap::CommandFactory as _;
+    let synopsis = readme_synopsis();
+    let saved = crate::saved::SavedCli::command();
+    let mut missing = Vec::new();
+    for option in visible_options(&Cli::command()) {
+        if !lists(synopsis, &option.0) {
+            missing.push(option.0);
+        }
+    }
+    // Each subcommand has its own line, where a short form will do.
+    for sub in saved.get_subcommands() {
+        let prefix = format!("memtrace-bpf {} ", sub.get_name());
+        let Some(line) = synopsis.lines().find(|l| l.starts_with(&prefix)) else {
+            missing.push(prefix);
+            continue;
+        };
+        for (long, short) in visible_options(sub) {
+            if !lists(line, &long) && !short.as_ref().is_some_and(|s| lists(line, s)) {
+                missing.push(format!("{prefix}{long}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README.md's Usage synopsis does not list: {missing:?}; add them there \
+         (and to docs/usage.md)"
+    );
+}
+
+#[test]
+fn the_readme_stays_a_users_document_without_stale_claims() {
+    let readme = include_str!("../../../README.md");
+    // Issue #19: a 77 KB README read as a development log; measurements and
+    // design notes belong in docs/.
+    assert!(
+        readme.len() < 38_000,
+        "README.md is {} bytes: move measurements and design notes to docs/",
+        readme.len()
+    );
+    let docs = [
+        ("README.md", readme),
+        ("docs/usage.md", include_str!("../../../docs/usage.md")),
+        ("docs/formats.md", include_str!("../../../docs/formats.md")),
+        ("docs/design.md", include_str!("../../../docs/design.md")),
+    ];
+    // Each was untrue: every snapshot file has its full frame table, and not
+    // every event that goes unrecorded is a counted loss of data.
+    let stale = [
+        "names only the frames new since the last one",
+        "Nothing is dropped silently",
+        "nothing is dropped silently",
+    ];
+    for (name, text) in docs {
+        for phrase in stale {
+            assert!(!text.contains(phrase), "{name} still says {phrase:?}");
+        }
+    }
+}
