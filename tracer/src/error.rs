@@ -21,7 +21,7 @@ pub enum TraceError {
     SelfPid(u32),
     #[error("pid {0} has exited (a zombie that its parent has not reaped): it has no memory left to trace")]
     Zombie(u32),
-    #[error("cannot read /proc/{pid}/{what} ({reason}): inspecting another user's process needs CAP_SYS_PTRACE; run memtrace-bpf as root, or as the process's user with CAP_BPF and CAP_PERFMON")]
+    #[error("cannot read /proc/{pid}/{what} ({reason}): inspecting another user's process needs CAP_SYS_PTRACE; run memtrace-bpf as root, or grant it with `setcap cap_sys_admin,cap_sys_ptrace+ep memtrace-bpf`")]
     Unreadable {
         pid: u32,
         what: String,

@@ -15,7 +15,7 @@ pub enum Format {
     Collapsed,
     /// SVG flamegraph rendered with inferno.
     Flamegraph,
-    /// The whole profile as JSON (schema in README).
+    /// The whole profile as JSON (schema in docs/formats.md).
     Json,
     /// Gzip-compressed pprof protobuf for `go tool pprof`, Pyroscope, Parca.
     Pprof,
@@ -178,7 +178,7 @@ pub struct Cli {
 
     /// Mean bytes allocated between recorded allocations; each recorded one
     /// is weighted to give unbiased estimates. 1 records every allocation
-    /// (exact numbers, highest cost). See README for how the default was chosen.
+    /// (exact numbers, highest cost). docs/performance.md says how the default was chosen.
     #[arg(long, default_value_t = 65536, value_name = "BYTES")]
     pub sample_rate: u64,
 
@@ -191,7 +191,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 8192, value_name = "BYTES")]
     pub stack_bytes: u32,
 
-    /// Where probes sit on each allocator function (see README, Performance).
+    /// Where probes sit on each allocator function (docs/design.md, "Probe placement").
     #[arg(long, value_enum, default_value_t = ProbePlacement::Emulated)]
     pub probe_placement: ProbePlacement,
 

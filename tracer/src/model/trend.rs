@@ -1,6 +1,6 @@
 //! The growth analysis of a stack's history: least-squares slope of its
 //! in-use bytes over the snapshots' times, and its trend class (see
-//! README, "Growth and trends"). Pure.
+//! docs/growth.md). Pure.
 
 use crate::report::{Counts, Trend};
 
@@ -74,7 +74,7 @@ const NOISE_BLOCKS: f64 = 4.0;
 const STEADY_SHARE: f64 = 2.0 / 3.0;
 const STEADY_MIN_POINTS: usize = 6;
 
-/// The trend of a series (see README, "Growth and trends"): `counts` are
+/// The trend of a series (see docs/growth.md): `counts` are
 /// the stack's, `sample_rate` 1 in exact mode.
 pub fn classify(secs: &[f64], values: &[u64], counts: &Counts, sample_rate: u64) -> Option<Trend> {
     let n = secs.len().min(values.len());

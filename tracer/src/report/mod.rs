@@ -88,8 +88,8 @@ pub struct SnapshotPoint {
     pub alloc_bytes: u64,
 }
 
-/// How a stack's in-use bytes moved over the history (see README, "Finding
-/// a leak", for the rule and its thresholds).
+/// How a stack's in-use bytes moved over the history (docs/growth.md has
+/// the rule and its thresholds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Trend {

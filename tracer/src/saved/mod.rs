@@ -110,7 +110,7 @@ pub enum DiffFormat {
     Collapsed,
     /// inferno's differential flamegraph (red grew, blue shrank).
     Flamegraph,
-    /// The diff document (schema in README).
+    /// The diff document (schema in docs/formats.md).
     Json,
     /// Gzip-compressed pprof with NEW − OLD values, as `go tool pprof
     /// -diff_base` makes.
