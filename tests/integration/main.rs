@@ -13,6 +13,7 @@ mod exec;
 mod forks;
 mod growth;
 mod harness;
+mod help;
 mod launch;
 mod lifecycle;
 mod losses;
