@@ -14,6 +14,7 @@ mod forks;
 mod growth;
 mod harness;
 mod help;
+mod hostile_saved;
 mod launch;
 mod lifecycle;
 mod losses;
