@@ -4,7 +4,7 @@
 
 use std::{
     fs::File,
-    io::{BufRead as _, BufReader, Read},
+    io::{BufRead, BufReader, Read},
     path::Path,
 };
 
@@ -28,7 +28,11 @@ const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 /// mark removed, and what they hold.
 pub fn read(path: &Path) -> anyhow::Result<(Vec<u8>, Kind)> {
     let file = File::open(path).context("cannot open it: check the path and its permissions")?;
-    let mut reader = BufReader::new(file);
+    decode(BufReader::new(file))
+}
+
+/// `read` of what `reader` holds.
+pub fn decode(mut reader: impl BufRead) -> anyhow::Result<(Vec<u8>, Kind)> {
     let gzip = reader
         .fill_buf()
         .context("cannot read it")?

@@ -63,7 +63,8 @@ pub enum SavedCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The saved profile (`--format json` output, or a pprof file).
+    /// The saved profile (`--format json` output, or a pprof file; either
+    /// may be gzip-compressed).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
@@ -268,21 +269,29 @@ pub(crate) fn sort_stacks(
 /// numbers bounded (limits.rs). Errors name the file.
 pub fn load(path: &Path) -> anyhow::Result<Profile> {
     let shown = crate::escape::path(path);
-    let (bytes, kind) = input::read(path)
-        .with_context(|| format!("{shown} is not a profile memtrace-bpf can read"))?;
-    let mut budget = Budget::new(MAX_PROFILE_BYTES);
-    let parsed = match kind {
-        Kind::Json => read_json::parse(bytes, &mut budget),
-        Kind::Protobuf => read_pprof::parse(bytes, &mut budget),
-    };
-    let mut profile = parsed
-        .and_then(|p| limits::check(&p).map(|()| p))
+    let mut profile = input::read(path)
+        .and_then(|(bytes, kind)| parse(bytes, kind))
         .with_context(|| format!("{shown} is not a profile memtrace-bpf can read"))?;
     if profile.target.is_empty() {
         // pprof files do not name what was traced: the file stands in.
         profile.target = format!("file {shown}");
     }
     Ok(profile)
+}
+
+/// `load` of a file's bytes (fuzzing.rs).
+pub fn load_bytes(raw: &[u8]) -> anyhow::Result<Profile> {
+    input::decode(raw).and_then(|(bytes, kind)| parse(bytes, kind))
+}
+
+fn parse(bytes: Vec<u8>, kind: Kind) -> anyhow::Result<Profile> {
+    let mut budget = Budget::new(MAX_PROFILE_BYTES);
+    let p = match kind {
+        Kind::Json => read_json::parse(bytes, &mut budget)?,
+        Kind::Protobuf => read_pprof::parse(bytes, &mut budget)?,
+    };
+    limits::check(&p)?;
+    Ok(p)
 }
 
 #[cfg(test)]
