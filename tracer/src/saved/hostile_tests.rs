@@ -98,11 +98,13 @@ fn edited(edit: impl FnOnce(&mut serde_json::Value)) -> anyhow::Result<Profile> 
     json(&serde_json::to_vec(&v).expect("json")).and_then(|p| limits::check(&p).map(|()| p))
 }
 
+type Edit = dyn FnOnce(&mut serde_json::Value);
+
 #[test]
 fn numbers_out_of_range_are_refused_with_their_field() {
     use serde_json::json as j;
     let max = j!(u64::MAX);
-    let cases: Vec<(Box<dyn FnOnce(&mut serde_json::Value)>, &str)> = vec![
+    let cases: Vec<(Box<Edit>, &str)> = vec![
         (
             Box::new(|v| v["min_age_secs"] = j!(-1)),
             "min_age_secs: -1.0 s",

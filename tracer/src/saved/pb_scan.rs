@@ -84,7 +84,8 @@ fn bytes_cost(msg: Msg, field: u64, body: &[u8], total: &mut usize) -> anyhow::R
             // And its entry in the id → frames map.
             size_of::<proto::Location>() + 4 * size_of::<usize>()
         }
-        (Msg::Profile, 5) => size_of::<proto::Function>() + 8 * size_of::<usize>(),
+        // And its entry in the id → (name, file) map.
+        (Msg::Profile, 5) => size_of::<proto::Function>() + 64,
         (Msg::Profile, 6) => size_of::<String>() + body.len(),
         (Msg::Profile, 13) | (Msg::Sample, 1 | 2) => packed_count(body) * size_of::<u64>(),
         (Msg::Sample, 3) => size_of::<proto::Label>(),
