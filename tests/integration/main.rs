@@ -12,6 +12,8 @@ mod exec;
 mod forks;
 mod growth;
 mod harness;
+mod help;
+mod hostile_saved;
 mod launch;
 mod lifecycle;
 mod losses;

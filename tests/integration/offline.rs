@@ -24,7 +24,7 @@ use crate::{
 const LEAK_PER_STEP: u64 = 25 * 1000;
 
 /// A directory `nobody` can read and write in (outputs go there too).
-fn open_dir(tag: &str) -> PathBuf {
+pub(crate) fn open_dir(tag: &str) -> PathBuf {
     let dir = scratch(tag);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -41,7 +41,7 @@ fn share(dir: &Path) {
 }
 
 /// Runs memtrace-bpf ARGS as nobody, without capabilities.
-fn as_nobody<A: AsRef<OsStr>>(args: &[A]) -> Output {
+pub(crate) fn as_nobody<A: AsRef<OsStr>>(args: &[A]) -> Output {
     Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(TRACER)
@@ -443,7 +443,7 @@ fn bad_saved_files_give_clear_errors_as_nobody() {
         ),
         ("cut.pb.gz", gz[..gz.len() / 2].to_vec(), "gzip"),
         ("noise.bin", vec![0xff; 64], "malformed"),
-        ("empty.json", Vec::new(), "malformed"),
+        ("empty.json", Vec::new(), "it is empty (0 bytes)"),
     ];
     for (name, bytes, says) in cases {
         let path = write(name, &bytes);

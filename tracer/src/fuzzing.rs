@@ -43,6 +43,16 @@ pub fn placement(data: &[u8]) {
     let _ = placement::place_with(code, &args, flags & 0x80 != 0);
 }
 
+/// A saved profile as `report` and `diff` read it (gzip, JSON or pprof),
+/// then rendered as text and diffed with itself.
+pub fn saved(data: &[u8]) {
+    if let Ok(p) = crate::saved::load_bytes(data) {
+        let _ = crate::report::write_text(&p, 10, &mut std::io::sink());
+        let d = crate::saved::Diff::new(&p, &p, "old", "new");
+        let _ = d.write_text(crate::report::View::InuseSpace, 10, &mut std::io::sink());
+    }
+}
+
 /// The targets by name, as `fuzz/fuzz_targets/NAME.rs` and the regression
 /// folders `tracer/fuzz-regressions/NAME/` name them.
 pub type Target = fn(&[u8]);
@@ -52,6 +62,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("maps", maps),
     ("ld_so_conf", ld_so_conf),
     ("placement", placement),
+    ("saved", saved),
 ];
 
 #[cfg(test)]

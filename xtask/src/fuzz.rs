@@ -18,6 +18,7 @@ const TARGETS: &[(&str, usize)] = &[
     ("maps", 1 << 12),
     ("ld_so_conf", 1 << 12),
     ("placement", 1 << 10),
+    ("saved", 1 << 14),
 ];
 
 pub fn run(seconds: u64, only: Option<&str>) -> Result<()> {

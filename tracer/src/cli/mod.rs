@@ -6,6 +6,8 @@ use clap::{Parser, ValueEnum};
 
 use crate::report::{Sort, View};
 
+mod help;
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// Top stacks by in-use bytes, then the loss counters.
@@ -125,12 +127,8 @@ pub struct Cli {
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
 
-    /// Record the heap's history every SECS while tracing (the trace goes
-    /// on): the final report gives each stack's in-use bytes over time, its
-    /// growth rate and trend. With -o containing `{n}` (e.g. -o
-    /// heap-{n}.json), each snapshot is also written as a full report with
-    /// its number (from 1); the final report is the last one.
-    #[arg(long, value_name = "SECS")]
+    // Help in help.rs: clap reads `{n}` in a doc comment as a line break.
+    #[arg(long, value_name = "SECS", help = help::interval())]
     pub interval: Option<f64>,
 
     /// Count as in use only the allocations live for at least SECS when the

@@ -206,3 +206,14 @@ fn the_readme_stays_a_users_document_without_stale_claims() {
         }
     }
 }
+
+#[test]
+fn help_shows_the_snapshot_number_placeholder_literally() {
+    // clap turns `{n}` in help text into a line break (issue #19, 17).
+    use clap::CommandFactory as _;
+    let long = Cli::command().render_long_help().to_string();
+    assert!(long.contains("-o heap-{n}.json"), "{long}");
+    assert!(long.contains("-o containing `{n}`"), "{long}");
+    let short = Cli::command().render_help().to_string();
+    assert!(short.contains("-o heap-{n}.json"), "{short}");
+}

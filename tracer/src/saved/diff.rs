@@ -241,9 +241,12 @@ impl Diff {
     /// grew, blue where it shrank.
     pub fn write_flamegraph(&self, view: View, w: &mut impl Write) -> anyhow::Result<()> {
         let (before, after) = (self.folded(view, false), self.folded(view, true));
-        if before.is_empty() && after.is_empty() {
+        if after.is_empty() {
+            // inferno draws NEW's widths; it would say "No stack counts found".
             bail!(
-                "neither profile has any {}: there is no flamegraph to draw",
+                "NEW ({}) has no {}: a differential flamegraph draws NEW's stacks, so there is \
+                 nothing to draw (--format text or collapsed show what shrank)",
+                self.new.file,
                 view.describe()
             );
         }

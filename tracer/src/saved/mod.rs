@@ -4,13 +4,14 @@
 //! privileged, so any user can run them on files they can read.
 //!
 //! A saved file is input like any other: it is read up to `MAX_INPUT_BYTES`
-//! (compressed and decompressed), and every index in it is checked, so a
-//! malformed file gives an error naming it, never a panic.
+//! (compressed and decompressed), parsed within `MAX_PROFILE_BYTES` of
+//! memory, every index and number in it is checked, and a file of another
+//! kind is named for what it looks like (limits.rs, input.rs): a malformed
+//! file gives an error naming it, never a panic.
 
 use std::{
     ffi::OsString,
-    fs::File,
-    io::{IsTerminal as _, Read, Write},
+    io::{IsTerminal as _, Write},
     path::{Path, PathBuf},
 };
 
@@ -23,13 +24,17 @@ use crate::{
 };
 
 mod diff;
+mod input;
+mod limits;
+mod pb_scan;
 mod read_json;
 mod read_pprof;
 
 pub use diff::{Diff, DiffEntry};
+pub use limits::{MAX_COUNT, MAX_INPUT_BYTES, MAX_PROFILE_BYTES};
 
-/// Largest saved file read, before and after decompression: 1 GiB.
-pub const MAX_INPUT_BYTES: u64 = 1 << 30;
+use input::Kind;
+use limits::Budget;
 
 /// True when the command line is one of these subcommands: the first
 /// argument is `report` or `diff` (a trace's own options all start with
@@ -58,7 +63,8 @@ pub enum SavedCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The saved profile (`--format json` output, or a pprof file).
+    /// The saved profile (`--format json` output, or a pprof file; either
+    /// may be gzip-compressed).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
@@ -258,18 +264,14 @@ pub(crate) fn sort_stacks(
     Ok(sort)
 }
 
-/// Reads a saved profile: memtrace-bpf JSON, or pprof (gzip-compressed or
-/// not), told apart by their first bytes. Errors name the file.
+/// Reads a saved profile: memtrace-bpf JSON or pprof, either one
+/// gzip-compressed or not, told apart by their first bytes; memory and
+/// numbers bounded (limits.rs). Errors name the file.
 pub fn load(path: &Path) -> anyhow::Result<Profile> {
     let shown = crate::escape::path(path);
-    let raw = read_bounded(path).with_context(|| format!("reading {shown}"))?;
-    let parsed = match sniff(&raw) {
-        Kind::Json => read_json::parse(&raw),
-        Kind::Gzip => gunzip(&raw).and_then(|bytes| read_pprof::parse(&bytes)),
-        Kind::Protobuf => read_pprof::parse(&raw),
-    };
-    let mut profile =
-        parsed.with_context(|| format!("{shown} is not a profile memtrace-bpf can read"))?;
+    let mut profile = input::read(path)
+        .and_then(|(bytes, kind)| parse(bytes, kind))
+        .with_context(|| format!("{shown} is not a profile memtrace-bpf can read"))?;
     if profile.target.is_empty() {
         // pprof files do not name what was traced: the file stands in.
         profile.target = format!("file {shown}");
@@ -277,47 +279,22 @@ pub fn load(path: &Path) -> anyhow::Result<Profile> {
     Ok(profile)
 }
 
-enum Kind {
-    Json,
-    Gzip,
-    Protobuf,
+/// `load` of a file's bytes (fuzzing.rs).
+pub fn load_bytes(raw: &[u8]) -> anyhow::Result<Profile> {
+    input::decode(raw).and_then(|(bytes, kind)| parse(bytes, kind))
 }
 
-fn sniff(raw: &[u8]) -> Kind {
-    if raw.starts_with(&[0x1f, 0x8b]) {
-        return Kind::Gzip;
-    }
-    match raw.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') | None => Kind::Json,
-        Some(_) => Kind::Protobuf,
-    }
+fn parse(bytes: Vec<u8>, kind: Kind) -> anyhow::Result<Profile> {
+    let mut budget = Budget::new(MAX_PROFILE_BYTES);
+    let p = match kind {
+        Kind::Json => read_json::parse(bytes, &mut budget)?,
+        Kind::Protobuf => read_pprof::parse(bytes, &mut budget)?,
+    };
+    limits::check(&p)?;
+    Ok(p)
 }
 
-/// The whole file, refused above `MAX_INPUT_BYTES`.
-fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let file = File::open(path).context("cannot open it: check the path and its permissions")?;
-    let mut raw = Vec::new();
-    file.take(MAX_INPUT_BYTES + 1)
-        .read_to_end(&mut raw)
-        .context("cannot read it")?;
-    if raw.len() as u64 > MAX_INPUT_BYTES {
-        bail!("it is larger than {MAX_INPUT_BYTES} bytes (1 GiB), the most a saved profile may be");
-    }
-    Ok(raw)
-}
-
-/// Decompresses a gzip stream, refused above `MAX_INPUT_BYTES`.
-fn gunzip(raw: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(raw)
-        .take(MAX_INPUT_BYTES + 1)
-        .read_to_end(&mut out)
-        .context("its gzip data is damaged or truncated")?;
-    if out.len() as u64 > MAX_INPUT_BYTES {
-        bail!("it decompresses to more than {MAX_INPUT_BYTES} bytes (1 GiB), the most a saved profile may be");
-    }
-    Ok(out)
-}
-
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,15 @@
 //! Reads a saved `--format json` profile (`memtrace-bpf/2`, report/json.rs)
 //! back into a `Profile`. Fields added after version 2 (history, min age)
 //! are read when present and default when absent; every frame index is
-//! checked against the `frames` table.
+//! checked against the `frames` table, and the memory the document takes
+//! is estimated and spent from a `Budget` before it is parsed.
 
-use std::sync::Arc;
+use std::{mem::size_of, sync::Arc};
 
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
 
+use super::limits::{self, Budget};
 use crate::report::{
     Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessAllocator, ProcessInfo, Profile,
     SnapshotPoint, StackReport, Trend,
@@ -16,10 +18,68 @@ use crate::report::{
 /// The version this reader understands (report/json.rs `FORMAT`).
 const FORMAT: &str = "memtrace-bpf/2";
 
-/// Parses `raw` as a memtrace-bpf JSON profile.
-pub fn parse(raw: &[u8]) -> anyhow::Result<Profile> {
-    let doc: Doc = match serde_json::from_slice(raw) {
-        Ok(doc) => doc,
+/// Parses `raw` as a memtrace-bpf JSON profile, within `budget`.
+pub fn parse(raw: Vec<u8>, budget: &mut Budget) -> anyhow::Result<Profile> {
+    budget.spend(decoded_size(&raw))?;
+    let doc = parse_doc(&raw)?;
+    drop(raw);
+    check_format(doc.format.clone())?;
+    doc.into_profile(budget)
+}
+
+/// Bytes the parsed document and the profile made from it take, at most:
+/// every object (`{`) as the largest struct it can become, twice (the
+/// document's and the profile's), every array element or member (`[`,
+/// `,`) as an index and the frame pointer it becomes, and a copy of every
+/// string. A JSON value is at least 2 bytes, so this is what bounds a
+/// file of `[{},{},...]`.
+fn decoded_size(raw: &[u8]) -> usize {
+    const OBJECT: usize = max(
+        max(
+            size_of::<StackDoc>() + size_of::<StackReport>(),
+            size_of::<FrameDoc>() + size_of::<Frame>() + 3 * size_of::<usize>(),
+        ),
+        max(
+            size_of::<ProcessDoc>() + size_of::<ProcessInfo>(),
+            size_of::<HookDoc>() + size_of::<Hook>(),
+        ),
+    );
+    const ELEMENT: usize = 2 * size_of::<u64>();
+    let (mut objects, mut elements) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in raw {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' => objects += 1,
+            b'[' | b',' => elements += 1,
+            _ => {}
+        }
+    }
+    raw.len()
+        .saturating_add(objects.saturating_mul(OBJECT))
+        .saturating_add(elements.saturating_mul(ELEMENT))
+}
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+fn parse_doc(raw: &[u8]) -> anyhow::Result<Doc> {
+    match serde_json::from_slice(raw) {
+        Ok(doc) => Ok(doc),
         Err(err) => {
             // A file of another version often fails on a field first: say
             // what the version is rather than which field.
@@ -27,11 +87,9 @@ pub fn parse(raw: &[u8]) -> anyhow::Result<Profile> {
             if let Ok(v) = serde_json::from_slice::<Version>(raw) {
                 check_format(v.format)?;
             }
-            return Err(err).context("its JSON is malformed or not a memtrace-bpf profile");
+            Err(err).context("its JSON is malformed or not a memtrace-bpf profile")
         }
-    };
-    check_format(doc.format.clone())?;
-    doc.into_profile()
+    }
 }
 
 fn check_format(format: Option<String>) -> anyhow::Result<()> {
@@ -190,14 +248,17 @@ struct FrameDoc {
 }
 
 impl Doc {
-    fn into_profile(self) -> anyhow::Result<Profile> {
+    fn into_profile(self, budget: &mut Budget) -> anyhow::Result<Profile> {
         let table: Vec<Arc<Frame>> = self.frames.into_iter().map(FrameDoc::into_frame).collect();
         let snapshots = self.snapshots.iter().map(|s| s.point()).collect();
         let stacks = self
             .stacks
             .into_iter()
             .enumerate()
-            .map(|(i, s)| s.into_stack(&table).with_context(|| format!("stack {i}")))
+            .map(|(i, s)| {
+                s.into_stack(&table, budget)
+                    .with_context(|| format!("stack {i}"))
+            })
             .collect::<anyhow::Result<_>>()?;
         Ok(Profile {
             target: self.target,
@@ -213,7 +274,7 @@ impl Doc {
             hooks: self.hooks.into_iter().map(HookDoc::into_hook).collect(),
             totals: self.totals.counts(),
             stacks,
-            not_freed_at_exit: self.not_freed_at_exit.into_section(&table)?,
+            not_freed_at_exit: self.not_freed_at_exit.into_section(&table, budget)?,
             losses: self.losses.losses(),
             notes: self.notes,
             snapshots,
@@ -222,21 +283,27 @@ impl Doc {
     }
 }
 
-/// The frames that `indices` name in `table`, each index checked.
-fn frames(indices: &[u64], table: &[Arc<Frame>]) -> anyhow::Result<Vec<Arc<Frame>>> {
+/// The frames that `indices` name in `table`, each index checked and its
+/// names spent from `budget` (a stack may repeat a long name).
+fn frames(
+    indices: &[u64],
+    table: &[Arc<Frame>],
+    budget: &mut Budget,
+) -> anyhow::Result<Vec<Arc<Frame>>> {
     indices
         .iter()
         .map(|&i| {
-            usize::try_from(i)
+            let frame = usize::try_from(i)
                 .ok()
                 .and_then(|i| table.get(i))
-                .cloned()
                 .with_context(|| {
                     format!(
                         "frame index {i} is out of range (the frames table has {} entries)",
                         table.len()
                     )
-                })
+                })?;
+            budget.spend(limits::reference_cost(frame))?;
+            Ok(Arc::clone(frame))
         })
         .collect()
 }
@@ -301,13 +368,13 @@ impl CountsDoc {
 }
 
 impl StackDoc {
-    fn into_stack(self, table: &[Arc<Frame>]) -> anyhow::Result<StackReport> {
+    fn into_stack(self, table: &[Arc<Frame>], budget: &mut Budget) -> anyhow::Result<StackReport> {
         Ok(StackReport {
             pid: self.pid,
             start_time: self.start_time,
             exited_group: self.exited_group,
             counts: self.counts.counts(),
-            frames: frames(&self.frames, table)?,
+            frames: frames(&self.frames, table, budget)?,
             truncated: self.truncated,
             series: self.series,
             growth_bytes_per_sec: self.growth_bytes_per_sec,
@@ -317,7 +384,11 @@ impl StackDoc {
 }
 
 impl AtExitDoc {
-    fn into_section(self, table: &[Arc<Frame>]) -> anyhow::Result<NotFreedAtExit> {
+    fn into_section(
+        self,
+        table: &[Arc<Frame>],
+        budget: &mut Budget,
+    ) -> anyhow::Result<NotFreedAtExit> {
         let stacks = self
             .stacks
             .into_iter()
@@ -328,7 +399,7 @@ impl AtExitDoc {
                     processes: s.processes,
                     bytes: s.bytes,
                     objects: s.objects,
-                    frames: frames(&s.frames, table)
+                    frames: frames(&s.frames, table, budget)
                         .with_context(|| format!("not_freed_at_exit stack {i}"))?,
                     truncated: s.truncated,
                 })

@@ -1,19 +1,20 @@
 //! Reads a pprof heap profile (ours, Go's, or a jemalloc / Rust endpoint's)
 //! into a `Profile`: sample types by name, functions from each location's
 //! lines (innermost first), every string, function and location index
-//! checked.
+//! checked, and the memory it takes spent from a `Budget` before it is
+//! allocated (pb_scan.rs for what decoding allocates).
 
 use std::{collections::HashMap, sync::Arc};
 
 use anyhow::{bail, Context as _};
 use prost::Message as _;
 
+use super::{
+    input, limits,
+    limits::{add, Budget},
+    pb_scan,
+};
 use crate::report::{proto, Counts, Frame, Profile, StackReport};
-
-/// Most frames (over all samples) read from one pprof file: a location's
-/// lines are repeated in every sample that references it, so a small file
-/// could otherwise expand without bound.
-pub const MAX_FRAMES: usize = 1 << 26;
 
 /// Which `Counts` field a sample type fills.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -36,23 +37,18 @@ fn slot(name: &str) -> Option<Slot> {
     }
 }
 
-/// Parses `bytes` (decompressed) as a `perftools.profiles.Profile`.
-pub fn parse(bytes: &[u8]) -> anyhow::Result<Profile> {
-    parse_bounded(bytes, MAX_FRAMES)
-}
-
-/// `parse`, holding at most `max_frames` frames over all samples.
-pub(super) fn parse_bounded(bytes: &[u8], max_frames: usize) -> anyhow::Result<Profile> {
-    let pb =
-        proto::Profile::decode(bytes).context("its protobuf is malformed (not a pprof profile)")?;
+/// Parses `bytes` (decompressed) as a `perftools.profiles.Profile`,
+/// within `budget`.
+pub fn parse(bytes: Vec<u8>, budget: &mut Budget) -> anyhow::Result<Profile> {
+    let pb = decode(bytes, budget)?;
     let strings = Strings(&pb.string_table);
     let mut notes = Vec::new();
     let slots = sample_slots(&pb, &strings, &mut notes)?;
-    let functions = functions(&pb, &strings)?;
+    let functions = functions(&pb, &strings, budget)?;
     let mappings: HashMap<u64, &proto::Mapping> = pb.mapping.iter().map(|m| (m.id, m)).collect();
     let mut locations = HashMap::with_capacity(pb.location.len());
     for loc in &pb.location {
-        let frames = location_frames(loc, &functions, &mappings, &strings)
+        let frames = location_frames(loc, &functions, &mappings, &strings, budget)
             .with_context(|| format!("location {}", loc.id))?;
         locations.insert(loc.id, frames);
     }
@@ -63,16 +59,9 @@ pub(super) fn parse_bounded(bytes: &[u8], max_frames: usize) -> anyhow::Result<P
         ..Default::default()
     };
     let mut clamped = 0u64;
-    let mut frames = 0usize;
     for (i, sample) in pb.sample.iter().enumerate() {
-        let stack = stack(sample, &slots, &locations, &strings, &mut clamped)
+        let stack = stack(sample, &slots, &locations, &strings, &mut clamped, budget)
             .with_context(|| format!("sample {i}"))?;
-        // A location with many lines, referenced many times, multiplies:
-        // bound what the file can make us hold.
-        frames = frames.saturating_add(stack.frames.len());
-        if frames > max_frames {
-            bail!("its samples hold more than {max_frames} frames in all, the most memtrace-bpf reads");
-        }
         add(&mut p.totals, &stack.counts);
         p.stacks.push(stack);
     }
@@ -92,6 +81,23 @@ pub(super) fn parse_bounded(bytes: &[u8], max_frames: usize) -> anyhow::Result<P
     }
     p.notes = notes;
     Ok(p)
+}
+
+/// The decoded protobuf, its cost spent first; `bytes` are freed once
+/// decoded.
+fn decode(bytes: Vec<u8>, budget: &mut Budget) -> anyhow::Result<proto::Profile> {
+    let not_pprof = || {
+        format!(
+            "it is neither memtrace-bpf JSON nor a pprof profile (gzip-compressed or not); it \
+             starts with the bytes {}",
+            input::first_bytes(&bytes)
+        )
+    };
+    let size = pb_scan::decoded_size(&bytes).with_context(not_pprof)?;
+    budget.spend(size)?;
+    proto::Profile::decode(&bytes[..])
+        .context("its protobuf is malformed (not a pprof profile)")
+        .with_context(not_pprof)
 }
 
 /// Looks up string-table entries, checking the index.
@@ -147,6 +153,7 @@ fn sample_slots(
 fn functions<'a>(
     pb: &'a proto::Profile,
     strings: &Strings<'a>,
+    budget: &mut Budget,
 ) -> anyhow::Result<HashMap<u64, (String, Option<String>)>> {
     let mut out = HashMap::with_capacity(pb.function.len());
     for f in &pb.function {
@@ -156,6 +163,7 @@ fn functions<'a>(
         let file = strings
             .get(f.filename)
             .with_context(|| format!("function {}", f.id))?;
+        budget.spend(name.len() + file.len())?;
         let file = (!file.is_empty()).then(|| file.to_string());
         out.insert(f.id, (name.to_string(), file));
     }
@@ -169,12 +177,14 @@ fn location_frames(
     functions: &HashMap<u64, (String, Option<String>)>,
     mappings: &HashMap<u64, &proto::Mapping>,
     strings: &Strings<'_>,
+    budget: &mut Budget,
 ) -> anyhow::Result<Vec<Arc<Frame>>> {
     let module = match mappings.get(&loc.mapping_id) {
         Some(m) => strings.get(m.filename).context("its mapping")?.to_string(),
         None => String::new(),
     };
     if loc.line.is_empty() {
+        budget.spend(module.len())?;
         return Ok(vec![Arc::new(Frame {
             function: "[unknown]".into(),
             module,
@@ -190,6 +200,8 @@ fn location_frames(
             let (name, file) = functions.get(&line.function_id).with_context(|| {
                 format!("function id {} is not in the profile", line.function_id)
             })?;
+            // Each line copies its names (the frame itself is in pb_scan's count).
+            budget.spend(name.len() + module.len() + file.as_ref().map_or(0, String::len))?;
             Ok(Arc::new(Frame {
                 function: name.clone(),
                 module: module.clone(),
@@ -221,6 +233,7 @@ fn stack(
     locations: &HashMap<u64, Vec<Arc<Frame>>>,
     strings: &Strings<'_>,
     clamped: &mut u64,
+    budget: &mut Budget,
 ) -> anyhow::Result<StackReport> {
     if sample.value.len() != slots.len() {
         bail!(
@@ -248,6 +261,11 @@ fn stack(
         let loc = locations
             .get(id)
             .with_context(|| format!("location id {id} is not in the profile"))?;
+        // A location of many lines, referenced many times, multiplies:
+        // spend before holding it again.
+        for f in loc {
+            budget.spend(limits::reference_cost(f))?;
+        }
         frames.extend(loc.iter().cloned());
     }
     Ok(StackReport {
@@ -266,11 +284,4 @@ fn pid_label(sample: &proto::Sample, strings: &Strings<'_>) -> u32 {
         .find(|l| strings.get(l.key).is_ok_and(|k| k == "pid"))
         .and_then(|l| u32::try_from(l.num).ok())
         .unwrap_or(0)
-}
-
-fn add(total: &mut Counts, c: &Counts) {
-    total.inuse_bytes = total.inuse_bytes.saturating_add(c.inuse_bytes);
-    total.inuse_objects = total.inuse_objects.saturating_add(c.inuse_objects);
-    total.alloc_bytes = total.alloc_bytes.saturating_add(c.alloc_bytes);
-    total.alloc_objects = total.alloc_objects.saturating_add(c.alloc_objects);
 }

@@ -4,6 +4,7 @@ use prost::Message as _;
 
 use super::*;
 use crate::report::{proto, Counts, Frame, SnapshotPoint, StackReport, Trend};
+use limits::Budget;
 
 fn frame(name: &str, module: &str) -> Arc<Frame> {
     Arc::new(Frame {
@@ -34,7 +35,7 @@ fn stack(pid: u32, c: Counts, frames: &[&Arc<Frame>]) -> StackReport {
 
 /// Given a profile of two stacks (leak under main, cache under main) of
 /// process `pid`, with `leak` in-use bytes in the leak.
-fn profile(pid: u32, leak: u64) -> Profile {
+pub(super) fn profile(pid: u32, leak: u64) -> Profile {
     let (main, lk, cache) = (
         frame("main", "/bin/t"),
         frame("leak", "/bin/t"),
@@ -67,7 +68,17 @@ fn json_of(p: &Profile) -> Vec<u8> {
     out
 }
 
-fn err_of(r: anyhow::Result<Profile>) -> String {
+/// A JSON profile read from `raw` within the usual budget.
+pub(super) fn json(raw: &[u8]) -> anyhow::Result<Profile> {
+    read_json::parse(raw.to_vec(), &mut Budget::new(MAX_PROFILE_BYTES))
+}
+
+/// A pprof profile read from `raw` (decompressed) within the usual budget.
+pub(super) fn pprof(raw: &[u8]) -> anyhow::Result<Profile> {
+    read_pprof::parse(raw.to_vec(), &mut Budget::new(MAX_PROFILE_BYTES))
+}
+
+pub(super) fn err_of(r: anyhow::Result<Profile>) -> String {
     format!("{:#}", r.expect_err("should fail"))
 }
 
@@ -87,7 +98,7 @@ fn json_reads_back_what_it_wrote_with_history() {
     p.stacks[1].truncated = true;
     p.notes = vec!["a \u{1b} note".into()];
     p.losses.stack_lost = 3;
-    let back = read_json::parse(&json_of(&p)).expect("parse");
+    let back = json(&json_of(&p)).expect("parse");
     assert_eq!(back, p);
 }
 
@@ -104,7 +115,7 @@ fn json_without_the_newer_fields_still_reads() {
         s.remove("growth_bytes_per_sec");
         s.remove("trend");
     }
-    let back = read_json::parse(&serde_json::to_vec(&v).expect("json")).expect("parse");
+    let back = json(&serde_json::to_vec(&v).expect("json")).expect("parse");
     assert_eq!(back.stacks, p.stacks);
     assert_eq!(back.totals, p.totals);
 }
@@ -113,37 +124,39 @@ fn json_without_the_newer_fields_still_reads() {
 fn json_of_another_version_is_refused_with_the_version() {
     let text = String::from_utf8(json_of(&profile(1, 10))).expect("utf-8");
     let other = text.replace("memtrace-bpf/2", "memtrace-bpf/9");
-    let err = err_of(read_json::parse(other.as_bytes()));
+    let err = err_of(json(other.as_bytes()));
     assert!(
         err.contains("memtrace-bpf/9") && err.contains("memtrace-bpf/2"),
         "{err}"
     );
     // A field of another shape still names the version first.
     let odd = other.replace("\"stacks\": [", "\"stacks\": 3, \"x\": [");
-    let err = err_of(read_json::parse(odd.as_bytes()));
+    let err = err_of(json(odd.as_bytes()));
     assert!(err.contains("memtrace-bpf/9"), "{err}");
-    let err = err_of(read_json::parse(b"{\"format\": \"memtrace-bpf-diff/1\"}"));
+    let err = err_of(json(b"{\"format\": \"memtrace-bpf-diff/1\"}"));
     assert!(err.contains("it is a diff"), "{err}");
-    let err = err_of(read_json::parse(b"{\"stacks\": []}"));
+    let err = err_of(json(b"{\"stacks\": []}"));
     assert!(err.contains("no \"format\""), "{err}");
 }
 
 #[test]
 fn malformed_json_and_bad_frame_indices_are_errors() {
     let text = String::from_utf8(json_of(&profile(1, 10))).expect("utf-8");
-    let err = err_of(read_json::parse(&text.as_bytes()[..text.len() / 2]));
+    let err = err_of(json(&text.as_bytes()[..text.len() / 2]));
     assert!(err.contains("malformed"), "{err}");
     let bad = text.replacen("\"frames\":[0,", "\"frames\":[4000000000,", 1);
     assert_ne!(bad, text, "fixture changed: {text}");
-    let err = err_of(read_json::parse(bad.as_bytes()));
+    let err = err_of(json(bad.as_bytes()));
     assert!(
         err.contains("frame index 4000000000 is out of range"),
         "{err}"
     );
 }
 
-fn gunzip_of(bytes: &[u8]) -> Vec<u8> {
-    gunzip(bytes).expect("gunzip")
+pub(super) fn gunzip_of(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).expect("gunzip");
+    out
 }
 
 #[test]
@@ -151,7 +164,7 @@ fn our_pprof_reads_back_with_the_same_numbers_and_frames() {
     let p = profile(42, 1000);
     let mut gz = Vec::new();
     report::write_pprof(&p, View::InuseSpace, &mut gz).expect("render");
-    let back = read_pprof::parse(&gunzip_of(&gz)).expect("parse");
+    let back = pprof(&gunzip_of(&gz)).expect("parse");
     assert_eq!(back.totals, p.totals);
     let summary = |p: &Profile| -> Vec<(u32, Counts, Vec<String>)> {
         p.stacks
@@ -171,7 +184,7 @@ fn our_pprof_reads_back_with_the_same_numbers_and_frames() {
 
 /// A hand-made pprof: `types` sample types, one sample of `values` at a
 /// location of function "f" inlined into "g".
-fn pprof_bytes(types: &[(&str, &str)], values: Vec<i64>) -> Vec<u8> {
+pub(super) fn pprof_bytes(types: &[(&str, &str)], values: Vec<i64>) -> Vec<u8> {
     let mut strings = vec![String::new(), "f".into(), "g".into(), "libx.so".into()];
     let mut sample_type = Vec::new();
     for (t, u) in types {
@@ -240,7 +253,7 @@ fn jemalloc_space_and_objects_map_to_in_use_and_unknown_types_are_noted() {
         ],
         vec![4096, 2, 77],
     );
-    let p = read_pprof::parse(&raw).expect("parse");
+    let p = pprof(&raw).expect("parse");
     assert_eq!(
         p.totals,
         Counts {
@@ -265,22 +278,16 @@ fn jemalloc_space_and_objects_map_to_in_use_and_unknown_types_are_noted() {
 
 #[test]
 fn pprof_without_heap_types_or_with_bad_indices_is_an_error() {
-    let err = err_of(read_pprof::parse(&pprof_bytes(
-        &[("cpu", "nanoseconds")],
-        vec![1],
-    )));
+    let err = err_of(pprof(&pprof_bytes(&[("cpu", "nanoseconds")], vec![1])));
     assert!(err.contains("cpu/nanoseconds"), "{err}");
     let mut pb = proto::Profile::decode(&pprof_bytes(&[("inuse_space", "bytes")], vec![1])[..])
         .expect("decode");
     pb.function[0].name = 999;
-    let err = err_of(read_pprof::parse(&pb.encode_to_vec()));
+    let err = err_of(pprof(&pb.encode_to_vec()));
     assert!(err.contains("string index 999 is out of range"), "{err}");
-    let err = err_of(read_pprof::parse(&pprof_bytes(
-        &[("inuse_space", "bytes")],
-        vec![1, 2],
-    )));
+    let err = err_of(pprof(&pprof_bytes(&[("inuse_space", "bytes")], vec![1, 2])));
     assert!(err.contains("2 values for 1 sample types"), "{err}");
-    let err = err_of(read_pprof::parse(b"\xff\xff\xff"));
+    let err = err_of(pprof(b"\xff\xff\xff"));
     assert!(err.contains("malformed"), "{err}");
 }
 
@@ -371,7 +378,7 @@ fn diff_matches_our_pprof_unknown_frames_with_json_ones() {
     old.stacks[0].frames.insert(0, Arc::clone(&unknown));
     let mut gz = Vec::new();
     report::write_pprof(&old, View::InuseSpace, &mut gz).expect("render");
-    let from_pprof = read_pprof::parse(&gunzip_of(&gz)).expect("parse");
+    let from_pprof = pprof(&gunzip_of(&gz)).expect("parse");
     let d = Diff::new(&old, &from_pprof, "a.json", "a.pb.gz");
     assert!(d.ranked(View::InuseSpace).is_empty(), "{:?}", d.entries);
     assert_eq!(d.entries[0].frames[0], "[unknown] libz.so");
@@ -403,18 +410,19 @@ fn sort_growth_needs_history_and_is_the_default_with_it() {
 }
 
 #[test]
-fn a_pprof_that_expands_past_the_frame_bound_is_refused() {
+fn a_pprof_that_expands_past_the_budget_is_refused_as_it_is_read() {
     let mut pb = proto::Profile::decode(&pprof_bytes(&[("inuse_space", "bytes")], vec![1])[..])
         .expect("decode");
     // 2 lines per location, referenced 51 times: 102 frames.
     pb.sample[0].location_id = vec![1; 51];
     let raw = pb.encode_to_vec();
-    let err = err_of(read_pprof::parse_bounded(&raw, 100));
-    assert!(err.contains("more than 100 frames"), "{err}");
-    assert_eq!(
-        read_pprof::parse_bounded(&raw, 102).expect("parse").stacks[0]
-            .frames
-            .len(),
-        102
-    );
+    let need = |limit: usize| read_pprof::parse(raw.clone(), &mut Budget::new(limit));
+    let enough = (1..1 << 20)
+        .find(|&limit| need(limit).is_ok())
+        .expect("some budget reads it");
+    assert_eq!(need(enough).expect("parse").stacks[0].frames.len(), 102);
+    // "f" and "libx.so" once more, and the pointer, per frame.
+    assert!(enough > 102 * (8 + 1 + 7), "{enough}");
+    let err = err_of(need(enough - 1));
+    assert!(err.contains("more than 0 MiB of memory"), "{err}");
 }

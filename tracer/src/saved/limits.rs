@@ -1,0 +1,157 @@
+//! What reading a saved profile may cost, and which numbers in it are
+//! believable. A saved file is as hostile as anything a traced process
+//! controls: a 2 MB gzip bomb or a few KB of pprof that repeats one
+//! location must be refused while it is read, before it has cost more than
+//! these bounds, and a number that would overflow or print as nonsense
+//! further on (a negative age, a duration of 1e308 s, counts that sum past
+//! what pprof's int64 holds) is refused with the field it came from.
+
+use anyhow::{bail, Context as _};
+
+use crate::report::{Counts, Profile};
+
+/// Largest saved file read, and largest it may decompress to: 128 MiB.
+/// A trace's JSON of 100,000 stacks is about 40 MB; Go's heap profiles are
+/// a few MB.
+pub const MAX_INPUT_BYTES: u64 = 128 << 20;
+
+/// Most memory the parsed profile may take, estimated while reading (see
+/// `Budget`), on top of the input bytes: 512 MiB. The estimate also counts
+/// the frame names each stack repeats, which collapsed output and `diff`
+/// spell out once per stack.
+pub const MAX_PROFILE_BYTES: usize = 512 << 20;
+
+/// Largest count (bytes, objects, losses) or sum of counts read: pprof
+/// stores them as int64 and `diff` subtracts them.
+pub const MAX_COUNT: u64 = i64::MAX as u64;
+
+/// Longest duration or snapshot time read: 100 years.
+pub const MAX_SECS: f64 = 100.0 * 365.0 * 24.0 * 3600.0;
+
+/// The memory a profile being read may still take. Readers spend from it
+/// before they allocate, so a file is refused as soon as it would cross
+/// `MAX_PROFILE_BYTES`, not after.
+pub struct Budget {
+    left: usize,
+    limit: usize,
+}
+
+impl Budget {
+    pub fn new(limit: usize) -> Budget {
+        Budget { left: limit, limit }
+    }
+
+    pub fn spend(&mut self, bytes: usize) -> anyhow::Result<()> {
+        match self.left.checked_sub(bytes) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => bail!(
+                "reading it would take more than {} MiB of memory, the most memtrace-bpf spends \
+                 on a saved profile (a profile this large, or repeating so much, is not one a \
+                 trace writes)",
+                self.limit >> 20
+            ),
+        }
+    }
+}
+
+/// Refuses a profile with a number out of range; the error names the field.
+pub fn check(p: &Profile) -> anyhow::Result<()> {
+    secs(p.duration_secs, MAX_SECS).context("duration_secs")?;
+    if let Some(age) = p.min_age_secs {
+        secs(age, crate::cli::MAX_DURATION_SECS).context("min_age_secs")?;
+    }
+    if p.sample_rate > crate::cli::MAX_SAMPLE_RATE {
+        bail!(
+            "sample rate {} is out of range (a trace samples at most every {} bytes)",
+            p.sample_rate,
+            crate::cli::MAX_SAMPLE_RATE
+        );
+    }
+    let mut sum = Counts::default();
+    for (i, s) in p.stacks.iter().enumerate() {
+        counts(&s.counts).with_context(|| format!("stack {i}"))?;
+        add(&mut sum, &s.counts);
+        for &v in &s.series {
+            count(v).with_context(|| format!("stack {i}: series"))?;
+        }
+        if let Some(rate) = s.growth_bytes_per_sec {
+            if !(rate.is_finite() && rate.abs() <= MAX_COUNT as f64) {
+                bail!("stack {i}: growth_bytes_per_sec {rate:?} is out of range");
+            }
+        }
+    }
+    counts(&sum).context("the stacks' counts summed")?;
+    counts(&p.totals).context("totals")?;
+    for (i, s) in p.snapshots.iter().enumerate() {
+        secs(s.secs, MAX_SECS).with_context(|| format!("snapshot {i}: secs"))?;
+        for v in [s.inuse_bytes, s.inuse_objects, s.alloc_bytes] {
+            count(v).with_context(|| format!("snapshot {i}"))?;
+        }
+    }
+    let at_exit = &p.not_freed_at_exit;
+    let mut exit_sum = [at_exit.processes, at_exit.bytes, at_exit.objects];
+    for s in &at_exit.stacks {
+        for (sum, v) in exit_sum.iter_mut().zip([s.processes, s.bytes, s.objects]) {
+            *sum = sum.saturating_add(v);
+        }
+    }
+    for v in exit_sum {
+        count(v).context("not_freed_at_exit")?;
+    }
+    let l = &p.losses;
+    let lost = [
+        l.ringbuf_full,
+        l.live_map_full,
+        l.stack_lost,
+        l.unknown_frees,
+        l.return_without_entry,
+        l.inflight_full,
+        l.read_failed,
+        l.stale_inflight,
+    ];
+    count(lost.iter().fold(0, |a: u64, &b| a.saturating_add(b))).context("losses summed")
+}
+
+fn secs(v: f64, max: f64) -> anyhow::Result<()> {
+    if !(v.is_finite() && (0.0..=max).contains(&v)) {
+        // `{:?}`: 1e308 rather than 309 digits.
+        bail!("{v:?} s is out of range (from 0 to {max:?} s)");
+    }
+    Ok(())
+}
+
+fn count(v: u64) -> anyhow::Result<()> {
+    if v > MAX_COUNT {
+        bail!("{v} is out of range (counts go up to 2^63 - 1 = {MAX_COUNT})");
+    }
+    Ok(())
+}
+
+fn counts(c: &Counts) -> anyhow::Result<()> {
+    for v in [
+        c.inuse_bytes,
+        c.inuse_objects,
+        c.alloc_bytes,
+        c.alloc_objects,
+    ] {
+        count(v)?;
+    }
+    Ok(())
+}
+
+/// Saturating, so a sum past `MAX_COUNT` stays past it.
+pub fn add(total: &mut Counts, c: &Counts) {
+    total.inuse_bytes = total.inuse_bytes.saturating_add(c.inuse_bytes);
+    total.inuse_objects = total.inuse_objects.saturating_add(c.inuse_objects);
+    total.alloc_bytes = total.alloc_bytes.saturating_add(c.alloc_bytes);
+    total.alloc_objects = total.alloc_objects.saturating_add(c.alloc_objects);
+}
+
+/// What one more reference to `f` in a stack costs: the pointer, and its
+/// name and module as collapsed output and `diff` spell them out.
+pub fn reference_cost(f: &crate::report::Frame) -> usize {
+    std::mem::size_of::<usize>() + f.function.len() + f.module.len()
+}
