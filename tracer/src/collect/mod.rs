@@ -5,5 +5,6 @@
 pub mod collector;
 pub mod processes;
 pub mod profile;
+mod profile_notes;
 pub mod reader;
 pub mod stacks;
