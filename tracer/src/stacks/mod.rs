@@ -3,4 +3,5 @@
 pub mod cfi;
 pub mod modules;
 pub mod symbolize;
+mod symtab;
 pub mod unwind;

@@ -310,7 +310,7 @@ pub(super) fn is_x86_64_elf(path: &Path) -> bool {
 
 /// Most bytes of an ELF object read to find its symbols (debug builds of
 /// large libraries reach a few hundred MiB).
-const MAX_OBJECT_BYTES: u64 = 1 << 30;
+pub const MAX_OBJECT_BYTES: u64 = 1 << 30;
 
 /// Reads a regular file of at most `max` bytes. The files come from
 /// processes' root directories, which their owners control: a FIFO would
