@@ -130,7 +130,7 @@ pub struct ProcessInfo {
 /// One allocator object a process uses and what of it is hooked.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct ProcessAllocator {
-    /// "glibc", "jemalloc", "tcmalloc", "mimalloc" or "own".
+    /// "glibc", "jemalloc", "tcmalloc", "mimalloc", "interposer" or "own".
     pub kind: String,
     /// Path as the process sees it.
     pub path: String,
