@@ -17,6 +17,7 @@ mod launch;
 mod lifecycle;
 mod losses;
 mod min_age;
+mod naming;
 mod offline;
 mod page;
 mod pprof;

@@ -170,8 +170,7 @@ impl<'a> Trace<'a> {
         self.loaded.stop()?;
         std::thread::sleep(trace_loop::STOP_GRACE);
         self.collector.drain_all();
-        let collector = &mut self.collector;
-        self.scope.service_child(|pid| collector.drain_exiting(pid));
+        self.service_child();
         self.scope
             .on_process_changes(self.collector.take_process_changes());
         // An exec in the last moments of the trace: its process is named

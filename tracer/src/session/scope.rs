@@ -194,11 +194,12 @@ impl Scope {
     }
 
     /// On SIGCHLD: a started command's ptrace stops (see `Launched`);
-    /// `at_exit(pid)` runs at its exit stop, while its maps can be read.
-    pub fn service_child(&mut self, mut at_exit: impl FnMut(u32)) {
+    /// `at_exit(pid)` runs at its exit stop, while its maps can be read,
+    /// `at_exec(pid)` at an exec, before the new image runs.
+    pub fn service_child(&mut self, mut at_exit: impl FnMut(u32), mut at_exec: impl FnMut(u32)) {
         if let Some(launched) = self.launched() {
             let pid = launched.pid;
-            launched.service(|| at_exit(pid));
+            launched.service(|| at_exit(pid), || at_exec(pid));
         }
     }
 

@@ -1,0 +1,87 @@
+//! How processes, programs, objects and frames are found and named: a
+//! command that execs into a chroot or another mount namespace, programs
+//! named as the user gave them, stacks that reach their root.
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+
+use crate::{
+    harness::{compile_c, root_or_skip, scratch, JsonTracer},
+    sites::per_site,
+};
+
+/// ROOT/app/prog (`rooted.c`) with the files `ldd` lists for it copied
+/// under ROOT: other files (inodes) than the host's, as in a container.
+fn chroot_with_rooted(tag: &str) -> std::path::PathBuf {
+    let bin = compile_c("rooted", tag, &["-O2", "-g"]);
+    let root = scratch(&format!("chroot-{tag}"));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("app")).expect("mkdir ROOT/app");
+    std::fs::copy(&bin, root.join("app/prog")).expect("copy the program");
+    let ldd = Command::new("ldd").arg(&bin).output().expect("run ldd");
+    let listed = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    for lib in listed.split_whitespace().filter(|w| w.starts_with('/')) {
+        let to = root.join(lib.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().expect("a library's directory")).expect("mkdir");
+        std::fs::copy(lib, &to).unwrap_or_else(|e| panic!("copy {lib}: {e}"));
+    }
+    root
+}
+
+/// The exact numbers of rooted.c's sites.
+fn assert_rooted_exact(report: &Value) {
+    let sites = per_site(report);
+    assert_eq!(
+        sites.get("site_churn"),
+        Some(&[0, 0, 20_000 * 100, 20_000]),
+        "{sites:?}"
+    );
+    assert_eq!(
+        sites.get("site_kept"),
+        Some(&[12345, 1, 12345, 1]),
+        "{sites:?}"
+    );
+}
+
+/// `chroot ROOT /app/prog` loads ROOT's libc, not the host's that was
+/// hooked before the command started: it is hooked at the exec, before
+/// the program runs.
+#[test]
+fn a_command_that_execs_in_a_chroot_is_traced_through_its_own_libc() {
+    if !root_or_skip("a_command_that_execs_in_a_chroot_is_traced_through_its_own_libc") {
+        return;
+    }
+    let root = chroot_with_rooted("chroot");
+    let root = root.to_str().expect("UTF-8 scratch path");
+    let tracer = JsonTracer::spawn("chroot", &["--", "chroot", root, "/app/prog"]);
+    let (report, _) = tracer.finish();
+    assert_rooted_exact(&report);
+}
+
+/// The same with --follow-forks through `unshare -m` (a mount namespace)
+/// and a chroot.
+#[test]
+fn a_followed_command_in_another_mount_namespace_is_traced_through_its_own_libc() {
+    if !root_or_skip("a_followed_command_in_another_mount_namespace_is_traced_through_its_own_libc")
+    {
+        return;
+    }
+    let root = chroot_with_rooted("unshare");
+    let root = root.to_str().expect("UTF-8 scratch path");
+    assert!(Path::new(root).is_dir());
+    let tracer = JsonTracer::spawn(
+        "unshare",
+        &[
+            "--follow-forks",
+            "--",
+            "unshare",
+            "-m",
+            "chroot",
+            root,
+            "/app/prog",
+        ],
+    );
+    let (report, _) = tracer.finish();
+    assert_rooted_exact(&report);
+}
