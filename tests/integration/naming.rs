@@ -2,12 +2,12 @@
 //! command that execs into a chroot or another mount namespace, programs
 //! named as the user gave them, stacks that reach their root.
 
-use std::{path::Path, process::Command};
+use std::{collections::BTreeSet, path::Path, process::Command};
 
 use serde_json::Value;
 
 use crate::{
-    harness::{compile_c, root_or_skip, scratch, JsonTracer},
+    harness::{compile_c, root_or_skip, scratch, JsonTracer, Target},
     sites::per_site,
 };
 
@@ -84,4 +84,44 @@ fn a_followed_command_in_another_mount_namespace_is_traced_through_its_own_libc(
     );
     let (report, _) = tracer.finish();
     assert_rooted_exact(&report);
+}
+
+/// `--binary LINK`, LINK a symbolic link to the program (as
+/// /usr/bin/redis-server is to redis-check-rdb): the report names the
+/// program as given, with the file it resolves to noted once, and so do
+/// the frames of the program's own code.
+#[test]
+fn a_binary_given_through_a_symbolic_link_is_named_as_given() {
+    if !root_or_skip("a_binary_given_through_a_symbolic_link_is_named_as_given") {
+        return;
+    }
+    let bin = compile_c("sites", "symlinked", &["-O2", "-g"]);
+    let link = scratch("given-name");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&bin, &link).expect("symlink");
+    let (link_s, bin_s) = (link.to_str().expect("UTF-8"), bin.to_str().expect("UTF-8"));
+    let mut target = Target::start(&link, &[]);
+    let tracer = JsonTracer::start("given-name", &["--binary", link_s]);
+    target.run_sites();
+    let (report, out) = tracer.stop();
+    assert_eq!(report["target"], format!("binary {link_s} ({bin_s})"));
+    assert!(
+        out.stderr
+            .contains(&format!("every process running {link_s} ({bin_s})")),
+        "{}",
+        out.stderr
+    );
+    let modules: BTreeSet<&str> = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .flat_map(|s| s["frames"].as_array().expect("frames"))
+        .filter(|f| {
+            f["function"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("site_"))
+        })
+        .filter_map(|f| f["module"].as_str())
+        .collect();
+    assert_eq!(modules, BTreeSet::from([link_s]), "{report}");
 }

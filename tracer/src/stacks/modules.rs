@@ -68,6 +68,9 @@ pub struct Modules {
     generations: u64,
     /// Processes whose maps could not be read before they exited.
     unread: std::collections::BTreeSet<u32>,
+    /// (path, shown): a file shown under another name (--binary given as
+    /// a symbolic link).
+    shown_as: Option<(String, String)>,
 }
 
 /// Addresses outside every mapped file (JIT code) would otherwise make each
@@ -362,10 +365,16 @@ impl Modules {
     }
 
     pub fn path(&self, module: u32) -> &str {
-        match self.objects.get(module as usize) {
-            Some(Some(o)) => o.path.as_str(),
+        match (self.objects.get(module as usize), &self.shown_as) {
+            (Some(Some(o)), Some((path, shown))) if o.path == *path => shown,
+            (Some(Some(o)), _) => o.path.as_str(),
             _ => "[unknown]",
         }
+    }
+
+    /// Frames in the file mapped as `path` are shown under `shown`.
+    pub fn show_as(&mut self, path: String, shown: String) {
+        self.shown_as = Some((path, shown));
     }
 
     pub(super) fn open_path(&self, module: u32) -> Option<PathBuf> {
