@@ -7,4 +7,5 @@ pub mod processes;
 pub mod profile;
 mod profile_notes;
 pub mod reader;
+mod roots;
 pub mod stacks;

@@ -115,8 +115,8 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
                     .filter(|p| p.folded > 0)
                     .map(|p| p.program.clone()),
                 counts,
+                truncated: super::roots::cut_short(&frames, stack.truncated),
                 frames,
-                truncated: stack.truncated,
                 series: growth.series,
                 growth_bytes_per_sec: growth.per_sec,
                 trend: growth.trend,
@@ -304,8 +304,8 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
             processes: processes.len() as u64,
             bytes: unfreed.bytes,
             objects: unfreed.objects,
+            truncated: super::roots::cut_short(&frames, truncated),
             frames,
-            truncated,
         });
     }
     out
