@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 mod collapsed;
+mod distinct;
 mod flamegraph;
 mod growth;
 mod json;
@@ -21,11 +22,11 @@ pub use collapsed::write_collapsed;
 pub use flamegraph::{write_flamegraph, write_flamegraph_of};
 pub use growth::{rate_per_min, sparkline, Sort};
 pub use json::write_json;
-pub use losses::{LossLine, Losses};
+pub use losses::{write_losses, LossLine, Losses};
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
 pub use speedscope::write_speedscope;
-pub use text::{write_losses, write_text, write_text_by};
+pub use text::{write_text, write_text_by};
 // For saved profiles (crate::saved): reading pprof, naming folded frames.
 pub use collapsed::sanitize as folded_name;
 pub use output::Render;
