@@ -125,3 +125,41 @@ fn a_binary_given_through_a_symbolic_link_is_named_as_given() {
         .collect();
     assert_eq!(modules, BTreeSet::from([link_s]), "{report}");
 }
+
+/// A command that re-execs itself 100 times within milliseconds: each
+/// image's block is counted, and stacks the tracer could not name (the
+/// image was gone before its maps were read) are put down to that, not
+/// to the stack window.
+#[test]
+fn quick_re_execs_are_counted_and_their_unnamed_frames_explained() {
+    if !root_or_skip("quick_re_execs_are_counted_and_their_unnamed_frames_explained") {
+        return;
+    }
+    let bin = compile_c("reexec", "plain", &["-O2", "-g"]);
+    let tracer = JsonTracer::spawn("reexec", &["--", bin.to_str().expect("UTF-8"), "100"]);
+    let (report, _) = tracer.finish();
+    let stacks = report["stacks"].as_array().expect("stacks");
+    let sum = |key: &str| -> u64 { stacks.iter().map(|s| s[key].as_u64().expect("count")).sum() };
+    assert_eq!((sum("alloc_objects"), sum("alloc_bytes")), (101, 101 * 777));
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !notes.iter().any(|n| n.contains("--stack-bytes")),
+        "{notes:#?}"
+    );
+    let unnamed = stacks.iter().any(|s| {
+        s["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .any(|f| f["function"] == "[unknown]")
+    });
+    assert!(
+        !unnamed || notes.iter().any(|n| n.contains("exec'ed another program")),
+        "{notes:#?}"
+    );
+}

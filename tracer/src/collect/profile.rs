@@ -85,11 +85,12 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             }
             // Addresses outside the maps read before the process exited
             // have no module: not a stack-depth problem.
-            let folded = state
+            // Or exec'ed: the maps read are its new image's.
+            let folded_or_executed = state
                 .processes
                 .get(stack.process)
-                .is_some_and(|p| p.folded > 0);
-            let exited_early = (unread.contains(&stack.pid) || folded)
+                .is_some_and(|p| p.folded > 0 || p.executed);
+            let exited_early = (unread.contains(&stack.pid) || folded_or_executed)
                 && stack
                     .frames
                     .as_ref()
