@@ -7,6 +7,10 @@ use std::{collections::HashMap, sync::Arc};
 
 use super::{Frame, StackReport};
 
+/// What a stack prints as: its process, group, frame lines and whether it
+/// is cut short.
+type Look<'a> = (u32, Option<&'a str>, Vec<String>, bool);
+
 /// For each stack of `stacks` (by index), the frames (by index) whose
 /// address must be shown: empty for a stack that prints unlike any other.
 /// `shown(frame)` is how a frame prints.
@@ -14,7 +18,7 @@ pub fn addresses_to_show(
     stacks: &[&StackReport],
     shown: impl Fn(&Frame) -> String,
 ) -> Vec<Vec<bool>> {
-    let mut groups: HashMap<(u32, Option<&str>, Vec<String>, bool), Vec<usize>> = HashMap::new();
+    let mut groups: HashMap<Look<'_>, Vec<usize>> = HashMap::new();
     for (i, s) in stacks.iter().enumerate() {
         let lines = s.frames.iter().map(|f| shown(f)).collect();
         let key = (s.pid, s.exited_group.as_deref(), lines, s.truncated);
