@@ -144,9 +144,7 @@ impl<'a> Trace<'a> {
         hooks.announce = true;
         hooks.verbose = cli.verbose;
         finish::announce(cli, &scope, &hooks);
-        if let Some((file, given)) = scope.binary_alias() {
-            modules.show_as(file, given);
-        }
+        modules.shown_as = scope.binary_alias();
         let mut collector = Collector::new(maps, modules, cli.sample_rate, scope.root())?;
         collector.state.processes.program_hint = scope.binary();
         collector.state.keep_exited = cli.exited_processes;

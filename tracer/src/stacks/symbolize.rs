@@ -57,7 +57,10 @@ impl Names {
         for (module, mut offsets) in by_module {
             offsets.sort_unstable();
             offsets.dedup();
-            let module_path = module.map_or("[unknown]", |m| modules.path(m));
+            let module_path = match (module.map(|m| modules.path(m)), &modules.shown_as) {
+                (Some(path), Some((file, shown))) if path == file => shown.as_str(),
+                (path, _) => path.unwrap_or("[unknown]"),
+            };
             let resolved = module
                 .and_then(|m| modules.open_path(m))
                 .map(|path| resolve_file(&symbolizer, &path, module_path, &offsets))
