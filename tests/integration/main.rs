@@ -18,6 +18,7 @@ mod launch;
 mod lifecycle;
 mod losses;
 mod min_age;
+mod naming;
 mod offline;
 mod output_dest;
 mod page;

@@ -131,7 +131,7 @@ fn setpriv(apt: &mut Apt) -> Result<()> {
 }
 
 /// The tests trace programs with Debian's jemalloc, tcmalloc and mimalloc
-/// preloaded or linked (by the library's path: no -dev package needed).
+/// (and heaptrack's preload library) preloaded or linked (by the library's path: no -dev package needed).
 fn allocators(apt: &mut Apt) -> Result<()> {
     for (lib, package) in [
         ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "libjemalloc2"),
@@ -143,6 +143,8 @@ fn allocators(apt: &mut Apt) -> Result<()> {
             "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2",
             "libmimalloc2.0",
         ),
+        // A malloc interposer that is no allocator (its kind is tested).
+        ("/usr/lib/heaptrack/libheaptrack_preload.so", "heaptrack"),
     ] {
         if std::path::Path::new(lib).exists() {
             println!("ok: {lib}");

@@ -5,5 +5,7 @@
 pub mod collector;
 pub mod processes;
 pub mod profile;
+mod profile_notes;
 pub mod reader;
+mod roots;
 pub mod stacks;

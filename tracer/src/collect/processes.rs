@@ -25,6 +25,9 @@ pub struct ProcessRecord {
     pub program: String,
     /// Its exit was seen.
     pub exited: bool,
+    /// It called exec during the trace: addresses of an image it left
+    /// before its maps were read have no module.
+    pub executed: bool,
     /// 0 for a process. A group record (pid 0) stands for this many exited
     /// processes of `program`, folded into it with their stacks.
     pub folded: u64,
@@ -62,6 +65,7 @@ impl ProcessTable {
             command,
             program,
             exited: false,
+            executed: false,
             folded: 0,
         })
     }
@@ -111,6 +115,7 @@ impl ProcessTable {
                     command: String::new(),
                     program: program.clone(),
                     exited: true,
+                    executed: false,
                     folded: 0,
                 });
                 self.groups.insert(program, g);
@@ -141,6 +146,7 @@ impl ProcessTable {
             false => command,
         };
         record.program = program.unwrap_or_else(|| comm.to_string());
+        record.executed = true;
     }
 
     /// Process `pid` exited: a later process with its pid is a new entry.

@@ -12,7 +12,7 @@ use crate::{
         trend,
     },
     report::{
-        counted, was, Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
+        Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
         SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
@@ -80,11 +80,12 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             }
             // Addresses outside the maps read before the process exited
             // have no module: not a stack-depth problem.
-            let folded = state
+            // Or exec'ed: the maps read are its new image's.
+            let folded_or_executed = state
                 .processes
                 .get(stack.process)
-                .is_some_and(|p| p.folded > 0);
-            let exited_early = (unread.contains(&stack.pid) || folded)
+                .is_some_and(|p| p.folded > 0 || p.executed);
+            let exited_early = (unread.contains(&stack.pid) || folded_or_executed)
                 && stack
                     .frames
                     .as_ref()
@@ -110,8 +111,8 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
                     .filter(|p| p.folded > 0)
                     .map(|p| p.program.clone()),
                 counts,
+                truncated: super::roots::cut_short(&frames, stack.truncated),
                 frames,
-                truncated: stack.truncated,
                 series: growth.series,
                 growth_bytes_per_sec: growth.per_sec,
                 trend: growth.trend,
@@ -129,7 +130,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         add(&mut totals, &s.counts);
     }
     let not_freed_at_exit = not_freed_at_exit(collector, names);
-    let notes = notes(
+    let notes = super::profile_notes::notes(
         &meta,
         collector,
         &losses,
@@ -300,8 +301,8 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
             processes: unfreed.processes,
             bytes: unfreed.bytes,
             objects: unfreed.objects,
+            truncated: super::roots::cut_short(&frames, truncated),
             frames,
-            truncated,
         });
     }
     out
@@ -310,11 +311,11 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
 /// Stacks of processes that exited before their maps could be read (in
 /// full): their addresses outside the maps read have no names.
 #[derive(Default)]
-struct Unnamed {
-    stacks: u64,
+pub(super) struct Unnamed {
+    pub(super) stacks: u64,
     /// Of those, marked truncated (the unwinder had no module to go on).
-    truncated: u64,
-    pids: std::collections::BTreeSet<u32>,
+    pub(super) truncated: u64,
+    pub(super) pids: std::collections::BTreeSet<u32>,
 }
 
 /// Compared lazily: ties on the numbers are common (every stack of a
@@ -329,142 +330,4 @@ fn stack_lost_frame() -> Arc<Frame> {
         module: "[unknown]".into(),
         ..Frame::default()
     })
-}
-
-fn notes(
-    meta: &Meta,
-    collector: &Collector,
-    losses: &Losses,
-    stacks: &[StackReport],
-    unnamed: &Unnamed,
-    at_exit: &NotFreedAtExit,
-) -> Vec<String> {
-    let mut notes: Vec<String> = meta
-        .allocators
-        .iter()
-        .map(|a| format!("allocator hooked: {a}"))
-        .collect();
-    notes.extend(meta.scope_notes.iter().cloned());
-    notes.extend(exit_notes(meta, at_exit));
-    if unnamed.stacks > 0 {
-        notes.push(format!(
-            "{} stacks of {} processes have frames shown as [unknown] address: the processes \
-             exited before the tracer could read their memory maps (they lived a few \
-             milliseconds); a command started by memtrace-bpf is held at its exit and keeps them",
-            unnamed.stacks,
-            unnamed.pids.len()
-        ));
-    }
-    if let Some(why) = &meta.session_error {
-        notes.push(format!(
-            "uprobe sessions unavailable ({why}): every call also pays a return probe"
-        ));
-    }
-    if meta.sample_rate > 1 {
-        notes.push(format!(
-            "sampled: one allocation recorded per {} bytes allocated on average, each weighted \
-             by 1/(1-e^(-size/{})); the numbers are estimates (--sample-rate 1 for exact ones)",
-            meta.sample_rate, meta.sample_rate
-        ));
-    }
-    notes.extend(event_notes(collector, losses));
-    match meta.unwind {
-        UnwindMode::Fp => notes.push(
-            "stacks are frame-pointer walks: code built without frame pointers shows short stacks \
-             (--unwind dwarf gives complete ones)"
-                .into(),
-        ),
-        UnwindMode::Dwarf => {
-            let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
-                .saturating_sub(unnamed.truncated);
-            if cut > 0 {
-                let cut = match cut {
-                    1 => "1 stack ends early".to_string(),
-                    n => format!("{n} stacks end early"),
-                };
-                notes.push(format!(
-                    "{cut}, marked [truncated]: deeper than the {} bytes \
-                     copied (raise --stack-bytes, up to {}) or through code without unwind information",
-                    meta.stack_bytes,
-                    tracer_common::MAX_STACK_BYTES
-                ));
-            }
-        }
-    }
-    notes
-}
-
-/// Processes that exited during the trace: the one whose exit ended it
-/// keeps its blocks in in-use; the others' are "not freed at exit".
-fn exit_notes(meta: &Meta, at_exit: &NotFreedAtExit) -> Vec<String> {
-    let mut notes = Vec::new();
-    let root = meta
-        .processes
-        .first()
-        .filter(|p| p.exited && meta.root_exit_kept);
-    if let Some(p) = root {
-        notes.push(format!(
-            "process {} {} during the trace: in-use numbers are what it had not freed when it \
-             exited",
-            p.pid,
-            p.exit_status.as_deref().unwrap_or("exited")
-        ));
-    }
-    // A folded group stands for the processes folded into it.
-    let exited = meta
-        .processes
-        .iter()
-        .filter(|p| p.exited)
-        .map(|p| p.folded.max(1))
-        .sum::<u64>()
-        - u64::from(root.is_some());
-    if exited > 0 {
-        let unfreed = match at_exit.processes {
-            0 => "none left blocks unfreed".to_string(),
-            n => format!(
-                "{} of them left {} in {} unfreed, shown under \"not freed at exit\" \
-                 (not in-use: no live process holds it)",
-                n,
-                counted(at_exit.bytes, "byte", "bytes"),
-                counted(at_exit.objects, "object", "objects"),
-            ),
-        };
-        notes.push(format!(
-            "{} exited during the trace; {unfreed}",
-            counted(exited, "process", "processes"),
-        ));
-    }
-    notes
-}
-
-/// Frees of older blocks, and what lost or malformed events left behind.
-fn event_notes(collector: &Collector, losses: &Losses) -> Vec<String> {
-    let mut notes = Vec::new();
-    if losses.unknown_frees > 0 {
-        let n = losses.unknown_frees;
-        notes.push(format!(
-            "{} of blocks allocated before tracing started (or while detaching) {} ignored",
-            counted(n, "free", "frees"),
-            was(n)
-        ));
-    }
-    if collector.state.heap.replaced_allocs > 0 {
-        let n = collector.state.heap.replaced_allocs;
-        notes.push(format!(
-            "{} reused an address whose free was not seen (lost events)",
-            counted(n, "allocation", "allocations")
-        ));
-    }
-    if collector.state.heap.unmatched_frees > 0 || collector.state.malformed_events > 0 {
-        let (frees, malformed) = (
-            collector.state.heap.unmatched_frees,
-            collector.state.malformed_events,
-        );
-        notes.push(format!(
-            "{} without a recorded allocation and {} reached user space",
-            counted(frees, "free", "frees"),
-            counted(malformed, "malformed event", "malformed events")
-        ));
-    }
-    notes
 }

@@ -3,6 +3,8 @@
 //! raises the limit behind it. Reading the counters and printing them both
 //! walk that table.
 
+use std::io::{self, Write};
+
 use serde::Serialize;
 use tracer_common::counter;
 
@@ -121,6 +123,39 @@ impl Losses {
             .iter()
             .filter(|l| l.is_loss)
             .fold(0, |sum, l| sum.saturating_add(l.count))
+    }
+}
+
+/// Every counter, zero or not, so a clean run is visibly clean (memleak
+/// prints its drops the same way). Public for formats that have no room for
+/// them (collapsed, flamegraph): the caller prints them to stderr.
+pub fn write_losses(losses: &Losses, w: &mut impl Write) -> io::Result<()> {
+    writeln!(w, "Losses:")?;
+    let lines = losses.lines();
+    let name_width = lines.iter().map(|l| l.name.len()).max().unwrap_or(0);
+    let count_width = lines
+        .iter()
+        .map(|l| l.count.to_string().len())
+        .max()
+        .unwrap_or(1);
+    for l in &lines {
+        let remedy = match l.remedy {
+            Some(remedy) if l.is_loss && l.count > 0 => format!(" ({remedy})"),
+            _ => String::new(),
+        };
+        writeln!(
+            w,
+            "  {:<name_width$}  {:>count_width$}  {}{remedy}",
+            l.name, l.count, l.meaning
+        )?;
+    }
+    match losses.lost() {
+        0 => writeln!(w, "no events lost"),
+        n => writeln!(
+            w,
+            "WARNING: {} lost: the numbers above are incomplete",
+            super::counted(n, "event", "events")
+        ),
     }
 }
 

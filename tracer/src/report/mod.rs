@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 mod collapsed;
+mod distinct;
 mod flamegraph;
 mod growth;
 mod interruptible;
@@ -22,11 +23,11 @@ pub use collapsed::write_collapsed;
 pub use flamegraph::{write_flamegraph, write_flamegraph_of};
 pub use growth::{rate_per_min, sparkline, Sort};
 pub use json::write_json;
-pub use losses::{LossLine, Losses};
+pub use losses::{write_losses, LossLine, Losses};
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
 pub use speedscope::write_speedscope;
-pub use text::{write_losses, write_text, write_text_by};
+pub use text::{write_text, write_text_by};
 // For saved profiles (crate::saved): reading pprof, naming folded frames.
 pub use collapsed::sanitize as folded_name;
 pub use output::Render;
@@ -131,7 +132,7 @@ pub struct ProcessInfo {
 /// One allocator object a process uses and what of it is hooked.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct ProcessAllocator {
-    /// "glibc", "jemalloc", "tcmalloc", "mimalloc" or "own".
+    /// "glibc", "jemalloc", "tcmalloc", "mimalloc", "interposer" or "own".
     pub kind: String,
     /// Path as the process sees it.
     pub path: String,

@@ -15,7 +15,7 @@ use crate::escape::text as esc;
 use super::{
     basename, counted,
     growth::{growth_line, history_line},
-    Frame, Hook, Losses, Profile, Sort, StackReport, NO_STACK, TRUNCATED,
+    Frame, Hook, Profile, Sort, StackReport, NO_STACK, TRUNCATED,
 };
 
 /// Width of the labels in the header, so values line up.
@@ -39,7 +39,7 @@ pub fn write_text_by(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) ->
     write_exit_stacks(p, top, w)?;
     write_notes(&p.notes, w)?;
     writeln!(w)?;
-    write_losses(&p.losses, w)
+    super::write_losses(&p.losses, w)
 }
 
 fn write_header(p: &Profile, w: &mut impl Write) -> io::Result<()> {
@@ -234,7 +234,7 @@ fn write_exit_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<
             plural(stack.objects, "object"),
             counted(stack.processes, "process", "processes"),
         )?;
-        write_frames(&stack.frames, stack.truncated, w)?;
+        write_frames(&stack.frames, stack.truncated, &[], w)?;
     }
     let hidden =
         (at_exit.stacks.len() - at_exit.stacks.len().min(top)) as u64 + at_exit.stacks_left_out;
@@ -291,9 +291,11 @@ fn write_stacks(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::
         writeln!(w, "Top stacks by {}:", sort.title())?;
         inuse
     };
-    for (i, stack) in listed.iter().take(top).enumerate() {
+    let shown: Vec<&StackReport> = listed.iter().take(top).copied().collect();
+    let addresses = super::distinct::addresses_to_show(&shown, |f| frame_line(f, false));
+    for (i, (stack, addresses)) in shown.iter().zip(&addresses).enumerate() {
         writeln!(w)?;
-        write_stack(p, i + 1, stack, w)?;
+        write_stack(p, i + 1, stack, addresses, w)?;
     }
     let hidden = listed.len().saturating_sub(top);
     let freed = p.stacks.len() - listed.len();
@@ -321,10 +323,13 @@ fn by_alloc_bytes(stacks: &[StackReport]) -> Vec<&StackReport> {
     sorted
 }
 
+/// `addresses`: the frames (by index) whose address tells this stack from
+/// another that prints alike.
 fn write_stack(
     p: &Profile,
     rank: usize,
     stack: &StackReport,
+    addresses: &[bool],
     w: &mut impl Write,
 ) -> io::Result<()> {
     let c = &stack.counts;
@@ -343,15 +348,21 @@ fn write_stack(
     if let Some(growth) = growth_line(stack) {
         writeln!(w, "{FRAME_INDENT}{growth}")?;
     }
-    write_frames(&stack.frames, stack.truncated, w)
+    write_frames(&stack.frames, stack.truncated, addresses, w)
 }
 
-fn write_frames(frames: &[Arc<Frame>], truncated: bool, w: &mut impl Write) -> io::Result<()> {
+fn write_frames(
+    frames: &[Arc<Frame>],
+    truncated: bool,
+    addresses: &[bool],
+    w: &mut impl Write,
+) -> io::Result<()> {
     if frames.is_empty() {
         writeln!(w, "{FRAME_INDENT}{NO_STACK}")?;
     }
-    for frame in frames {
-        writeln!(w, "{FRAME_INDENT}{}", frame_line(frame))?;
+    for (i, frame) in frames.iter().enumerate() {
+        let address = addresses.get(i).copied().unwrap_or(false);
+        writeln!(w, "{FRAME_INDENT}{}", frame_line(frame, address))?;
     }
     if truncated {
         writeln!(w, "{FRAME_INDENT}{TRUNCATED} (stack ends early: see notes)")?;
@@ -360,8 +371,9 @@ fn write_frames(frames: &[Arc<Frame>], truncated: bool, w: &mut impl Write) -> i
 }
 
 /// `function (file:line) [module] [inlined]`; an unknown frame already
-/// names its module and offset.
-fn frame_line(f: &Frame) -> String {
+/// names its module and offset. With `address`, the module is followed by
+/// the frame's offset in it (`[prog+0x1149]`).
+fn frame_line(f: &Frame, address: bool) -> String {
     let mut line = esc(&f.display_name()).into_owned();
     if !f.is_unknown() {
         match (&f.file, f.line) {
@@ -369,8 +381,14 @@ fn frame_line(f: &Frame) -> String {
             (Some(file), None) => line.push_str(&format!(" ({})", esc(file))),
             (None, _) => {}
         }
-        if !f.module.is_empty() {
-            line.push_str(&format!(" [{}]", esc(basename(&f.module))));
+        match (f.module.is_empty(), address) {
+            (false, false) => line.push_str(&format!(" [{}]", esc(basename(&f.module)))),
+            (false, true) => {
+                let module = esc(basename(&f.module));
+                line.push_str(&format!(" [{module}+{:#x}]", f.offset));
+            }
+            (true, true) => line.push_str(&format!(" [+{:#x}]", f.offset)),
+            (true, false) => {}
         }
     }
     if f.inlined {
@@ -389,39 +407,6 @@ fn write_notes(notes: &[String], w: &mut impl Write) -> io::Result<()> {
         writeln!(w, "  - {}", esc(note))?;
     }
     Ok(())
-}
-
-/// Every counter, zero or not, so a clean run is visibly clean (memleak
-/// prints its drops the same way). Public for formats that have no room for
-/// them (collapsed, flamegraph): the caller prints them to stderr.
-pub fn write_losses(losses: &Losses, w: &mut impl Write) -> io::Result<()> {
-    writeln!(w, "Losses:")?;
-    let lines = losses.lines();
-    let name_width = lines.iter().map(|l| l.name.len()).max().unwrap_or(0);
-    let count_width = lines
-        .iter()
-        .map(|l| l.count.to_string().len())
-        .max()
-        .unwrap_or(1);
-    for l in &lines {
-        let remedy = match l.remedy {
-            Some(remedy) if l.is_loss && l.count > 0 => format!(" ({remedy})"),
-            _ => String::new(),
-        };
-        writeln!(
-            w,
-            "  {:<name_width$}  {:>count_width$}  {}{remedy}",
-            l.name, l.count, l.meaning
-        )?;
-    }
-    match losses.lost() {
-        0 => writeln!(w, "no events lost"),
-        n => writeln!(
-            w,
-            "WARNING: {} lost: the numbers above are incomplete",
-            plural(n, "event")
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,12 @@ use crate::{
 };
 
 pub struct Binary {
+    /// The program file (symbolic links resolved).
     pub path: PathBuf,
+    /// The path as given (made absolute), when it is a symbolic link to
+    /// `path`: `/usr/bin/redis-server` runs `redis-check-rdb`, and is
+    /// named as given.
+    pub given: Option<PathBuf>,
     /// Every process seen running it, with its command line.
     known: BTreeMap<u32, String>,
     /// Processes that could not be added to the filter map (full).
@@ -47,8 +52,12 @@ impl Binary {
             );
         }
         check_dynamic(&path)?;
+        let given = std::path::absolute(binary)
+            .ok()
+            .filter(|given| *given != path);
         Ok(Binary {
             path,
+            given,
             known: BTreeMap::new(),
             untraced: BTreeSet::new(),
             left: BTreeSet::new(),
@@ -151,6 +160,24 @@ impl Binary {
             modules.refresh(pid);
             self.known.insert(pid, read_cmdline(pid));
         }
+    }
+
+    /// The program as the user named it (the file it resolves to noted):
+    /// "/usr/bin/redis-server (/usr/bin/redis-check-rdb)", escaped.
+    pub fn shown(&self) -> String {
+        match &self.given {
+            Some(given) => format!(
+                "{} ({})",
+                crate::escape::path(given),
+                crate::escape::path(&self.path)
+            ),
+            None => crate::escape::path(&self.path),
+        }
+    }
+
+    /// The name its frames and processes carry: the path given.
+    pub fn name(&self) -> &Path {
+        self.given.as_deref().unwrap_or(&self.path)
     }
 
     /// Processes that could not be traced, and those that left.

@@ -148,6 +148,7 @@ impl<'a> Trace<'a> {
         hooks.announce = true;
         hooks.verbose = cli.verbose;
         finish::announce(cli, &scope, &hooks);
+        modules.shown_as = scope.binary_alias();
         let mut collector = Collector::new(maps, modules, cli.sample_rate, scope.root())?;
         collector.state.processes.program_hint = scope.binary();
         collector.state.keep_exited = cli.exited_processes;
@@ -174,8 +175,7 @@ impl<'a> Trace<'a> {
         self.loaded.stop()?;
         std::thread::sleep(trace_loop::STOP_GRACE);
         self.collector.drain_all();
-        let collector = &mut self.collector;
-        self.scope.service_child(|pid| collector.drain_exiting(pid));
+        self.service_child();
         self.scope
             .on_process_changes(self.collector.take_process_changes());
         // An exec in the last moments of the trace: its process is named

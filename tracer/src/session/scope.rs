@@ -111,7 +111,21 @@ impl Scope {
     /// --binary: the program file every traced process runs.
     pub fn binary(&self) -> Option<String> {
         match self {
-            Scope::Binary(binary) => Some(binary.path.to_string_lossy().into_owned()),
+            Scope::Binary(binary) => Some(binary.name().to_string_lossy().into_owned()),
+            _ => None,
+        }
+    }
+
+    /// --binary through a symbolic link: (the file, the path given), so
+    /// that frames in the file are shown under the name given.
+    pub fn binary_alias(&self) -> Option<(String, String)> {
+        match self {
+            Scope::Binary(binary) => binary.given.as_ref().map(|given| {
+                (
+                    binary.path.to_string_lossy().into_owned(),
+                    given.to_string_lossy().into_owned(),
+                )
+            }),
             _ => None,
         }
     }
@@ -142,10 +156,7 @@ impl Scope {
         let label = match self {
             Scope::Single(single) => single.label(),
             Scope::Binary(binary) => {
-                format!(
-                    "every process running {}",
-                    crate::escape::path(&binary.path)
-                )
+                format!("every process running {}", binary.shown())
             }
             Scope::SystemWide => "every process".to_string(),
         };
@@ -155,7 +166,10 @@ impl Scope {
     pub fn target(&self) -> String {
         match self {
             Scope::Single(single) => single.target(),
-            Scope::Binary(binary) => format!("binary {}", binary.path.display()),
+            Scope::Binary(binary) => match &binary.given {
+                Some(given) => format!("binary {} ({})", given.display(), binary.path.display()),
+                None => format!("binary {}", binary.path.display()),
+            },
             Scope::SystemWide => "system-wide".to_string(),
         }
     }
@@ -194,11 +208,12 @@ impl Scope {
     }
 
     /// On SIGCHLD: a started command's ptrace stops (see `Launched`);
-    /// `at_exit(pid)` runs at its exit stop, while its maps can be read.
-    pub fn service_child(&mut self, mut at_exit: impl FnMut(u32)) {
+    /// `at_exit(pid)` runs at its exit stop, while its maps can be read,
+    /// `at_exec(pid)` at an exec, before the new image runs.
+    pub fn service_child(&mut self, mut at_exit: impl FnMut(u32), mut at_exec: impl FnMut(u32)) {
         if let Some(launched) = self.launched() {
             let pid = launched.pid;
-            launched.service(|| at_exit(pid));
+            launched.service(|| at_exit(pid), || at_exec(pid));
         }
     }
 

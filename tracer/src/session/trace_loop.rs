@@ -119,8 +119,7 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = self.signals.sigchld.recv() => {
-                    let collector = &mut self.collector;
-                    self.scope.service_child(|pid| collector.drain_exiting(pid));
+                    self.service_child();
                     Next::Continue
                 }
                 _ = sleep_until(snapshot_due) => {
@@ -223,6 +222,22 @@ impl Trace<'_> {
         let every = self.settings.tick?;
         let due = every * (self.snapshots + 1);
         Some(tokio::time::Instant::from_std(self.started + due))
+    }
+
+    /// A started command's ptrace stops: its last events are drained at
+    /// its exit; at an exec, what the new image will load is hooked before
+    /// it runs (in a chroot or another mount namespace these are other
+    /// files than the host's).
+    pub fn service_child(&mut self) {
+        let attach_only = !self.scope.follows_forks();
+        let (collector, loaded, hooks) = (&mut self.collector, &mut self.loaded, &mut self.hooks);
+        self.scope.service_child(
+            |pid| collector.drain_exiting(pid),
+            |pid| {
+                let program = crate::tracee::search::Program::just_executed(pid);
+                hooks.hook_running(loaded, pid, program, attach_only.then_some(pid));
+            },
+        );
     }
 
     /// Handles the execs seen so far, oldest first, for at most `budget`.

@@ -3,6 +3,7 @@
 pub mod cfi;
 pub mod modules;
 pub mod symbolize;
+mod symtab;
 pub mod unwind;
 #[cfg_attr(
     not(test),

@@ -68,10 +68,11 @@ pub struct Modules {
     generations: u64,
     /// Processes whose maps could not be read before they exited.
     unread: std::collections::BTreeSet<u32>,
+    /// (path, shown): the file at path is shown under another name (--binary LINK).
+    pub shown_as: Option<(String, String)>,
 }
 
-/// Addresses outside every mapped file (JIT code) would otherwise make each
-/// event re-read /proc/PID/maps.
+/// Else each event at an address in no mapped file (JIT code) re-reads maps.
 const MIN_REREAD_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A new process maps its libraries in its first milliseconds, so reads
@@ -112,8 +113,7 @@ impl Modules {
         true
     }
 
-    /// The maps could not be read: the process is gone (or going). Later
-    /// samples of it do not try again before MIN_REREAD_INTERVAL.
+    /// The maps could not be read (it is gone): no retry before MIN_REREAD_INTERVAL.
     fn note_unread(&mut self, pid: u32) {
         self.unread.insert(pid);
         if let Some(p) = self.procs.get_mut(&pid) {

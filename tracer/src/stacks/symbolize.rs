@@ -9,7 +9,10 @@ use std::{
 
 use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer};
 
-use super::modules::{Modules, NormFrame};
+use super::{
+    modules::{Modules, NormFrame},
+    symtab::SymbolTable,
+};
 use crate::report::Frame;
 
 /// Symbolizes every distinct frame once and answers per frame. Kept for
@@ -54,7 +57,10 @@ impl Names {
         for (module, mut offsets) in by_module {
             offsets.sort_unstable();
             offsets.dedup();
-            let module_path = module.map_or("[unknown]", |m| modules.path(m));
+            let module_path = match (module.map(|m| modules.path(m)), &modules.shown_as) {
+                (Some(path), Some((file, shown))) if path == file => shown.as_str(),
+                (path, _) => path.unwrap_or("[unknown]"),
+            };
             let resolved = module
                 .and_then(|m| modules.open_path(m))
                 .map(|path| resolve_file(&symbolizer, &path, module_path, &offsets))
@@ -79,8 +85,7 @@ impl Names {
 }
 
 /// The frames of each file offset in the ELF file at `path`, innermost
-/// first (empty on errors: an unreadable file or not ELF degrade to
-/// [unknown] frames).
+/// first (an unreadable file or not ELF degrade to [unknown] frames).
 fn resolve_file(
     symbolizer: &Symbolizer,
     path: &Path,
@@ -88,15 +93,27 @@ fn resolve_file(
     offsets: &[u64],
 ) -> Vec<Vec<Frame>> {
     let src = Source::Elf(Elf::new(path));
-    let Ok(resolved) = symbolizer.symbolize(&src, Input::FileOffset(offsets)) else {
-        return Vec::new();
-    };
-    resolved
+    let resolved = symbolizer
+        .symbolize(&src, Input::FileOffset(offsets))
+        .unwrap_or_default();
+    // Read only when blazesym left a frame unnamed (it fails on a name
+    // that is not UTF-8: see symtab.rs).
+    let mut table: Option<Option<SymbolTable>> = None;
+    offsets
         .iter()
-        .zip(offsets)
-        .map(|(r, &offset)| match r {
-            Symbolized::Sym(sym) => expand(sym, module_path, offset),
-            _ => vec![unknown(module_path, offset)],
+        .enumerate()
+        .map(|(i, &offset)| match resolved.get(i) {
+            Some(Symbolized::Sym(sym)) => expand(sym, module_path, offset),
+            _ => {
+                let table = table.get_or_insert_with(|| SymbolTable::read(path));
+                match table.as_ref().and_then(|t| t.name_at(offset)) {
+                    Some(name) => vec![Frame {
+                        function: demangle(name),
+                        ..unknown(module_path, offset)
+                    }],
+                    None => vec![unknown(module_path, offset)],
+                }
+            }
         })
         .collect()
 }
@@ -218,6 +235,67 @@ mod tests {
         assert_eq!(names, ["a", "b", "long_name"]);
         assert!(frames[2].last().is_some_and(|f| f.line.is_some()));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `cc -O2` (no debug info, so the names come from the symbol table)
+    /// of a program calling `marker_function`, renamed in the file with the
+    /// bytes of `rename` (same length); the file offset of `marker_function`
+    /// and of `main`.
+    fn program_with_renamed_function(rename: &[u8]) -> (std::path::PathBuf, Vec<u64>) {
+        const MARKER: &[u8] = b"marker_function";
+        assert_eq!(rename.len(), MARKER.len());
+        let dir = std::env::temp_dir().join(format!("memtrace-utf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let src = dir.join("p.c");
+        std::fs::write(
+            &src,
+            "#include <stdlib.h>\nvoid *volatile k;\n\
+             __attribute__((noinline)) void marker_function(int n) { k = malloc(n); }\n\
+             int main(int c, char **v) { marker_function(c); (void)v; return 0; }\n",
+        )
+        .expect("write");
+        let bin = dir.join("p");
+        let ok = std::process::Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .expect("cc (cargo xtask setup installs it)");
+        assert!(ok.success());
+        let mut data = std::fs::read(&bin).expect("read");
+        let offsets: Vec<u64> = {
+            use object::{Object as _, ObjectSymbol as _};
+            let file = object::File::parse(&*data).expect("ELF");
+            ["marker_function", "main"]
+                .iter()
+                .map(|n| {
+                    let sym = file.symbols().find(|s| s.name() == Ok(n)).expect("symbol");
+                    crate::tracee::elf::vaddr_to_file_offset(&file, sym.address()).expect("offset")
+                })
+                .collect()
+        };
+        let at: Vec<usize> = (0..data.len() - MARKER.len())
+            .filter(|&i| &data[i..i + MARKER.len()] == MARKER)
+            .collect();
+        assert!(!at.is_empty(), "marker in the symbol table");
+        for i in at {
+            data[i..i + MARKER.len()].copy_from_slice(rename);
+        }
+        std::fs::write(&bin, &data).expect("write renamed");
+        (bin, offsets)
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_is_shown_with_replacement_characters() {
+        let (bin, offsets) = program_with_renamed_function(b"bad\xff\xfe_name_here");
+        let symbolizer = Symbolizer::builder().enable_demangling(false).build();
+        let frames = resolve_file(&symbolizer, &bin, "p", &offsets);
+        let names: Vec<&str> = frames
+            .iter()
+            .map(|f| f.last().map_or("", |f| f.function.as_str()))
+            .collect();
+        assert_eq!(names, ["bad\u{fffd}\u{fffd}_name_here", "main"]);
+        let _ = std::fs::remove_file(&bin);
     }
 
     #[test]

@@ -55,7 +55,8 @@ pub struct Hooked {
     /// process: the very file it maps, even when deleted or replaced since).
     pub host_path: PathBuf,
     pub id: FileId,
-    /// "glibc", "jemalloc", "tcmalloc", "mimalloc" or "own".
+    /// "glibc", "jemalloc", "tcmalloc", "mimalloc", "interposer" (a
+    /// preload library wrapping the next malloc: heaptrack's) or "own".
     pub kind: &'static str,
     /// The object the standard names resolve to.
     pub resolves_malloc: bool,
@@ -73,6 +74,7 @@ impl Hooked {
         let kind = match (self.kind, self.is_executable) {
             ("own", true) => "the executable's own allocator",
             ("own", false) => "a library's own allocator",
+            ("interposer", _) => "malloc interposer",
             (k, _) => k,
         };
         format!("{kind} ({})", self.path.display())
@@ -238,5 +240,29 @@ mod tests {
         assert_eq!((forced.len(), forced[0].kind), (1, "glibc"));
         let missing = p.allocators(&mut cache, &Choice::Kind("mimalloc".into()));
         assert!(missing.is_err());
+    }
+
+    /// heaptrack's preload library defines malloc, free and mi_malloc,
+    /// wrappers that find the real ones with dlsym: it was taken for
+    /// mimalloc.
+    #[test]
+    fn a_preloaded_malloc_wrapper_is_an_interposer_and_mimalloc_is_mimalloc() {
+        let heaptrack = "/usr/lib/heaptrack/libheaptrack_preload.so";
+        let mimalloc = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
+        if !Path::new(heaptrack).exists() || !Path::new(mimalloc).exists() {
+            return; // cargo xtask setup installs them
+        }
+        let mut cache = ObjectCache::default();
+        let mut p = program("/bin/sh");
+        p.ld_preload = vec![heaptrack.into()];
+        let hooked = p.allocators(&mut cache, &Choice::Auto).expect("resolve");
+        assert_eq!(hooked[0].kind, "interposer");
+        assert_eq!(
+            hooked[0].describe(),
+            format!("malloc interposer ({heaptrack})")
+        );
+        p.ld_preload = vec![mimalloc.into()];
+        let hooked = p.allocators(&mut cache, &Choice::Auto).expect("resolve");
+        assert_eq!(hooked[0].kind, "mimalloc");
     }
 }

@@ -44,6 +44,13 @@ pub struct ObjectInfo {
     pub(super) symbols: bool,
     /// Defines glibc's internal `__libc_malloc` (libc, or a static binary).
     glibc: bool,
+    /// Defines mimalloc's own API beyond the malloc family (`mi_version`,
+    /// `mi_heap_new`): mimalloc itself, not a wrapper of `mi_malloc`.
+    mimalloc_api: bool,
+    /// Imports `dlsym`: a library defining malloc and free that looks up
+    /// the next definition is an interposer (heaptrack's preload library,
+    /// which also wraps `mi_malloc`), not an allocator.
+    imports_dlsym: bool,
 }
 
 /// An entry point that is only a jump to another function.
@@ -84,11 +91,16 @@ impl ObjectInfo {
         };
         let mut starts: HashMap<u64, String> = HashMap::new();
         for sym in file.dynamic_symbols().chain(file.symbols()) {
+            if sym.is_undefined() {
+                info.imports_dlsym |= sym.name() == Ok("dlsym");
+                continue;
+            }
             if !sym.is_definition() || sym.kind() != object::SymbolKind::Text {
                 continue;
             }
             let Ok(name) = sym.name() else { continue };
             info.glibc |= name == "__libc_malloc";
+            info.mimalloc_api |= matches!(name, "mi_version" | "mi_heap_new");
             if !wanted.contains(name) || info.defined.contains_key(name) {
                 continue;
             }
@@ -182,10 +194,12 @@ impl ObjectInfo {
             "jemalloc"
         } else if has("tc_malloc") {
             "tcmalloc"
-        } else if has("mi_malloc") {
+        } else if has("mi_malloc") && self.mimalloc_api {
             "mimalloc"
         } else if is_libc(path) || self.glibc {
             "glibc"
+        } else if self.defines_malloc_and_free() && self.imports_dlsym {
+            "interposer"
         } else {
             "own"
         }
@@ -310,7 +324,7 @@ pub(super) fn is_x86_64_elf(path: &Path) -> bool {
 
 /// Most bytes of an ELF object read to find its symbols (debug builds of
 /// large libraries reach a few hundred MiB).
-const MAX_OBJECT_BYTES: u64 = 1 << 30;
+pub const MAX_OBJECT_BYTES: u64 = 1 << 30;
 
 /// Reads a regular file of at most `max` bytes. The files come from
 /// processes' root directories, which their owners control: a FIFO would

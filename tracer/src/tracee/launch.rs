@@ -6,10 +6,14 @@
 //! the libc mapping that the dynamic loader creates after exec. std's
 //! `Command::spawn` cannot be used: it waits for the exec to happen.
 //!
-//! The child is also ptrace-seized with PTRACE_O_TRACEEXIT (nothing else:
-//! no stop at exec, signals pass through): at its exit it stops while its
-//! memory map still exists, the tracer reads the map and handles the
-//! child's last events, then lets it go. A command that runs for less than
+//! The child is also ptrace-seized with PTRACE_O_TRACEEXIT and
+//! PTRACE_O_TRACEEXEC (signals pass through): at its exit it stops while
+//! its memory map still exists, the tracer reads the map and handles the
+//! child's last events, then lets it go. At each exec it stops before the
+//! new image's first instruction (the dynamic loader has not run yet): a
+//! command that execs into a chroot or another mount namespace (`chroot
+//! ROOT PROG`, `unshare -m ...`) loads other files than the ones hooked
+//! before it started, and those are hooked there, before they run. A command that runs for less than
 //! the ring buffer's drain interval is named like any other. Job control
 //! keeps working: a group stop (SIGSTOP, SIGTSTP, ...) is left in force
 //! with PTRACE_LISTEN, and the trap the kernel reports at SIGCONT resumes
@@ -98,7 +102,7 @@ impl Launched {
                 libc::PTRACE_SEIZE,
                 pid,
                 std::ptr::null_mut::<libc::c_void>(),
-                libc::PTRACE_O_TRACEEXIT as usize as *mut libc::c_void,
+                (libc::PTRACE_O_TRACEEXIT | libc::PTRACE_O_TRACEEXEC) as usize as *mut libc::c_void,
             )
         } == 0;
         Ok(Launched {
@@ -112,9 +116,10 @@ impl Launched {
 
     /// Handles the command's ptrace stops (call on SIGCHLD): at its exit
     /// stop, `at_exit` runs while its memory map can still be read, then it
-    /// is let go; a signal is passed on; a group stop is left to take
-    /// effect. Also reaps it once it ended.
-    pub fn service(&mut self, mut at_exit: impl FnMut()) {
+    /// is let go; at an exec stop, `at_exec` runs before the new image does;
+    /// a signal is passed on; a group stop is left to take effect. Also
+    /// reaps it once it ended.
+    pub fn service(&mut self, mut at_exit: impl FnMut(), mut at_exec: impl FnMut()) {
         loop {
             let Some(status) = self.try_wait() else {
                 return;
@@ -131,6 +136,9 @@ impl Launched {
                 if event == libc::PTRACE_EVENT_EXIT {
                     at_exit();
                     libc::ptrace(libc::PTRACE_DETACH, pid, null, null);
+                } else if event == libc::PTRACE_EVENT_EXEC {
+                    at_exec();
+                    libc::ptrace(libc::PTRACE_CONT, pid, null, null);
                 } else if event == libc::PTRACE_EVENT_STOP {
                     if is_group_stop(libc::WSTOPSIG(status)) {
                         // Stays stopped, and the tracer hears of SIGCONT.
@@ -169,7 +177,7 @@ impl Launched {
             return;
         }
         self.held_at_exit = false;
-        self.service(|| {});
+        self.service(|| {}, || {});
         let pid = self.pid as libc::pid_t;
         let null = std::ptr::null_mut::<libc::c_void>();
         // SAFETY: ptrace requests on our own tracee; they fail harmlessly

@@ -1,0 +1,152 @@
+//! How processes, programs, objects and frames are found and named: a
+//! command that execs into a chroot or another mount namespace, programs
+//! named as the user gave them, stacks that reach their root.
+
+use std::{collections::BTreeSet, path::Path, process::Command};
+
+use serde_json::Value;
+
+use crate::{
+    harness::{compile_c, scratch, JsonTracer, Target},
+    sites::per_site,
+};
+
+/// ROOT/app/prog (`rooted.c`) with the files `ldd` lists for it copied
+/// under ROOT: other files (inodes) than the host's, as in a container.
+fn chroot_with_rooted(tag: &str) -> std::path::PathBuf {
+    let bin = compile_c("rooted", tag, &["-O2", "-g"]);
+    let root = scratch(&format!("chroot-{tag}"));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("app")).expect("mkdir ROOT/app");
+    std::fs::copy(&bin, root.join("app/prog")).expect("copy the program");
+    let ldd = Command::new("ldd").arg(&bin).output().expect("run ldd");
+    let listed = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    for lib in listed.split_whitespace().filter(|w| w.starts_with('/')) {
+        let to = root.join(lib.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().expect("a library's directory")).expect("mkdir");
+        std::fs::copy(lib, &to).unwrap_or_else(|e| panic!("copy {lib}: {e}"));
+    }
+    root
+}
+
+/// The exact numbers of rooted.c's sites.
+fn assert_rooted_exact(report: &Value) {
+    let sites = per_site(report);
+    assert_eq!(
+        sites.get("site_churn"),
+        Some(&[0, 0, 20_000 * 100, 20_000]),
+        "{sites:?}"
+    );
+    assert_eq!(
+        sites.get("site_kept"),
+        Some(&[12345, 1, 12345, 1]),
+        "{sites:?}"
+    );
+}
+
+/// `chroot ROOT /app/prog` loads ROOT's libc, not the host's that was
+/// hooked before the command started: it is hooked at the exec, before
+/// the program runs.
+#[test]
+fn a_command_that_execs_in_a_chroot_is_traced_through_its_own_libc() {
+    let root = chroot_with_rooted("chroot");
+    let root = root.to_str().expect("UTF-8 scratch path");
+    let tracer = JsonTracer::spawn("chroot", &["--", "chroot", root, "/app/prog"]);
+    let (report, _) = tracer.finish();
+    assert_rooted_exact(&report);
+}
+
+/// The same with --follow-forks through `unshare -m` (a mount namespace)
+/// and a chroot.
+#[test]
+fn a_followed_command_in_another_mount_namespace_is_traced_through_its_own_libc() {
+    let root = chroot_with_rooted("unshare");
+    let root = root.to_str().expect("UTF-8 scratch path");
+    assert!(Path::new(root).is_dir());
+    let tracer = JsonTracer::spawn(
+        "unshare",
+        &[
+            "--follow-forks",
+            "--",
+            "unshare",
+            "-m",
+            "chroot",
+            root,
+            "/app/prog",
+        ],
+    );
+    let (report, _) = tracer.finish();
+    assert_rooted_exact(&report);
+}
+
+/// `--binary LINK`, LINK a symbolic link to the program (as
+/// /usr/bin/redis-server is to redis-check-rdb): the report names the
+/// program as given, with the file it resolves to noted once, and so do
+/// the frames of the program's own code.
+#[test]
+fn a_binary_given_through_a_symbolic_link_is_named_as_given() {
+    let bin = compile_c("sites", "symlinked", &["-O2", "-g"]);
+    let link = scratch("given-name");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&bin, &link).expect("symlink");
+    let (link_s, bin_s) = (link.to_str().expect("UTF-8"), bin.to_str().expect("UTF-8"));
+    let mut target = Target::start(&link, &[]);
+    let tracer = JsonTracer::start("given-name", &["--binary", link_s]);
+    target.run_sites();
+    let (report, out) = tracer.stop();
+    assert_eq!(report["target"], format!("binary {link_s} ({bin_s})"));
+    assert!(
+        out.stderr
+            .contains(&format!("every process running {link_s} ({bin_s})")),
+        "{}",
+        out.stderr
+    );
+    let modules: BTreeSet<&str> = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .flat_map(|s| s["frames"].as_array().expect("frames"))
+        .filter(|f| {
+            f["function"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("site_"))
+        })
+        .filter_map(|f| f["module"].as_str())
+        .collect();
+    assert_eq!(modules, BTreeSet::from([link_s]), "{report}");
+}
+
+/// A command that re-execs itself 100 times within milliseconds: each
+/// image's block is counted, and stacks the tracer could not name (the
+/// image was gone before its maps were read) are put down to that, not
+/// to the stack window.
+#[test]
+fn quick_re_execs_are_counted_and_their_unnamed_frames_explained() {
+    let bin = compile_c("reexec", "plain", &["-O2", "-g"]);
+    let tracer = JsonTracer::spawn("reexec", &["--", bin.to_str().expect("UTF-8"), "100"]);
+    let (report, _) = tracer.finish();
+    let stacks = report["stacks"].as_array().expect("stacks");
+    let sum = |key: &str| -> u64 { stacks.iter().map(|s| s[key].as_u64().expect("count")).sum() };
+    assert_eq!((sum("alloc_objects"), sum("alloc_bytes")), (101, 101 * 777));
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !notes.iter().any(|n| n.contains("--stack-bytes")),
+        "{notes:#?}"
+    );
+    let unnamed = stacks.iter().any(|s| {
+        s["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .any(|f| f["function"] == "[unknown]")
+    });
+    assert!(
+        !unnamed || notes.iter().any(|n| n.contains("exec'ed another program")),
+        "{notes:#?}"
+    );
+}
