@@ -445,6 +445,9 @@ fn event_notes(collector: &Collector, losses: &Losses) -> Vec<String> {
             was(n)
         ));
     }
+    if losses.ringbuf_full > 0 {
+        notes.push(ringbuf_note(losses));
+    }
     if collector.state.heap.replaced_allocs > 0 {
         let n = collector.state.heap.replaced_allocs;
         notes.push(format!(
@@ -464,4 +467,22 @@ fn event_notes(collector: &Collector, losses: &Losses) -> Vec<String> {
         ));
     }
     notes
+}
+
+/// What a full ring buffer did to the numbers (raise --ringbuf-mb).
+fn ringbuf_note(losses: &Losses) -> String {
+    let dropped = losses.ringbuf_full;
+    let frees = losses.frees_dropped.min(dropped);
+    let others = dropped - frees;
+    format!(
+        "the ring buffer was full (raise --ringbuf-mb): {} dropped. In-use may be overstated: \
+         {} among them, whose blocks still count as in use. The other {} (allocations, \
+         process events) are missing from the report; {} of blocks whose allocation event was \
+         dropped {} counted apart from frees of blocks allocated before the trace",
+        counted(dropped, "event was", "events were"),
+        counted(frees, "free was", "frees were"),
+        others,
+        counted(losses.frees_of_dropped_allocs, "free", "frees"),
+        was(losses.frees_of_dropped_allocs)
+    )
 }

@@ -27,6 +27,9 @@ const EXEC_PROGRAM: &str = "process_exec";
 const EXEC_TRACEPOINT: &str = "sched_process_exec";
 const FORK_PROGRAM: &str = "process_fork";
 const EXIT_PROGRAM: &str = "process_exit";
+/// Marks a thread's allocator call interrupted by a signal, so that the
+/// handler's own calls are recorded (tracer-ebpf inflight.rs).
+const SIGNAL_PROGRAM: &str = "signal_deliver";
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
 pub const MAX_FILTERED_PIDS: u32 = 8192;
@@ -167,6 +170,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .context("attaching to the sched_process_exec tracepoint (exec of traced processes)")?;
     attach_tracepoint(&mut ebpf, FORK_PROGRAM, "sched_process_fork")?;
     attach_tracepoint(&mut ebpf, EXIT_PROGRAM, "sched_process_exit")?;
+    attach_tracepoint(&mut ebpf, SIGNAL_PROGRAM, "signal_deliver")?;
     Ok((
         Loaded {
             ebpf,
@@ -438,7 +442,9 @@ pub fn detach(loaded: Loaded) -> anyhow::Result<()> {
     drop(loaded.session_progs);
     let mut ebpf = loaded.ebpf;
     let mut programs: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
-    programs.retain(|n| ![EXEC_PROGRAM, FORK_PROGRAM, EXIT_PROGRAM].contains(&n.as_str()));
+    programs.retain(|n| {
+        ![EXEC_PROGRAM, FORK_PROGRAM, EXIT_PROGRAM, SIGNAL_PROGRAM].contains(&n.as_str())
+    });
     programs.sort_by_key(|n| n == RETURN_PROGRAM || n == "noop_return");
     for name in programs {
         uprobe(&mut ebpf, &name)?

@@ -18,6 +18,9 @@ pub struct Losses {
     pub inflight_full: u64,
     pub read_failed: u64,
     pub stale_inflight: u64,
+    pub nested_lost: u64,
+    pub frees_dropped: u64,
+    pub frees_of_dropped_allocs: u64,
 }
 
 /// One loss counter of the BPF programs, as the report knows it.
@@ -54,7 +57,7 @@ macro_rules! row {
 }
 
 /// Every loss counter, in the order reports print them.
-pub const COUNTERS: [LossCounter; 8] = [
+pub const COUNTERS: [LossCounter; 11] = [
     row!(ringbuf_full, counter::RINGBUF_FULL,
         "events dropped because the ring buffer was full",
         is_loss: true, remedy: Some("raise --ringbuf-mb")),
@@ -73,6 +76,15 @@ pub const COUNTERS: [LossCounter; 8] = [
     row!(stale_inflight, counter::STALE_INFLIGHT,
         "allocator calls whose return was never seen",
         is_loss: true, remedy: Some("cause: threads that died inside the allocator")),
+    row!(nested_lost, counter::NESTED_LOST,
+        "allocator calls of signal handlers nested too deep in interrupted allocator calls",
+        is_loss: true, remedy: Some("cause: signal handlers interrupting each other's allocations")),
+    row!(frees_dropped, counter::FREE_DROPPED,
+        "of ringbuf_full, frees: their blocks still count as in use (in-use overstated)",
+        is_loss: false, remedy: None),
+    row!(frees_of_dropped_allocs, counter::FREE_OF_DROPPED_ALLOC,
+        "frees of blocks whose allocation event was dropped (see ringbuf_full; not unknown)",
+        is_loss: false, remedy: None),
     row!(unknown_frees, counter::UNKNOWN_FREE,
         "frees of memory allocated outside the trace (not a loss)",
         is_loss: false, remedy: None),
@@ -169,6 +181,12 @@ mod tests {
         assert_eq!(losses.inflight_full, 1 << counter::INFLIGHT_FULL);
         assert_eq!(losses.read_failed, 1 << counter::READ_FAILED);
         assert_eq!(losses.stale_inflight, 1 << counter::STALE_INFLIGHT);
+        assert_eq!(losses.nested_lost, 1 << counter::NESTED_LOST);
+        assert_eq!(losses.frees_dropped, 1 << counter::FREE_DROPPED);
+        assert_eq!(
+            losses.frees_of_dropped_allocs,
+            1 << counter::FREE_OF_DROPPED_ALLOC
+        );
         let lost: u64 = [
             counter::RINGBUF_FULL,
             counter::LIVE_MAP_FULL,
@@ -176,6 +194,7 @@ mod tests {
             counter::INFLIGHT_FULL,
             counter::READ_FAILED,
             counter::STALE_INFLIGHT,
+            counter::NESTED_LOST,
         ]
         .iter()
         .map(|i| 1 << i)

@@ -415,13 +415,21 @@ pub fn write_losses(losses: &Losses, w: &mut impl Write) -> io::Result<()> {
         )?;
     }
     match losses.lost() {
-        0 => writeln!(w, "no events lost"),
+        0 => writeln!(w, "no events lost")?,
         n => writeln!(
             w,
             "WARNING: {} lost: the numbers above are incomplete",
             plural(n, "event")
-        ),
+        )?,
     }
+    if losses.ringbuf_full > 0 {
+        let frees = match losses.frees_dropped {
+            1 => "1 of the events dropped was a free, whose block still counts".to_string(),
+            n => format!("{n} of the events dropped were frees, whose blocks still count"),
+        };
+        writeln!(w, "WARNING: in-use may be overstated: {frees} as in use")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
