@@ -257,8 +257,10 @@ pub mod counter {
     pub const LIVE_MAP_FULL: u32 = 1;
     /// `bpf_get_stackid` failed (stack map full or hash bucket taken).
     pub const STACK_LOST: u32 = 2;
-    /// free() of an address not in the LIVE map: allocated before the trace
-    /// started, or not recorded.
+    /// free() of an address not in the LIVE map: a block allocated before
+    /// the trace started, or allocator-internal memory (glibc's per-thread
+    /// cache and the blocks in it, handed back at thread exit), or one not
+    /// tracked (LIVE full). Not counted when sampling.
     pub const UNKNOWN_FREE: u32 = 3;
     /// A return probe fired without a matching entry (attached mid-call).
     pub const RETURN_WITHOUT_ENTRY: u32 = 4;

@@ -86,7 +86,7 @@ pub const COUNTERS: [LossCounter; 11] = [
         "frees of blocks whose allocation event was dropped (see ringbuf_full; not unknown)",
         is_loss: false, remedy: None),
     row!(unknown_frees, counter::UNKNOWN_FREE,
-        "frees of memory allocated outside the trace (not a loss)",
+        "frees of blocks the trace never saw allocated (not a loss; see notes)",
         is_loss: false, remedy: None),
     row!(return_without_entry, counter::RETURN_WITHOUT_ENTRY,
         "returns of calls begun while probes were being attached (not a loss)",
