@@ -17,6 +17,7 @@ mod launch;
 mod lifecycle;
 mod losses;
 mod min_age;
+mod nesting;
 mod offline;
 mod page;
 mod pprof;
