@@ -55,7 +55,11 @@ fn every_allocation_of_a_signal_handler_that_interrupts_malloc_is_recorded() {
             report["losses"]
         );
         for (name, count) in report["losses"].as_object().expect("losses") {
-            assert_eq!(count, 0, "sessions {sessions}: {name} in {}", report["losses"]);
+            assert_eq!(
+                count, 0,
+                "sessions {sessions}: {name} in {}",
+                report["losses"]
+            );
         }
     }
 }
