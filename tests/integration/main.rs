@@ -19,6 +19,7 @@ mod lifecycle;
 mod losses;
 mod min_age;
 mod naming;
+mod nesting;
 mod offline;
 mod output_dest;
 mod page;

@@ -189,9 +189,15 @@ pub struct LiveKey {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LiveValue {
     pub size: u64,
+    /// 1 when the block's ALLOC event was dropped (ring buffer full): user
+    /// space never heard of it, so its free sends no FREE event and is
+    /// counted as `FREE_OF_DROPPED_ALLOC` rather than as an unknown free.
+    pub unreported: u32,
+    pub _pad: u32,
 }
 
-/// What the entry probe remembers for the return probe of the same thread.
+/// One allocator call in flight: what its entry probe remembers for its
+/// return probe. A frame of the thread's `InFlightStack`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InFlight {
@@ -199,22 +205,47 @@ pub struct InFlight {
     pub size: u64,
     /// realloc/reallocarray: the old pointer; posix_memalign: `memptr`.
     pub ptr_arg: u64,
-    /// The `Role` of the outermost hooked function on this thread.
+    /// The `Role` of the hooked function.
     pub role: u32,
-    /// Hooked allocator functions called from inside the outermost one
-    /// (glibc's realloc(NULL, n) calls malloc, memalign calls malloc): their
-    /// return probes only decrement this, so each user call counts once.
+    /// Hooked allocator functions called from inside this one (glibc's
+    /// realloc(NULL, n) calls malloc; reallocarray tail-calls realloc):
+    /// their return probes only decrement this, so each user call counts
+    /// once.
     pub depth: u32,
     /// 1 when this call is recorded. Decided at entry, so sampling can be
     /// added there without touching the return path.
     pub record: u32,
-    pub _pad: u32,
+    /// `INFLIGHT_INTERRUPTED`, `INFLIGHT_INNER_RECORDED`.
+    pub flags: u32,
     /// xallocx: `size + extra`, the most it asked for.
     pub size_max: u64,
-    /// Stack pointer at entry (pointing at the return address). A hooked
-    /// call made at or below it is nested in this one; a return or entry
-    /// above it means this record is stale (its return was never seen).
+    /// Stack pointer at entry (pointing at the return address); the call
+    /// returns with SP = entry_sp + 8.
     pub entry_sp: u64,
+}
+
+/// `InFlight::flags`: a signal was delivered to the thread while this was
+/// its innermost call in flight, so a hooked call made below it may be a
+/// signal handler's rather than one made from inside this call.
+pub const INFLIGHT_INTERRUPTED: u32 = 1;
+/// `InFlight::flags`: a call above this one on the thread's stack of calls
+/// (a signal handler's) records an allocation, so the address this call
+/// returns may already be recorded (see tracer-ebpf's inflight.rs).
+pub const INFLIGHT_INNER_RECORDED: u32 = 2;
+/// Calls one thread can have in flight at once: its outermost allocator
+/// call and signal handlers' calls that interrupted it, one inside the
+/// other. Deeper ones are counted as `NESTED_LOST`.
+pub const INFLIGHT_FRAMES: usize = 4;
+
+/// Value of the INFLIGHT map, per thread: its allocator calls in flight,
+/// innermost last.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InFlightStack {
+    pub frames: [InFlight; INFLIGHT_FRAMES],
+    /// Frames in use.
+    pub len: u32,
+    pub _pad: u32,
 }
 
 /// Indexes of the per-CPU COUNTERS array. Every failure to record is counted;
@@ -226,8 +257,10 @@ pub mod counter {
     pub const LIVE_MAP_FULL: u32 = 1;
     /// `bpf_get_stackid` failed (stack map full or hash bucket taken).
     pub const STACK_LOST: u32 = 2;
-    /// free() of an address not in the LIVE map: allocated before the trace
-    /// started, or not recorded.
+    /// free() of an address not in the LIVE map: a block allocated before
+    /// the trace started, or allocator-internal memory (glibc's per-thread
+    /// cache and the blocks in it, handed back at thread exit), or one not
+    /// tracked (LIVE full). Not counted when sampling.
     pub const UNKNOWN_FREE: u32 = 3;
     /// A return probe fired without a matching entry (attached mid-call).
     pub const RETURN_WITHOUT_ENTRY: u32 = 4;
@@ -245,14 +278,24 @@ pub mod counter {
     /// With --follow-forks: children that could not join the traced set
     /// (the filter map was full, or the child's task could not be read).
     pub const CHILD_NOT_FOLLOWED: u32 = 9;
+    /// An allocator call made by a signal handler while its thread already
+    /// had INFLIGHT_FRAMES calls in flight (handlers interrupting allocator
+    /// calls, one inside the other): not recorded.
+    pub const NESTED_LOST: u32 = 10;
+    /// A FREE event dropped because the ring buffer was full (also counted
+    /// in RINGBUF_FULL): the block stays in use in user space's model.
+    pub const FREE_DROPPED: u32 = 11;
+    /// free() of a block whose ALLOC event was dropped (see
+    /// `LiveValue::unreported`): not an unknown free.
+    pub const FREE_OF_DROPPED_ALLOC: u32 = 12;
     /// Number of counters.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 13;
 }
 
 #[cfg(feature = "user")]
 mod pod {
     use super::{Event, InFlight, LiveKey, LiveValue, SampleHeader};
-    // SAFETY: all four are #[repr(C)], contain only integers and have no
+    // SAFETY: all of them are #[repr(C)], contain only integers and have no
     // implicit padding (explicit `_pad` fields fill every gap).
     unsafe impl aya::Pod for Event {}
     // SAFETY: as above.
@@ -274,8 +317,9 @@ mod tests {
     fn boundary_types_have_no_implicit_padding() {
         assert_eq!(size_of::<Event>(), 48);
         assert_eq!(size_of::<LiveKey>(), 16);
-        assert_eq!(size_of::<LiveValue>(), 8);
+        assert_eq!(size_of::<LiveValue>(), 16);
         assert_eq!(size_of::<InFlight>(), 48);
+        assert_eq!(size_of::<InFlightStack>(), 48 * INFLIGHT_FRAMES + 8);
         assert_eq!(size_of::<SampleHeader>(), 80);
         assert_eq!(size_of::<StackSample>(), 80 + MAX_STACK_BYTES);
     }

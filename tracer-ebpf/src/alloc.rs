@@ -1,17 +1,19 @@
-//! Allocation entry and return: the entry remembers the call per thread in
-//! INFLIGHT, the one return program reads the result and frees what a
-//! resizing call gave up, then hands recorded blocks to `stack`.
+//! Allocation entry and return: the entry remembers the call on its
+//! thread's stack of calls in flight (`inflight`), the one return program
+//! reads the result and frees what a resizing call gave up, then hands
+//! recorded blocks to `stack`.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
     programs::{ProbeContext, RetProbeContext},
 };
-use tracer_common::{cookie, counter, InFlight, Role};
+use tracer_common::{cookie, counter, InFlight, LiveKey, Role, INFLIGHT_INNER_RECORDED};
 
 use crate::{
     free::emit_free,
-    maps::{count, no_return_needed, stopped, traced, INFLIGHT},
-    sampling::{sampling, should_record},
+    inflight,
+    maps::{count, no_return_needed, stopped, traced, LIVE},
+    sampling::should_record,
     stack::record_alloc,
 };
 
@@ -105,87 +107,21 @@ pub(crate) fn on_alloc_enter_max(
     // An unrecorded call leaves no trace, unless it may free a recorded
     // block (realloc of a non-NULL pointer), which its return must see.
     // A return probe without a record then costs one hash lookup; nested
-    // calls are still told apart by the stack pointer (take_inflight).
+    // calls are still told apart by the stack pointer (inflight::take).
     let frees_old = resizes(role) && ptr_arg != 0;
     if !record && !frees_old {
         return no_return_needed();
     }
-    let key = bpf_get_current_pid_tgid();
-    let sp = stack_pointer(ctx.regs);
-    if let Some(inflight) = INFLIGHT.get_ptr_mut(key) {
-        // SAFETY: the entry belongs to this thread; only this thread's
-        // probes touch it, and they do not run concurrently.
-        let inflight = unsafe { &mut *inflight };
-        // At or below the outer call's entry SP: called from inside it (or
-        // tail-called by it, same SP). Only the outer call accounts. In
-        // session mode its return run is skipped altogether; otherwise the
-        // depth tells its return probe to step aside.
-        if sp <= inflight.entry_sp {
-            if no_return_needed() != 0 {
-                return 1;
-            }
-            inflight.depth += 1;
-            return 0;
-        }
-        count(counter::STALE_INFLIGHT);
-    }
-    let value = InFlight {
+    inflight::enter(InFlight {
         size,
         ptr_arg,
         role: role as u32,
         depth: 0,
         record: record as u32,
-        _pad: 0,
+        flags: 0,
         size_max,
-        entry_sp: sp,
-    };
-    if INFLIGHT.insert(key, value, 0).is_err() {
-        count(counter::INFLIGHT_FULL);
-    }
-    0
-}
-
-/// Pops this thread's in-flight call, or returns None for a nested call
-/// (only the outermost hooked function accounts) or a return without entry.
-#[inline(always)]
-fn take_inflight(ctx: &RetProbeContext) -> Option<InFlight> {
-    let key = bpf_get_current_pid_tgid();
-    let Some(ptr) = INFLIGHT.get_ptr_mut(key) else {
-        // When sampling, most calls leave no record: not worth counting;
-        // after the stop, no call does. Returns of processes that are not
-        // traced (--binary, system-wide: the probes are on the file for
-        // every process, and there the kernel runs the return even when a
-        // session entry asked to skip it) are not counted either.
-        if !sampling() && !stopped() && traced((key >> 32) as u32) {
-            count(counter::RETURN_WITHOUT_ENTRY);
-        }
-        return None;
-    };
-    // SAFETY: this thread's own entry, see on_alloc_enter.
-    let inflight = unsafe { &mut *ptr };
-    // `ret` popped the return address: the outer call returns at entry SP + 8.
-    let outer_return_sp = inflight.entry_sp + 8;
-    let sp = stack_pointer(ctx.regs);
-    if sp > outer_return_sp {
-        // Returned past the recorded call: that record is stale.
-        let _ = INFLIGHT.remove(key);
-        count(counter::STALE_INFLIGHT);
-        return None;
-    }
-    if inflight.depth > 0 {
-        inflight.depth -= 1;
-        return None;
-    }
-    if sp < outer_return_sp {
-        // A nested call that left no record of its own.
-        if !sampling() {
-            count(counter::RETURN_WITHOUT_ENTRY);
-        }
-        return None;
-    }
-    let value = *inflight;
-    let _ = INFLIGHT.remove(key);
-    Some(value)
+        entry_sp: stack_pointer(ctx.regs),
+    })
 }
 
 /// Functions that give up the block passed to them when they succeed.
@@ -198,7 +134,7 @@ fn resizes(role: Role) -> bool {
 /// for posix_memalign the int result (0 = success, pointer in *memptr).
 #[inline(always)]
 pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
-    let Some(call) = take_inflight(ctx) else {
+    let Some(call) = inflight::take(stack_pointer(ctx.regs)) else {
         return 0;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -253,6 +189,17 @@ pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
     if addr == 0 || call.record == 0 {
         return 0;
     }
+    if call.flags & INFLIGHT_INNER_RECORDED != 0 && is_live(pid, addr) {
+        // A call inside this one, taken for a signal handler's, recorded
+        // this very block (see inflight.rs): count it once.
+        return 0;
+    }
     record_alloc(ctx, pid, tid, addr, call.size, role);
     0
+}
+
+#[inline(always)]
+fn is_live(pid: u32, addr: u64) -> bool {
+    // SAFETY: the value is not read.
+    unsafe { LIVE.get(LiveKey { pid, _pad: 0, addr }) }.is_some()
 }

@@ -10,19 +10,33 @@ use crate::{
     sampling::sampling,
 };
 
+/// Frees `addr` if it is a recorded block, and tells user space. Returns
+/// false when it was not in LIVE.
 #[inline(always)]
-pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) {
+pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) -> bool {
     let key = LiveKey { pid, _pad: 0, addr };
-    // The delete decides whether this block was recorded.
+    // SAFETY: a copy of the value is taken at once.
+    let Some(value) = (unsafe { LIVE.get(key) }).copied() else {
+        return false;
+    };
+    // The delete decides whether this block was recorded (another CPU may
+    // free the same address: only one delete succeeds).
     if LIVE.remove(key).is_err() {
-        return;
+        return true;
+    }
+    if value.unreported != 0 {
+        // User space never heard of this block: nothing to tell it.
+        count(counter::FREE_OF_DROPPED_ALLOC);
+        return true;
     }
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         count(counter::RINGBUF_FULL);
-        return;
+        count(counter::FREE_DROPPED);
+        return true;
     };
     entry.write(event(EVENT_FREE, pid, tid, 0, addr, 0, role));
     entry.submit(wakeup_flags());
+    true
 }
 
 #[inline(always)]
@@ -37,17 +51,13 @@ pub(crate) fn on_free(ctx: &ProbeContext) -> u32 {
     if !traced(pid) {
         return 0;
     }
-    // When sampling, nearly every free is of a block that was not recorded:
-    // one hash lookup decides that, and nothing else is done.
-    // SAFETY: the value is not read.
-    if unsafe { LIVE.get(LiveKey { pid, _pad: 0, addr }) }.is_none() {
-        if !sampling() && !stopped() {
-            count(counter::UNKNOWN_FREE);
-        }
+    if stopped() {
         return 0;
     }
-    if !stopped() {
-        emit_free(pid, pid_tgid as u32, addr, Role::Free);
+    // When sampling, nearly every free is of a block that was not recorded:
+    // one hash lookup decides that, and nothing else is done.
+    if !emit_free(pid, pid_tgid as u32, addr, Role::Free) && !sampling() {
+        count(counter::UNKNOWN_FREE);
     }
     0
 }

@@ -19,6 +19,7 @@
 
 mod alloc;
 mod free;
+mod inflight;
 mod maps;
 mod process;
 mod sampling;

@@ -9,7 +9,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
 };
 use tracer_common::{
-    counter, Event, InFlight, LiveKey, LiveValue, Role, StackSample, CONTROL_SESSION,
+    counter, Event, InFlightStack, LiveKey, LiveValue, Role, StackSample, CONTROL_SESSION,
     CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_NONE, FILTER_PIDS, FORKS_COUNT, UNWIND_FP,
 };
 
@@ -23,10 +23,11 @@ pub(crate) static LIVE: HashMap<LiveKey, LiveValue> =
     HashMap::with_max_entries(1 << 20, BPF_F_NO_PREALLOC);
 #[map]
 pub(crate) static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
-/// Keyed by pid_tgid. LRU so that threads that die inside malloc (or a return
-/// probe lost at detach) cannot fill it.
+/// Each thread's allocator calls in flight (see inflight.rs), keyed by
+/// pid_tgid; kept between calls, removed when the thread exits. LRU so that
+/// threads it missed the exit of cannot fill it.
 #[map]
-pub(crate) static INFLIGHT: LruHashMap<u64, InFlight> = LruHashMap::with_max_entries(16384, 0);
+pub(crate) static INFLIGHT: LruHashMap<u64, InFlightStack> = LruHashMap::with_max_entries(16384, 0);
 #[map]
 pub(crate) static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 /// Index 0, bits set by user space: CONTROL_STOPPED when the trace ends

@@ -1,5 +1,5 @@
-//! Process lifecycle: exec, fork and exit tracepoints, and the `--binary`
-//! entry-point probe that adds a process to the traced set.
+//! Process lifecycle: exec, fork, exit and signal tracepoints, and the
+//! `--binary` entry-point probe that adds a process to the traced set.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel},
@@ -11,6 +11,7 @@ use tracer_common::{
     FORKS_FOLLOW,
 };
 
+use crate::inflight;
 use crate::maps::{
     count, event, stopped, traced, tunable, BPF_RB_FORCE_WAKEUP, EVENTS, EXIT_GROUP_DEAD, FILTER,
     FOLLOW_FORKS, TASK_TGID_OFFSET, TRACED,
@@ -127,6 +128,7 @@ fn on_fork(child_task: u64) {
 /// process reusing its pid is not traced.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn process_exit(ctx: RawTracePointContext) -> i32 {
+    inflight::forget_thread(bpf_get_current_pid_tgid());
     let group_dead = if tunable(&EXIT_GROUP_DEAD) != 0 {
         ctx.arg::<u64>(1) & 0xff != 0
     } else {
@@ -180,5 +182,14 @@ pub fn binary_entry(_ctx: ProbeContext) -> u32 {
         // it full too and reports the process as not traced.
         let _ = TRACED.insert(pid, 1, 0);
     }
+    0
+}
+
+/// signal_deliver, run by a thread about to take a signal: an allocator
+/// call it is in is interrupted, and calls the handler makes are its own
+/// (see inflight.rs). One hash lookup per signal delivered.
+#[raw_tracepoint(tracepoint = "signal_deliver")]
+pub fn signal_deliver(_ctx: RawTracePointContext) -> i32 {
+    inflight::on_signal();
     0
 }

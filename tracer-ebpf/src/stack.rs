@@ -28,14 +28,16 @@ pub(crate) fn record_alloc(
         record_alloc_sample(ctx, pid, tid, addr, size, role);
         return;
     }
-    // Reserve first: if the event cannot be sent, the block must not enter
-    // LIVE, or its later free would emit an orphan FREE.
+    // Reserve first: if the event cannot be sent, the block enters LIVE
+    // marked unreported, so that its free is told from an unknown one and
+    // sends no orphan FREE.
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         count(counter::RINGBUF_FULL);
+        insert_unreported(pid, addr, size);
         return;
     };
     let key = LiveKey { pid, _pad: 0, addr };
-    if LIVE.insert(key, LiveValue { size }, 0).is_err() {
+    if LIVE.insert(key, live(size, 0), 0).is_err() {
         count(counter::LIVE_MAP_FULL);
         entry.discard(0);
         return;
@@ -90,7 +92,7 @@ fn record_alloc_sample(
         _pad: 0,
     };
     let key = LiveKey { pid, _pad: 0, addr };
-    if LIVE.insert(key, LiveValue { size }, 0).is_err() {
+    if LIVE.insert(key, live(size, 0), 0).is_err() {
         count(counter::LIVE_MAP_FULL);
         return;
     }
@@ -98,9 +100,28 @@ fn record_alloc_sample(
     // SAFETY: `total` is at most the size of `sample` (len <= MAX_STACK_BYTES).
     let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
     if EVENTS.output::<[u8]>(bytes, wakeup_flags()).is_err() {
-        // Not sent: forget the block, or its free would emit an orphan FREE.
-        let _ = LIVE.remove(key);
+        // Not sent: the block stays, marked unreported, so that its free
+        // sends no orphan FREE and is told from an unknown one.
         count(counter::RINGBUF_FULL);
+        insert_unreported(pid, addr, size);
+    }
+}
+
+#[inline(always)]
+fn live(size: u64, unreported: u32) -> LiveValue {
+    LiveValue {
+        size,
+        unreported,
+        _pad: 0,
+    }
+}
+
+/// A block whose ALLOC event was dropped (see `LiveValue::unreported`).
+#[inline(always)]
+fn insert_unreported(pid: u32, addr: u64, size: u64) {
+    let key = LiveKey { pid, _pad: 0, addr };
+    if LIVE.insert(key, live(size, 1), 0).is_err() {
+        count(counter::LIVE_MAP_FULL);
     }
 }
 

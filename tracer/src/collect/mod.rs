@@ -3,6 +3,7 @@
 //! the table of processes seen, and the profile built from them.
 
 pub mod collector;
+mod event_notes;
 pub mod processes;
 pub mod profile;
 mod profile_notes;

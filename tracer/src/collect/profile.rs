@@ -39,6 +39,8 @@ pub struct Meta {
     /// `processes[0]` is the process whose exit ends the trace (--pid,
     /// -- CMD): its unfreed blocks stay in in-use.
     pub root_exit_kept: bool,
+    /// `-- CMD`: traced from its first instruction (see `unknown_frees_note`).
+    pub traced_from_start: bool,
     /// --min-age: in use counts only blocks live at least this long now.
     pub min_age: Option<Duration>,
 }

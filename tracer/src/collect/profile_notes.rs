@@ -8,7 +8,7 @@ use crate::{
         collector::Collector,
         profile::{Meta, Unnamed},
     },
-    report::{counted, was, Losses, NotFreedAtExit, StackReport},
+    report::{counted, Losses, NotFreedAtExit, StackReport},
 };
 
 pub(super) fn notes(
@@ -48,7 +48,7 @@ pub(super) fn notes(
             meta.sample_rate, meta.sample_rate
         ));
     }
-    notes.extend(event_notes(collector, losses));
+    notes.extend(super::event_notes::event_notes(meta, collector, losses));
     match meta.unwind {
         UnwindMode::Fp => notes.push(
             "stacks are frame-pointer walks: code built without frame pointers shows short stacks \
@@ -108,38 +108,6 @@ fn exit_notes(meta: &Meta, at_exit: &NotFreedAtExit) -> Vec<String> {
         notes.push(format!(
             "{} exited during the trace; {unfreed}",
             counted(exited, "process", "processes"),
-        ));
-    }
-    notes
-}
-
-/// Frees of older blocks, and what lost or malformed events left behind.
-fn event_notes(collector: &Collector, losses: &Losses) -> Vec<String> {
-    let mut notes = Vec::new();
-    if losses.unknown_frees > 0 {
-        let n = losses.unknown_frees;
-        notes.push(format!(
-            "{} of blocks allocated before tracing started (or while detaching) {} ignored",
-            counted(n, "free", "frees"),
-            was(n)
-        ));
-    }
-    if collector.state.heap.replaced_allocs > 0 {
-        let n = collector.state.heap.replaced_allocs;
-        notes.push(format!(
-            "{} reused an address whose free was not seen (lost events)",
-            counted(n, "allocation", "allocations")
-        ));
-    }
-    if collector.state.heap.unmatched_frees > 0 || collector.state.malformed_events > 0 {
-        let (frees, malformed) = (
-            collector.state.heap.unmatched_frees,
-            collector.state.malformed_events,
-        );
-        notes.push(format!(
-            "{} without a recorded allocation and {} reached user space",
-            counted(frees, "free", "frees"),
-            counted(malformed, "malformed event", "malformed events")
         ));
     }
     notes

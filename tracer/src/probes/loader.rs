@@ -23,10 +23,15 @@ use crate::{
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrace"));
 
 const RETURN_PROGRAM: &str = "alloc_return";
-const EXEC_PROGRAM: &str = "process_exec";
-const EXEC_TRACEPOINT: &str = "sched_process_exec";
-const FORK_PROGRAM: &str = "process_fork";
-const EXIT_PROGRAM: &str = "process_exit";
+/// The raw tracepoint programs and their tracepoints: exec, fork, exit of
+/// traced processes; signal_deliver marks a thread's allocator call
+/// interrupted, so a handler's calls are recorded (tracer-ebpf inflight.rs).
+const TRACEPOINTS: [(&str, &str); 4] = [
+    ("process_exec", "sched_process_exec"),
+    ("process_fork", "sched_process_fork"),
+    ("process_exit", "sched_process_exit"),
+    ("signal_deliver", "signal_deliver"),
+];
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
 pub const MAX_FILTERED_PIDS: u32 = 8192;
@@ -159,14 +164,9 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         }
         .with_context(|| format!("verifying BPF program {name}"))?;
     }
-    let exec: &mut RawTracePoint = ebpf
-        .program_mut(EXEC_PROGRAM)
-        .with_context(|| format!("BPF object has no program {EXEC_PROGRAM}"))?
-        .try_into()?;
-    exec.attach(EXEC_TRACEPOINT)
-        .context("attaching to the sched_process_exec tracepoint (exec of traced processes)")?;
-    attach_tracepoint(&mut ebpf, FORK_PROGRAM, "sched_process_fork")?;
-    attach_tracepoint(&mut ebpf, EXIT_PROGRAM, "sched_process_exit")?;
+    for (program, tracepoint) in TRACEPOINTS {
+        attach_tracepoint(&mut ebpf, program, tracepoint)?;
+    }
     Ok((
         Loaded {
             ebpf,
@@ -438,7 +438,7 @@ pub fn detach(loaded: Loaded) -> anyhow::Result<()> {
     drop(loaded.session_progs);
     let mut ebpf = loaded.ebpf;
     let mut programs: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
-    programs.retain(|n| ![EXEC_PROGRAM, FORK_PROGRAM, EXIT_PROGRAM].contains(&n.as_str()));
+    programs.retain(|n| TRACEPOINTS.iter().all(|(p, _)| p != n));
     programs.sort_by_key(|n| n == RETURN_PROGRAM || n == "noop_return");
     for name in programs {
         uprobe(&mut ebpf, &name)?

@@ -20,6 +20,9 @@ pub struct Losses {
     pub inflight_full: u64,
     pub read_failed: u64,
     pub stale_inflight: u64,
+    pub nested_lost: u64,
+    pub frees_dropped: u64,
+    pub frees_of_dropped_allocs: u64,
 }
 
 /// One loss counter of the BPF programs, as the report knows it.
@@ -56,7 +59,7 @@ macro_rules! row {
 }
 
 /// Every loss counter, in the order reports print them.
-pub const COUNTERS: [LossCounter; 8] = [
+pub const COUNTERS: [LossCounter; 11] = [
     row!(ringbuf_full, counter::RINGBUF_FULL,
         "events dropped because the ring buffer was full",
         is_loss: true, remedy: Some("raise --ringbuf-mb")),
@@ -75,8 +78,17 @@ pub const COUNTERS: [LossCounter; 8] = [
     row!(stale_inflight, counter::STALE_INFLIGHT,
         "allocator calls whose return was never seen",
         is_loss: true, remedy: Some("cause: threads that died inside the allocator")),
+    row!(nested_lost, counter::NESTED_LOST,
+        "allocator calls of signal handlers nested too deep in interrupted allocator calls",
+        is_loss: true, remedy: Some("cause: signal handlers interrupting each other's allocations")),
+    row!(frees_dropped, counter::FREE_DROPPED,
+        "of ringbuf_full, frees: their blocks still count as in use (in-use overstated)",
+        is_loss: false, remedy: None),
+    row!(frees_of_dropped_allocs, counter::FREE_OF_DROPPED_ALLOC,
+        "frees of blocks whose allocation event was dropped (see ringbuf_full; not unknown)",
+        is_loss: false, remedy: None),
     row!(unknown_frees, counter::UNKNOWN_FREE,
-        "frees of memory allocated outside the trace (not a loss)",
+        "frees of blocks the trace never saw allocated (not a loss; see notes)",
         is_loss: false, remedy: None),
     row!(return_without_entry, counter::RETURN_WITHOUT_ENTRY,
         "returns of calls begun while probes were being attached (not a loss)",
@@ -150,13 +162,21 @@ pub fn write_losses(losses: &Losses, w: &mut impl Write) -> io::Result<()> {
         )?;
     }
     match losses.lost() {
-        0 => writeln!(w, "no events lost"),
+        0 => writeln!(w, "no events lost")?,
         n => writeln!(
             w,
             "WARNING: {} lost: the numbers above are incomplete",
             super::counted(n, "event", "events")
-        ),
+        )?,
     }
+    if losses.ringbuf_full > 0 {
+        let frees = match losses.frees_dropped {
+            1 => "1 of the events dropped was a free, whose block still counts".to_string(),
+            n => format!("{n} of the events dropped were frees, whose blocks still count"),
+        };
+        writeln!(w, "WARNING: in-use may be overstated: {frees} as in use")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -204,6 +224,12 @@ mod tests {
         assert_eq!(losses.inflight_full, 1 << counter::INFLIGHT_FULL);
         assert_eq!(losses.read_failed, 1 << counter::READ_FAILED);
         assert_eq!(losses.stale_inflight, 1 << counter::STALE_INFLIGHT);
+        assert_eq!(losses.nested_lost, 1 << counter::NESTED_LOST);
+        assert_eq!(losses.frees_dropped, 1 << counter::FREE_DROPPED);
+        assert_eq!(
+            losses.frees_of_dropped_allocs,
+            1 << counter::FREE_OF_DROPPED_ALLOC
+        );
         let lost: u64 = [
             counter::RINGBUF_FULL,
             counter::LIVE_MAP_FULL,
@@ -211,6 +237,7 @@ mod tests {
             counter::INFLIGHT_FULL,
             counter::READ_FAILED,
             counter::STALE_INFLIGHT,
+            counter::NESTED_LOST,
         ]
         .iter()
         .map(|i| 1 << i)

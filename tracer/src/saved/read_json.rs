@@ -234,6 +234,9 @@ struct LossesDoc {
     inflight_full: u64,
     read_failed: u64,
     stale_inflight: u64,
+    nested_lost: u64,
+    frees_dropped: u64,
+    frees_of_dropped_allocs: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -426,6 +429,9 @@ impl LossesDoc {
             inflight_full: self.inflight_full,
             read_failed: self.read_failed,
             stale_inflight: self.stale_inflight,
+            nested_lost: self.nested_lost,
+            frees_dropped: self.frees_dropped,
+            frees_of_dropped_allocs: self.frees_of_dropped_allocs,
         }
     }
 }

@@ -234,6 +234,7 @@ impl<'a> Trace<'a> {
                 &self.collector,
             ),
             root_exit_kept: self.scope.root().is_some(),
+            traced_from_start: self.scope.traced_from_start(),
             min_age,
         };
         let losses = read_losses(&self.loaded.counters);

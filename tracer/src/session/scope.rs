@@ -130,6 +130,12 @@ impl Scope {
         }
     }
 
+    /// `-- CMD`: the one process is traced from its first instruction, so
+    /// no block it frees was allocated before the trace.
+    pub fn traced_from_start(&self) -> bool {
+        matches!(self, Scope::Single(single) if single.is_launched())
+    }
+
     /// The process whose exit ends the trace (--pid, -- CMD).
     pub fn root(&self) -> Option<u32> {
         match self {

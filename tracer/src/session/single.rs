@@ -31,6 +31,11 @@ pub struct Single {
 }
 
 impl Single {
+    /// Started by the tracer (`-- CMD`), not attached to (`--pid`).
+    pub fn is_launched(&self) -> bool {
+        self.launched.is_some()
+    }
+
     /// `--pid`: the process and its maps as they are now.
     pub fn attach_to(cli: &Cli, pid: u32) -> anyhow::Result<(Single, Vec<Mapping>)> {
         let process = Process::inspect(pid)?;
