@@ -9,12 +9,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{
-    harness::{compile_c, scratch, JsonTracer, Target},
+use crate::harness::{
+    compile_c, scratch,
     sites::{
         assert_no_losses, per_calling_site, trace_sites_to_json, trace_sites_with,
         EXPECTED_PER_THREAD, O2_FLAGS,
     },
+    JsonTracer, Target,
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -339,9 +340,9 @@ fn a_deleted_executable_is_traced_with_its_frames_named() {
     std::fs::remove_file(&bin).expect("delete the running executable");
     assert_maps_deleted(target.pid(), &bin);
     let report = trace_sites_to_json(&mut target, "deleted-exe", true, libc::SIGINT);
-    crate::sites::assert_sites_exact(&report);
+    crate::harness::sites::assert_sites_exact(&report);
     // DWARF unwinding reads the deleted file too: stacks reach main.
-    crate::sites::assert_site_stacks_complete(&report);
+    crate::harness::sites::assert_site_stacks_complete(&report);
 }
 
 /// `--binary` of a program replaced on disk (a package upgrade) while a
@@ -370,7 +371,7 @@ fn binary_finds_a_process_whose_program_was_replaced_on_disk() {
         "{}",
         report["processes"]
     );
-    crate::sites::assert_sites_exact(&report);
+    crate::harness::sites::assert_sites_exact(&report);
 }
 
 /// `--binary` at paths that are not UTF-8, or hold spaces and a newline:
@@ -405,7 +406,7 @@ fn binary_paths_that_are_not_utf8_are_traced_exactly() {
         // Leaf frames named (the sites' numbers); whole stacks are not
         // checked: under --binary the first samples may come before the
         // process's libraries are in the maps the tracer read at its exec.
-        crate::sites::assert_sites_exact(&report);
+        crate::harness::sites::assert_sites_exact(&report);
     }
 }
 

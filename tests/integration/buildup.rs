@@ -3,9 +3,10 @@
 //! buffer, lose nothing, while the heap model's tables grow behind the
 //! reader thread.
 
-use crate::{
-    harness::{compile_c, Target},
+use crate::harness::{
+    compile_c,
     sites::{assert_no_losses, trace_sites_with},
+    Target,
 };
 
 const BLOCKS: u64 = 1_000_000;

@@ -4,9 +4,10 @@
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, JsonTracer, Target, Tracer},
+use crate::harness::{
+    compile_c,
     sites::{assert_no_losses, per_calling_site, O2_FLAGS},
+    JsonTracer, Target, Tracer,
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";

@@ -12,12 +12,12 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, scratch, JsonTracer, Target, Tracer, TRACER},
+use crate::harness::{
+    compile_c, read_json, scratch,
     sites::{
-        assert_no_losses, per_calling_site, per_site, per_site_by, read_json, EXPECTED_PER_THREAD,
-        O2_FLAGS,
+        assert_no_losses, per_calling_site, per_site, per_site_by, EXPECTED_PER_THREAD, O2_FLAGS,
     },
+    JsonTracer, Target, Tracer, TRACER,
 };
 
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -61,7 +61,7 @@ fn assert_children_exited_unfreed(report: &Value, children: &BTreeMap<u64, [u64;
     sizes.sort_unstable();
     let want: Vec<[u64; 4]> = (1..=3u64).map(|k| [0, 0, k * k * 1000, k]).collect();
     assert_eq!(sizes, want, "{children:?}");
-    let at_exit = crate::sites::at_exit_by_leaf(report);
+    let at_exit = crate::harness::sites::at_exit_by_leaf(report);
     assert_eq!(
         at_exit.get("child_site"),
         Some(&[1000 + 2 * 2000 + 3 * 3000, 1 + 2 + 3, 3]),

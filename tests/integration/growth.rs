@@ -11,11 +11,13 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, scratch, JsonTracer, Target, Tracer},
+use crate::harness::{
+    compile_c,
+    http::{get_text, served_addr},
     pprof::pprof,
-    serve::{get_text, served_addr},
+    scratch,
     sites::{assert_no_losses, FP_FLAGS},
+    JsonTracer, Target, Tracer,
 };
 
 /// growth.c's leak_grow: one 2048-byte block every 10 ms, by its own clock.

@@ -9,9 +9,9 @@ use flate2::{write::GzEncoder, Compression};
 use memtrace_bpf::report::proto;
 use prost::Message as _;
 
-use crate::{
-    harness::TRACER,
+use crate::harness::{
     offline::{as_nobody, open_dir},
+    TRACER,
 };
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {

@@ -3,15 +3,15 @@
 use std::{
     ffi::OsStr,
     os::unix::ffi::OsStrExt,
-    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
-
-use crate::{
-    harness::{compile_c, scratch, JsonTracer, Tracer},
-    sites::{read_json, FP_FLAGS, O2_FLAGS},
+use crate::harness::{
+    compile_c,
+    process::{proc_state, ready_pid, send, stack_from, state_file, wait_for_line},
+    read_json,
+    sites::{FP_FLAGS, O2_FLAGS},
+    JsonTracer, Tracer,
 };
 
 #[test]
@@ -59,40 +59,6 @@ fn a_stripped_static_command_is_refused_with_the_reason() {
     );
 }
 
-/// Waits until the file at `path` has a line containing `needle` (the
-/// lifecycle target appends its progress there: its stdout is the
-/// tracer's). Returns that line.
-pub fn wait_for_line(path: &Path, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains(needle)) {
-            return line.to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no line containing {needle:?} in {} within 60 s; it has:\n{text}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The pid the lifecycle target wrote in its "ready PID" line.
-pub fn ready_pid(state: &Path) -> libc::pid_t {
-    let line = wait_for_line(state, "ready ");
-    line["ready ".len()..]
-        .trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("{line:?}: {e}"))
-}
-
-/// The state letter of /proc/PID/stat (R, S, T, t, Z...), None once gone.
-pub fn proc_state(pid: libc::pid_t) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
 /// Waits until process `pid` is in one of `states`.
 fn wait_for_state(pid: libc::pid_t, states: &[char], what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -107,28 +73,6 @@ fn wait_for_state(pid: libc::pid_t, states: &[char], what: &str) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-pub fn send(pid: libc::pid_t, sig: libc::c_int) {
-    // SAFETY: kill(2) with a pid and a signal number.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill({pid}, {sig})");
-}
-
-/// A fresh state file for the lifecycle target.
-pub fn state_file(tag: &str) -> PathBuf {
-    let path = scratch(&format!("{tag}.state"));
-    let _ = std::fs::remove_file(&path);
-    path
-}
-
-/// The report's stack whose innermost frame after `keep` is `function`.
-pub fn stack_from<'a>(report: &'a Value, function: &str) -> Option<&'a Value> {
-    report["stacks"]
-        .as_array()
-        .expect("stacks")
-        .iter()
-        .find(|s| s["frames"][1]["function"] == function)
 }
 
 /// Job control works on a traced command: stopped (SIGSTOP, then the

@@ -3,10 +3,12 @@
 
 use std::{os::unix::process::ExitStatusExt, path::PathBuf};
 
-use crate::{
-    harness::{compile_c, JsonTracer, Target, Tracer},
-    launch::{proc_state, ready_pid, send, stack_from, state_file, wait_for_line},
-    sites::{assert_sites_exact, read_json, trace_sites_to_json, FP_FLAGS},
+use crate::harness::{
+    compile_c,
+    process::{proc_state, ready_pid, send, stack_from, state_file, wait_for_line},
+    read_json,
+    sites::{assert_sites_exact, trace_sites_to_json, FP_FLAGS},
+    JsonTracer, Target, Tracer,
 };
 
 #[test]
@@ -60,7 +62,7 @@ fn a_target_busy_during_attach_and_detach_is_counted_right() {
             &["--pid", &target.pid().to_string(), "--duration", "1"],
         );
         let (report, _) = tracer.finish();
-        let sites = crate::sites::per_site(&report);
+        let sites = crate::harness::sites::per_site(&report);
         let request = sites.get("request").copied().unwrap_or_default();
         let grow = sites.get("grow").copied().unwrap_or_default();
         assert!(

@@ -2,10 +2,7 @@
 //! JSON `losses` object, and in the text footer with its remedy and in the
 //! total of events lost.
 
-use crate::{
-    harness::{compile_c, JsonTracer, Target, Tracer},
-    sites::FP_FLAGS,
-};
+use crate::harness::{compile_c, sites::FP_FLAGS, JsonTracer, Target, Tracer};
 
 /// The number on the text footer's line for counter `name`.
 fn footer_count(text: &str, name: &str) -> u64 {

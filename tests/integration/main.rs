@@ -6,7 +6,6 @@
 
 mod allocators;
 mod buildup;
-mod chromium;
 mod errors;
 mod exec;
 mod forks;

@@ -17,10 +17,12 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, scratch, JsonTracer, Target, Tracer},
-    serve::{get, get_text, served_addr, site_values},
-    sites::{assert_no_losses, parse_report, per_site, O2_FLAGS},
+use crate::harness::{
+    compile_c,
+    http::{get, get_text, served_addr, site_values},
+    parse_report, scratch,
+    sites::{assert_no_losses, per_site, O2_FLAGS},
+    JsonTracer, Target, Tracer,
 };
 
 /// --min-age given to the tracer.

@@ -6,10 +6,7 @@ use std::{collections::BTreeSet, path::Path, process::Command};
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, scratch, JsonTracer, Target},
-    sites::per_site,
-};
+use crate::harness::{compile_c, scratch, sites::per_site, JsonTracer, Target};
 
 /// ROOT/app/prog (`rooted.c`) with the files `ldd` lists for it copied
 /// under ROOT: other files (inodes) than the host's, as in a container.

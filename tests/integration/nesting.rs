@@ -6,11 +6,7 @@ use std::ffi::OsStr;
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, JsonTracer, Tracer},
-    launch::state_file,
-    sites::FP_FLAGS,
-};
+use crate::harness::{compile_c, process::state_file, sites::FP_FLAGS, JsonTracer, Tracer};
 
 /// In-use objects and bytes of the stacks whose innermost frame is `function`.
 fn inuse_from(report: &Value, function: &str) -> (u64, u64) {

@@ -9,10 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{
-    harness::{scratch, Tracer},
-    sites::read_json,
-};
+use crate::harness::{read_json, scratch, Tracer};
 
 fn fifo(tag: &str) -> PathBuf {
     let path = scratch(tag);

@@ -7,11 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{
-    chromium,
-    harness::{compile_c, JsonTracer, Target},
-    serve::{get_text, served_addr},
-    sites::parse_report,
+use crate::harness::{
+    chromium, compile_c,
+    http::{get_text, served_addr},
+    parse_report, JsonTracer, Target,
 };
 
 /// The response head of a GET of `path`.

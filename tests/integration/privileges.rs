@@ -10,10 +10,12 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use crate::{
-    harness::{compile_c, scratch, Target, TRACER},
-    launch::{send, wait_for_line},
-    sites::{assert_sites_exact, read_json, O2_FLAGS},
+use crate::harness::{
+    compile_c,
+    process::{send, wait_for_line},
+    read_json, scratch,
+    sites::{assert_sites_exact, O2_FLAGS},
+    Target, TRACER,
 };
 
 /// A scratch directory removed on drop: a copy of the tracer with
@@ -81,7 +83,7 @@ fn another_users_process_needs_cap_sys_ptrace_and_the_message_says_so() {
     let bin = compile_c("first_line", "O2", O2_FLAGS);
     let (_dir, tracer, _) = capable_copy("no-ptrace", "cap_sys_admin+ep", &bin);
     // Root's process, not nobody's.
-    let sites = compile_c("sites", "fp-caps", crate::sites::FP_FLAGS);
+    let sites = compile_c("sites", "fp-caps", crate::harness::sites::FP_FLAGS);
     let target = Target::start(&sites, &[]);
     let pid = target.pid().to_string();
     let out = run_as_nobody(&tracer, &["--pid", &pid, "--duration", "1"]);
@@ -140,7 +142,7 @@ fn cap_sys_admin_alone_traces_a_command_as_an_unprivileged_user() {
 /// pid and gets the exact report root gets.
 #[test]
 fn cap_sys_admin_and_cap_sys_ptrace_trace_another_users_process() {
-    let bin = compile_c("sites", "fp-caps-ptrace", crate::sites::FP_FLAGS);
+    let bin = compile_c("sites", "fp-caps-ptrace", crate::harness::sites::FP_FLAGS);
     let (dir, tracer, _) = capable_copy("sys-ptrace", "cap_sys_admin,cap_sys_ptrace+ep", &bin);
     let mut target = Target::start(&bin, &[]);
     let path = dir.0.join("report.json");

@@ -8,8 +8,7 @@
 
 use std::{path::Path, process::Command};
 
-use crate::harness::{compile_c, scratch, Target, Tracer, TRACER};
-use crate::sites::O2_FLAGS;
+use crate::harness::{compile_c, scratch, sites::O2_FLAGS, Target, Tracer, TRACER};
 
 /// What the line is rewritten with: carriage return, erase to the end of
 /// the line.

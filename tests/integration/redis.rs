@@ -16,10 +16,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{
-    harness::{scratch, JsonTracer},
-    sites::{assert_no_losses, read_json},
-};
+use crate::harness::{read_json, scratch, sites::assert_no_losses, JsonTracer};
 
 /// A symlink to redis-check-rdb in Debian's package; the tracer names the
 /// program (and its frames' module) as given.

@@ -1,9 +1,10 @@
 //! Sampling at the default rate: kept memory is estimated within 10%, and a
 //! site that keeps nothing is estimated near zero.
 
-use crate::{
-    harness::{compile_c, Target},
+use crate::harness::{
+    compile_c,
     sites::{per_site, trace_sites_to_json, O2_FLAGS},
+    Target,
 };
 
 const KEPT: f64 = (128u64 << 20) as f64;

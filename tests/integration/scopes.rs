@@ -3,9 +3,10 @@
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, scratch, JsonTracer, Target},
+use crate::harness::{
+    compile_c, scratch,
     sites::{at_exit_by_leaf, per_site, EXPECTED_PER_THREAD, O2_FLAGS},
+    JsonTracer, Target,
 };
 
 /// Two targets run their 20000-allocation churn at once into one tracer,

@@ -10,11 +10,12 @@ use std::{
     time::Duration,
 };
 
-use crate::{
-    harness::{compile_c, JsonTracer, Target},
-    safety::{assert_no_raw_controls, hostile_program},
-    serve::{get, get_text, phases_served, served_addr},
+use crate::harness::{
+    compile_c,
+    hostile::{assert_no_raw_controls, hostile_program},
+    http::{get, get_text, phases_served, served_addr},
     sites::O2_FLAGS,
+    JsonTracer, Target,
 };
 
 /// Samples as `name{k=v,...} value` lines, from the Prometheus client

@@ -9,9 +9,10 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, scratch, Target, Tracer},
-    sites::{assert_no_losses, per_site, read_json, O2_FLAGS},
+use crate::harness::{
+    compile_c, read_json, scratch,
+    sites::{assert_no_losses, per_site, O2_FLAGS},
+    Target, Tracer,
 };
 
 fn snapshot_path(dir: &Path, n: u32) -> PathBuf {

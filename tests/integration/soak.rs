@@ -14,9 +14,8 @@ use std::{
     time::Duration,
 };
 
-use crate::{
-    harness::{compile_c, scratch, system_wide_lock, Target, Tracer},
-    sites::{assert_no_losses, read_json},
+use crate::harness::{
+    compile_c, read_json, scratch, sites::assert_no_losses, system_wide_lock, Target, Tracer,
 };
 
 /// Debian's ELF (the `python3` on PATH may be a pyenv shim script).

@@ -12,10 +12,12 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{
-    chromium::{self, FileServer},
-    harness::{compile_c, scratch, Target, Tracer},
+use crate::harness::{
+    chromium,
+    chromium::FileServer,
+    compile_c, scratch,
     sites::{EXPECTED_PER_THREAD, O2_FLAGS, THREADS},
+    Target, Tracer,
 };
 
 /// The npm package's app and schema, under the target directory.

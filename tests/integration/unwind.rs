@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use crate::{
-    harness::{compile_c, compile_rust},
+use crate::harness::{
+    compile_c, compile_rust,
     sites::{trace_formats, O2_FLAGS},
 };
 

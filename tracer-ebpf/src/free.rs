@@ -5,7 +5,7 @@ use aya_ebpf::{helpers::bpf_get_current_pid_tgid, programs::ProbeContext};
 use tracer_common::{counter, Event, LiveKey, Role, EVENT_FREE};
 
 use crate::{
-    alloc::arg,
+    args::arg,
     maps::{count, event, stopped, traced, wakeup_flags, EVENTS, LIVE},
     sampling::sampling,
 };

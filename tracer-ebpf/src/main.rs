@@ -7,10 +7,11 @@
 //! only for addresses found in LIVE, so frees of unrecorded blocks cost one
 //! hash lookup.
 //!
-//! The allocator programs are here; `alloc` (entry and return), `free`,
-//! `sampling` and `stack` (capture) hold what they share, `maps` the maps,
-//! the tunables and the helpers every program uses, `process` the exec,
-//! fork and exit tracepoints and the `--binary` entry-point probe.
+//! The allocator programs are here; `args` (reading arguments), `alloc`
+//! (entry and return), `free`, `sampling` and `stack` (capture) hold what
+//! they share, `maps` the maps, the tunables and the helpers every program
+//! uses, `process` the exec, fork and exit tracepoints and the `--binary`
+//! entry-point probe.
 // Built for real only for the BPF target; on the host (cargo clippy / test
 // --workspace, where feature unification pulls in std through aya) it is an
 // empty program, so the probe code is still type-checked and linted.
@@ -18,6 +19,7 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod alloc;
+mod args;
 mod free;
 mod inflight;
 mod maps;
@@ -32,7 +34,8 @@ use aya_ebpf::{
 use tracer_common::Role;
 
 use crate::{
-    alloc::{on_alloc_enter, on_alloc_enter_max, on_alloc_return, Args},
+    alloc::{on_alloc_enter, on_alloc_enter_max, on_alloc_return},
+    args::Args,
     free::on_free,
 };
 

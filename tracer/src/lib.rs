@@ -4,6 +4,13 @@
 //! The folders follow the data: `session` drives a trace over a `target`,
 //! `probes` attach the BPF programs, `collect` turns their events into the
 //! `model` with `stacks` unwound and named, and `report` renders it.
+//!
+//! Unit tests: inline, `#[cfg(test)] mod tests { .. }` at the end of the
+//! file, while they are under about 150 lines; past that, in `tests.rs` in
+//! the module's own folder (`model/heap.rs` -> `model/heap/tests.rs`,
+//! `saved/mod.rs` -> `saved/tests.rs`), declared `#[cfg(test)] mod tests;`.
+//! Tests that fall into more than one file are submodules of that
+//! `tests.rs` (`saved/tests/hostile.rs`).
 
 pub mod cli;
 pub mod collect;

@@ -1,11 +1,16 @@
 //! Turns the collector's state into a `report::Profile`: symbolizes every
 //! frame once, sums per-stack totals, and writes the notes a user needs.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use crate::{
     cli::UnwindMode,
-    collect::collector::Collector,
+    collect::collector::{Collector, State},
+    collect::stacks::Stack,
     model::{
         heap::{StackHandle, Unfreed},
         history::{self, History},
@@ -51,18 +56,70 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
     let state = &collector.state;
     names.add(&state.modules, state.stacks.all_frames());
     let names = &*names;
-    let unread = state.modules.unread();
-    let aged = meta.min_age.map(|age| {
-        state
-            .heap
-            .inuse_older_than(monotonic_ns(), saturating_ns(age))
-    });
     let timeline = state
         .history
         .as_ref()
         .map(|h| Timeline::new(h, meta.duration.as_secs_f64()));
     let mut unnamed = Unnamed::default();
     let mut unfiltered = Counts::default();
+    let stacks = stack_reports(
+        &meta,
+        state,
+        names,
+        timeline.as_ref(),
+        &mut unnamed,
+        &mut unfiltered,
+    );
+    let mut totals = Counts::default();
+    for s in &stacks {
+        add(&mut totals, &s.counts);
+    }
+    let not_freed_at_exit = not_freed_at_exit(collector, names);
+    let notes = super::profile_notes::notes(
+        &meta,
+        collector,
+        &losses,
+        &stacks,
+        &unnamed,
+        &not_freed_at_exit,
+    );
+    Profile {
+        target: meta.target,
+        duration_secs: meta.duration.as_secs_f64(),
+        end_reason: meta.end_reason,
+        sample_rate: meta.sample_rate,
+        unwind: meta.unwind.name().into(),
+        processes: meta.processes,
+        hooks: meta.hooks,
+        totals,
+        stacks,
+        not_freed_at_exit,
+        losses,
+        notes,
+        snapshots: timeline
+            .map(|t| t.snapshots(&unfiltered))
+            .unwrap_or_default(),
+        min_age_secs: meta.min_age.map(|age| age.as_secs_f64()),
+    }
+}
+
+/// Every stack that allocated, as the report shows it, largest first.
+/// `unfiltered` sums their counts before --min-age; `unnamed` counts the
+/// stacks whose process went before their frames could be placed.
+fn stack_reports(
+    meta: &Meta,
+    state: &State,
+    names: &Names,
+    timeline: Option<&Timeline>,
+    unnamed: &mut Unnamed,
+    unfiltered: &mut Counts,
+) -> Vec<StackReport> {
+    let unread = state.modules.unread();
+    let aged = meta.min_age.map(|age| {
+        state
+            .heap
+            .inuse_older_than(monotonic_ns(), saturating_ns(age))
+    });
     let mut stacks: Vec<StackReport> = state
         .heap
         .stacks()
@@ -72,27 +129,14 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             // History and growth follow the whole heap: --min-age filters
             // only what the report counts as in use now.
             let growth = timeline
-                .as_ref()
                 .map(|t| t.growth(h, &counts, meta.sample_rate))
                 .unwrap_or_default();
-            add(&mut unfiltered, &counts);
+            add(unfiltered, &counts);
             if let Some(aged) = &aged {
                 let old = aged.get(&h).copied().unwrap_or_default();
                 (counts.inuse_bytes, counts.inuse_objects) = (old.bytes, old.objects);
             }
-            // Addresses outside the maps read before the process exited
-            // have no module: not a stack-depth problem.
-            // Or exec'ed: the maps read are its new image's.
-            let folded_or_executed = state
-                .processes
-                .get(stack.process)
-                .is_some_and(|p| p.folded > 0 || p.executed);
-            let exited_early = (unread.contains(&stack.pid) || folded_or_executed)
-                && stack
-                    .frames
-                    .as_ref()
-                    .is_some_and(|f| f.iter().any(|f| f.module.is_none()));
-            if exited_early {
+            if exited_early(state, unread, stack) {
                 unnamed.stacks += 1;
                 unnamed.pids.insert(stack.pid);
                 unnamed.truncated += u64::from(stack.truncated);
@@ -127,37 +171,22 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             .then_with(|| frame_key(a).cmp(frame_key(b)))
             .then_with(|| a.pid.cmp(&b.pid))
     });
-    let mut totals = Counts::default();
-    for s in &stacks {
-        add(&mut totals, &s.counts);
-    }
-    let not_freed_at_exit = not_freed_at_exit(collector, names);
-    let notes = super::profile_notes::notes(
-        &meta,
-        collector,
-        &losses,
-        &stacks,
-        &unnamed,
-        &not_freed_at_exit,
-    );
-    Profile {
-        target: meta.target,
-        duration_secs: meta.duration.as_secs_f64(),
-        end_reason: meta.end_reason,
-        sample_rate: meta.sample_rate,
-        unwind: meta.unwind.name().into(),
-        processes: meta.processes,
-        hooks: meta.hooks,
-        totals,
-        stacks,
-        not_freed_at_exit,
-        losses,
-        notes,
-        snapshots: timeline
-            .map(|t| t.snapshots(&unfiltered))
-            .unwrap_or_default(),
-        min_age_secs: meta.min_age.map(|age| age.as_secs_f64()),
-    }
+    stacks
+}
+
+/// Addresses outside the maps read before the process exited have no
+/// module: not a stack-depth problem. Or exec'ed: the maps read are its
+/// new image's.
+fn exited_early(state: &State, unread: &BTreeSet<u32>, stack: &Stack) -> bool {
+    let folded_or_executed = state
+        .processes
+        .get(stack.process)
+        .is_some_and(|p| p.folded > 0 || p.executed);
+    (unread.contains(&stack.pid) || folded_or_executed)
+        && stack
+            .frames
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f.module.is_none()))
 }
 
 /// The history's points and, unless the last tick was now, a point for

@@ -295,6 +295,4 @@ fn parse(bytes: Vec<u8>, kind: Kind) -> anyhow::Result<Profile> {
 }
 
 #[cfg(test)]
-mod hostile_tests;
-#[cfg(test)]
 mod tests;

@@ -6,6 +6,8 @@ use super::*;
 use crate::report::{proto, Counts, Frame, SnapshotPoint, StackReport, Trend};
 use limits::Budget;
 
+mod hostile;
+
 fn frame(name: &str, module: &str) -> Arc<Frame> {
     Arc::new(Frame {
         function: name.into(),

@@ -79,13 +79,19 @@ pub fn render(p: &Profile, events: u64) -> String {
         "Mean bytes between recorded allocations (1: every allocation).",
         &one(p.sample_rate),
     );
+    write_own(&mut out, p.duration_secs);
+    out
+}
+
+/// The tracer's own gauges: how long it has traced, its CPU and memory.
+fn write_own(out: &mut String, duration_secs: f64) {
     let (cpu, rss) = tracer_usage();
     let _ = writeln!(
         out,
         "# HELP memtrace_trace_seconds Seconds since the trace started."
     );
     let _ = writeln!(out, "# TYPE memtrace_trace_seconds gauge");
-    let _ = writeln!(out, "memtrace_trace_seconds {:.3}", p.duration_secs);
+    let _ = writeln!(out, "memtrace_trace_seconds {:.3}", duration_secs);
     let _ = writeln!(
         out,
         "# HELP process_cpu_seconds_total CPU seconds the tracer used (user and system)."
@@ -98,7 +104,6 @@ pub fn render(p: &Profile, events: u64) -> String {
     );
     let _ = writeln!(out, "# TYPE process_resident_memory_bytes gauge");
     let _ = writeln!(out, "process_resident_memory_bytes {rss}");
-    out
 }
 
 /// Live bytes per process, labelled with its pid and program.

@@ -7,9 +7,9 @@ use std::{io::Write as _, path::PathBuf};
 use flate2::{write::GzEncoder, Compression};
 use prost::Message as _;
 
-use super::tests::{err_of, json, pprof, profile};
-use super::*;
+use super::{err_of, json, pprof, profile};
 use crate::report::{proto, Counts};
+use crate::saved::*;
 
 fn sniff_err(bytes: &[u8]) -> String {
     format!("{:#}", input::sniff(bytes).expect_err("not a profile"))

@@ -1,0 +1,54 @@
+//! Reading the JSON reports: frames resolved from the `frames` table.
+
+use serde_json::Value;
+
+/// The JSON report at `path`, parsed, with its frames resolved (see
+/// `parse_report`).
+pub fn read_json(path: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read report {}: {e}", path.display()));
+    parse_report(&text)
+}
+
+/// A JSON report, parsed. The report writes each distinct frame once, in
+/// the top-level `frames` table, and every stack's `frames` as indices into
+/// it; here each index is replaced by its frame object, in every stack list
+/// of the document, so tests read `stack["frames"][0]["function"]`.
+pub fn parse_report(text: &str) -> Value {
+    let mut report: Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("report is not JSON ({e}):\n{text}"));
+    assert_eq!(report["format"], "memtrace-bpf/2", "report format");
+    let map = report.as_object_mut().expect("report is an object");
+    let table = match map.remove("frames") {
+        Some(Value::Array(table)) => table,
+        other => panic!("report without a frame table (frames: {other:?})"),
+    };
+    map.values_mut().for_each(|v| resolve_frames(v, &table));
+    map.insert("frames".to_string(), Value::Array(table));
+    report
+}
+
+/// Replaces the indices of every `frames` list under `v` by table entries.
+fn resolve_frames(v: &mut Value, table: &[Value]) {
+    match v {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                if key == "frames" {
+                    for f in value.as_array_mut().expect("frames is a list") {
+                        let i = f.as_u64().unwrap_or_else(|| panic!("frame index {f}"));
+                        *f = table
+                            .get(i as usize)
+                            .unwrap_or_else(|| panic!("frame {i} of a table of {}", table.len()))
+                            .clone();
+                    }
+                } else {
+                    resolve_frames(value, table);
+                }
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| resolve_frames(item, table)),
+        _ => {}
+    }
+}

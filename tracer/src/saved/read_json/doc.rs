@@ -1,0 +1,347 @@
+//! The JSON profile's shape as serde reads it, and how each part becomes
+//! the `Profile`'s: frame indices checked, names spent from the budget.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+use crate::report::{
+    Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessAllocator, ProcessInfo, Profile,
+    SnapshotPoint, StackReport, Trend,
+};
+use crate::saved::limits::{self, Budget};
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct Doc {
+    pub(super) format: Option<String>,
+    target: String,
+    duration_secs: f64,
+    end_reason: String,
+    sample_rate: u64,
+    unwind: String,
+    min_age_secs: Option<f64>,
+    snapshots: Vec<PointDoc>,
+    processes: Vec<ProcessDoc>,
+    hooks: Vec<HookDoc>,
+    totals: CountsDoc,
+    stacks: Vec<StackDoc>,
+    not_freed_at_exit: AtExitDoc,
+    losses: LossesDoc,
+    notes: Vec<String>,
+    frames: Vec<FrameDoc>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct PointDoc {
+    secs: f64,
+    inuse_bytes: u64,
+    inuse_objects: u64,
+    alloc_bytes: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct ProcessDoc {
+    pid: u32,
+    start_time: Option<u64>,
+    command: String,
+    program: String,
+    exited: bool,
+    exit_status: Option<String>,
+    allocators: Vec<AllocatorDoc>,
+    folded: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AllocatorDoc {
+    kind: String,
+    path: String,
+    resolves_malloc: bool,
+    functions: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct HookDoc {
+    function: String,
+    module: String,
+    offset: u64,
+    probe_offset: u64,
+    placement: String,
+    status: String,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct CountsDoc {
+    inuse_bytes: u64,
+    inuse_objects: u64,
+    alloc_bytes: u64,
+    alloc_objects: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct StackDoc {
+    pid: u32,
+    start_time: Option<u64>,
+    exited_group: Option<String>,
+    #[serde(flatten)]
+    counts: CountsDoc,
+    frames: Vec<u64>,
+    truncated: bool,
+    series: Vec<u64>,
+    growth_bytes_per_sec: Option<f64>,
+    trend: Option<Trend>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AtExitDoc {
+    processes: u64,
+    bytes: u64,
+    objects: u64,
+    stacks: Vec<ExitStackDoc>,
+    stacks_left_out: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ExitStackDoc {
+    program: String,
+    processes: u64,
+    bytes: u64,
+    objects: u64,
+    frames: Vec<u64>,
+    truncated: bool,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct LossesDoc {
+    ringbuf_full: u64,
+    live_map_full: u64,
+    stack_lost: u64,
+    unknown_frees: u64,
+    return_without_entry: u64,
+    inflight_full: u64,
+    read_failed: u64,
+    stale_inflight: u64,
+    nested_lost: u64,
+    frees_dropped: u64,
+    frees_of_dropped_allocs: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct FrameDoc {
+    function: String,
+    module: String,
+    offset: u64,
+    file: Option<String>,
+    line: Option<u32>,
+    inlined: bool,
+}
+
+impl Doc {
+    pub(super) fn into_profile(self, budget: &mut Budget) -> anyhow::Result<Profile> {
+        let table: Vec<Arc<Frame>> = self.frames.into_iter().map(FrameDoc::into_frame).collect();
+        let snapshots = self.snapshots.iter().map(|s| s.point()).collect();
+        let stacks = self
+            .stacks
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.into_stack(&table, budget)
+                    .with_context(|| format!("stack {i}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Profile {
+            target: self.target,
+            duration_secs: self.duration_secs,
+            end_reason: self.end_reason,
+            sample_rate: self.sample_rate,
+            unwind: self.unwind,
+            processes: self
+                .processes
+                .into_iter()
+                .map(ProcessDoc::into_info)
+                .collect(),
+            hooks: self.hooks.into_iter().map(HookDoc::into_hook).collect(),
+            totals: self.totals.counts(),
+            stacks,
+            not_freed_at_exit: self.not_freed_at_exit.into_section(&table, budget)?,
+            losses: self.losses.losses(),
+            notes: self.notes,
+            snapshots,
+            min_age_secs: self.min_age_secs,
+        })
+    }
+}
+
+/// The frames that `indices` name in `table`, each index checked and its
+/// names spent from `budget` (a stack may repeat a long name).
+fn frames(
+    indices: &[u64],
+    table: &[Arc<Frame>],
+    budget: &mut Budget,
+) -> anyhow::Result<Vec<Arc<Frame>>> {
+    indices
+        .iter()
+        .map(|&i| {
+            let frame = usize::try_from(i)
+                .ok()
+                .and_then(|i| table.get(i))
+                .with_context(|| {
+                    format!(
+                        "frame index {i} is out of range (the frames table has {} entries)",
+                        table.len()
+                    )
+                })?;
+            budget.spend(limits::reference_cost(frame))?;
+            Ok(Arc::clone(frame))
+        })
+        .collect()
+}
+
+impl PointDoc {
+    fn point(&self) -> SnapshotPoint {
+        SnapshotPoint {
+            secs: self.secs,
+            inuse_bytes: self.inuse_bytes,
+            inuse_objects: self.inuse_objects,
+            alloc_bytes: self.alloc_bytes,
+        }
+    }
+}
+
+impl ProcessDoc {
+    fn into_info(self) -> ProcessInfo {
+        ProcessInfo {
+            pid: self.pid,
+            start_time: self.start_time,
+            command: self.command,
+            program: self.program,
+            exited: self.exited,
+            exit_status: self.exit_status,
+            allocators: self
+                .allocators
+                .into_iter()
+                .map(|a| ProcessAllocator {
+                    kind: a.kind,
+                    path: a.path,
+                    resolves_malloc: a.resolves_malloc,
+                    functions: a.functions,
+                })
+                .collect(),
+            folded: self.folded,
+        }
+    }
+}
+
+impl HookDoc {
+    fn into_hook(self) -> Hook {
+        Hook {
+            function: self.function,
+            module: self.module,
+            offset: self.offset,
+            probe_offset: self.probe_offset,
+            placement: self.placement,
+            status: self.status,
+        }
+    }
+}
+
+impl CountsDoc {
+    fn counts(self) -> Counts {
+        Counts {
+            inuse_bytes: self.inuse_bytes,
+            inuse_objects: self.inuse_objects,
+            alloc_bytes: self.alloc_bytes,
+            alloc_objects: self.alloc_objects,
+        }
+    }
+}
+
+impl StackDoc {
+    fn into_stack(self, table: &[Arc<Frame>], budget: &mut Budget) -> anyhow::Result<StackReport> {
+        Ok(StackReport {
+            pid: self.pid,
+            start_time: self.start_time,
+            exited_group: self.exited_group,
+            counts: self.counts.counts(),
+            frames: frames(&self.frames, table, budget)?,
+            truncated: self.truncated,
+            series: self.series,
+            growth_bytes_per_sec: self.growth_bytes_per_sec,
+            trend: self.trend,
+        })
+    }
+}
+
+impl AtExitDoc {
+    fn into_section(
+        self,
+        table: &[Arc<Frame>],
+        budget: &mut Budget,
+    ) -> anyhow::Result<NotFreedAtExit> {
+        let stacks = self
+            .stacks
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                Ok(ExitStack {
+                    program: s.program,
+                    processes: s.processes,
+                    bytes: s.bytes,
+                    objects: s.objects,
+                    frames: frames(&s.frames, table, budget)
+                        .with_context(|| format!("not_freed_at_exit stack {i}"))?,
+                    truncated: s.truncated,
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(NotFreedAtExit {
+            processes: self.processes,
+            bytes: self.bytes,
+            objects: self.objects,
+            stacks,
+            stacks_left_out: self.stacks_left_out,
+        })
+    }
+}
+
+impl LossesDoc {
+    fn losses(self) -> Losses {
+        Losses {
+            ringbuf_full: self.ringbuf_full,
+            live_map_full: self.live_map_full,
+            stack_lost: self.stack_lost,
+            unknown_frees: self.unknown_frees,
+            return_without_entry: self.return_without_entry,
+            inflight_full: self.inflight_full,
+            read_failed: self.read_failed,
+            stale_inflight: self.stale_inflight,
+            nested_lost: self.nested_lost,
+            frees_dropped: self.frees_dropped,
+            frees_of_dropped_allocs: self.frees_of_dropped_allocs,
+        }
+    }
+}
+
+impl FrameDoc {
+    fn into_frame(self) -> Arc<Frame> {
+        Arc::new(Frame {
+            function: self.function,
+            module: self.module,
+            offset: self.offset,
+            file: self.file,
+            line: self.line,
+            inlined: self.inlined,
+        })
+    }
+}
