@@ -5,8 +5,12 @@
 //! `probes` attach the BPF programs, `collect` turns their events into the
 //! `model` with `stacks` unwound and named, and `report` renders it.
 
+// Only `console` writes stderr (clippy.toml also disallows `io::stderr`).
+#![deny(clippy::print_stderr)]
+
 pub mod cli;
 pub mod collect;
+pub mod console;
 pub mod error;
 pub mod escape;
 pub mod fuzzing;

@@ -42,16 +42,15 @@ impl Stats {
             0 => "unknown".to_string(),
             kib => format!("{:.1} MiB", kib as f64 / 1024.0),
         };
-        super::progress::clear();
-        eprintln!(
-            "memtrace-bpf: [stats] {:.0} s: LIVE map {} entries, {} processes tracked, \
-             {} live blocks, RSS {rss}, {:.0} events/s",
+        crate::console::say(format_args!(
+            "[stats] {:.0} s: LIVE map {} entries, {} processes tracked, {} live blocks, \
+             RSS {rss}, {:.0} events/s",
             now.duration_since(self.started).as_secs_f64(),
             state.live_entries(),
             state.tracked_processes(),
             state.heap.live_blocks(),
             self.events as f64 / secs,
-        );
+        ));
         self.since = now;
         self.events = 0;
     }
