@@ -89,7 +89,10 @@ pub fn clear_progress() {
 /// The one handle on stderr (clippy.toml disallows `std::io::stderr`
 /// elsewhere). Written with `write_all`, not `eprintln!`, so that a closed
 /// stderr does not panic the tracer.
-#[expect(clippy::disallowed_methods, reason = "console is the one writer of stderr")]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "console is the one writer of stderr"
+)]
 fn stderr() -> io::StderrLock<'static> {
     io::stderr().lock()
 }
@@ -166,12 +169,18 @@ mod tests {
     fn written(f: impl FnOnce(&mut Vec<u8>, &AtomicBool), shown: bool) -> (String, bool) {
         let (mut out, flag) = (Vec::new(), AtomicBool::new(shown));
         f(&mut out, &flag);
-        (String::from_utf8(out).unwrap_or_default(), flag.into_inner())
+        (
+            String::from_utf8(out).unwrap_or_default(),
+            flag.into_inner(),
+        )
     }
 
     #[test]
     fn a_line_starts_with_the_name_and_escapes_what_a_terminal_obeys() {
-        assert_eq!(said("hooked /lib/libc.so.6"), "memtrace-bpf: hooked /lib/libc.so.6");
+        assert_eq!(
+            said("hooked /lib/libc.so.6"),
+            "memtrace-bpf: hooked /lib/libc.so.6"
+        );
         assert_eq!(
             said(format_args!("warning: {}", "a\x1b[2Jb\nc")),
             "memtrace-bpf: warning: a\\x1b[2Jb\\nc"

@@ -21,5 +21,6 @@ pub mod saved;
 pub mod serve;
 pub mod session;
 pub mod stacks;
+pub mod trace_stats;
 pub mod tracee;
 pub mod usage;

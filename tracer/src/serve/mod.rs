@@ -29,7 +29,7 @@ use std::{
 use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::report::Profile;
+use crate::{report::Profile, trace_stats::TraceStats};
 
 /// Longest a connection lives, whatever it does: a delta profile's window
 /// plus time to build and send it.
@@ -61,8 +61,8 @@ impl SnapshotReply {
 /// A snapshot of the trace, built by the trace's loop.
 pub struct Snapshot {
     pub profile: Arc<Profile>,
-    /// Events the trace has handled since it started.
-    pub events: u64,
+    /// The trace's numbers when the snapshot was built.
+    pub stats: TraceStats,
 }
 
 /// The trace loop's end of the channel: snapshot requests from the server.

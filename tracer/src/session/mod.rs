@@ -115,12 +115,10 @@ pub struct Trace<'a> {
     /// History ticks so far (--interval, --serve): with `{n}` in -o, each
     /// wrote its numbered snapshot.
     snapshots: u32,
-    /// --verbose: events counted for the periodic stats line.
+    /// --verbose: the periodic stats line.
     stats: stats::Stats,
     /// --serve: the server's requests for snapshots.
     serve: Option<serve::SnapshotRequests>,
-    /// Events handled so far (for --serve's /metrics).
-    events: u64,
 }
 
 impl<'a> Trace<'a> {
@@ -164,7 +162,6 @@ impl<'a> Trace<'a> {
             snapshots: 0,
             stats: stats::Stats::new(),
             serve: None,
-            events: 0,
         })
     }
 

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::console;
+use crate::{console, trace_stats::TraceStats};
 
 /// How often the line is rewritten.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
@@ -51,11 +51,17 @@ impl Progress {
         self.enabled
     }
 
-    /// Rewrites the line with `now`'s numbers.
-    pub fn show(&mut self, reading: Reading) {
+    /// Rewrites the line with `now`'s numbers: the collector's, and the
+    /// events lost so far.
+    pub fn show(&mut self, stats: &TraceStats, lost: u64) {
         if !self.enabled {
             return;
         }
+        let reading = Reading {
+            events: stats.events,
+            live_bytes: stats.live_bytes,
+            lost,
+        };
         let now = Instant::now();
         let rate = match self.last {
             Some((at, events)) => {
@@ -85,11 +91,7 @@ impl super::Trace<'_> {
     /// loss counters and sums the stacks' in-use bytes).
     pub(super) fn show_progress(&mut self, progress: &mut Progress) {
         let lost = crate::collect::collector::read_losses(&self.loaded.counters).lost();
-        progress.show(Reading {
-            events: self.events,
-            live_bytes: self.collector.state.heap.inuse_bytes(),
-            lost,
-        });
+        progress.show(&self.collector.stats(), lost);
     }
 }
 
