@@ -47,6 +47,25 @@ pub fn bytes(raw: &[u8]) -> String {
     out
 }
 
+/// The hidden characters of `s` escaped as [`text`] escapes them, with
+/// backslashes kept as they are: for a line whose values were escaped
+/// already (escaping it again would double their backslashes), so that
+/// nothing in it can still act on a terminal. Borrows when nothing is
+/// hidden.
+pub fn hidden(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_hidden) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push(c),
+            c => push_char(&mut out, c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// A path as the user should see it: [`bytes`] of its raw bytes, so a file
 /// name that is not UTF-8 still shows which bytes it holds.
 pub fn path(p: &Path) -> String {
@@ -72,20 +91,24 @@ fn is_invisible_format(c: char) -> bool {
 
 fn push_escaped(out: &mut String, s: &str) {
     for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            // Writing to a String cannot fail.
-            c if c.is_ascii_control() => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if needs_escape(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
+        push_char(out, c);
+    }
+}
+
+fn push_char(out: &mut String, c: char) {
+    match c {
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        // Writing to a String cannot fail.
+        c if c.is_ascii_control() => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
         }
+        c if needs_escape(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        c => out.push(c),
     }
 }
 
@@ -115,6 +138,15 @@ mod tests {
     fn a_backslash_is_doubled_so_escapes_cannot_be_forged() {
         assert_eq!(text("\\x1b"), "\\\\x1b");
         assert_ne!(text("\\x1b"), text("\x1b"));
+    }
+
+    #[test]
+    fn hidden_escapes_what_a_terminal_obeys_and_keeps_backslashes() {
+        let once = text("a\x1bb\\c");
+        assert_eq!(once, "a\\x1bb\\\\c");
+        assert_eq!(hidden(&once), once, "escaped text passes unchanged");
+        assert_eq!(hidden("x\ny\u{202e}\\"), "x\\ny\\u{202e}\\");
+        assert!(matches!(hidden("plain \\ text"), Cow::Borrowed(_)));
     }
 
     #[test]

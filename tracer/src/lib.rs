@@ -12,8 +12,12 @@
 //! Tests that fall into more than one file are submodules of that
 //! `tests.rs` (`saved/tests/hostile.rs`).
 
+// Only `console` writes stderr (clippy.toml also disallows `io::stderr`).
+#![deny(clippy::print_stderr)]
+
 pub mod cli;
 pub mod collect;
+pub mod console;
 pub mod error;
 pub mod escape;
 pub mod fuzzing;
@@ -24,5 +28,6 @@ pub mod saved;
 pub mod serve;
 pub mod session;
 pub mod stacks;
+pub mod trace_stats;
 pub mod tracee;
 pub mod usage;

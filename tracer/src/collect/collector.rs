@@ -26,6 +26,7 @@ use crate::{
         modules::Modules,
         unwind::{Sample, Unwinders},
     },
+    trace_stats::TraceStats,
     tracee::liveness::{has_exited_since, start_time},
 };
 
@@ -67,6 +68,8 @@ pub struct State {
     pub keep_exited: usize,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
+    /// Events handled since the trace started, by any drain.
+    events: u64,
     /// Processes that called exec, not handled by the session yet.
     execs: std::collections::VecDeque<u32>,
     /// Execs dropped from a full backlog (their new objects not inspected).
@@ -120,6 +123,7 @@ impl Collector {
                 exited: std::collections::VecDeque::new(),
                 keep_exited: usize::MAX,
                 malformed_events: 0,
+                events: 0,
                 execs: std::collections::VecDeque::new(),
                 execs_skipped: 0,
                 process_changes: Vec::new(),
@@ -147,6 +151,24 @@ impl Collector {
     /// Execs dropped from a full backlog or still waiting.
     pub fn execs_not_inspected(&self) -> u64 {
         self.state.execs_skipped + self.state.execs.len() as u64
+    }
+
+    /// The numbers of now, for the progress line, --verbose and /metrics
+    /// (sums the stacks' in-use bytes: about once a second at most).
+    pub fn stats(&self) -> TraceStats {
+        let state = &self.state;
+        TraceStats {
+            events: state.events,
+            live_bytes: state.heap.inuse_bytes(),
+            live_blocks: state.heap.live_blocks(),
+            tracked_processes: state.tracked_processes(),
+        }
+    }
+
+    /// Entries in BPF's LIVE map now: one syscall per entry, so only for
+    /// --verbose's stats line.
+    pub fn live_map_entries(&self) -> usize {
+        self.state.live_entries()
     }
 
     /// Readable when the reader thread has queued events.
@@ -234,6 +256,7 @@ impl State {
                 n += 1;
             }
         }
+        self.events += n as u64;
         n
     }
 

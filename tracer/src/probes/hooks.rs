@@ -79,8 +79,7 @@ impl Hooks {
             if self.announce {
                 let whose = pid.map(|p| format!(" for pid {p}")).unwrap_or_default();
                 let object = crate::escape::text(&object.describe()).into_owned();
-                crate::session::progress::clear();
-                eprintln!("memtrace-bpf: hooked {object}{whose}");
+                crate::console::say(format_args!("hooked {object}{whose}"));
             }
             self.objects.push(object.describe());
             self.lines.extend(lines);
@@ -89,8 +88,7 @@ impl Hooks {
             if self.announce && self.verbose {
                 let uses: Vec<String> = objects.iter().map(Hooked::describe).collect();
                 let uses = crate::escape::text(&uses.join(", ")).into_owned();
-                crate::session::progress::clear();
-                eprintln!("memtrace-bpf: pid {pid} uses {uses}");
+                crate::console::say(format_args!("pid {pid} uses {uses}"));
             }
             let key: Vec<(FileId, PathBuf)> =
                 objects.iter().map(|o| (o.id, o.path.clone())).collect();

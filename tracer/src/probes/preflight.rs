@@ -52,9 +52,9 @@ pub fn check(cli: &Cli) -> Result<(), TraceError> {
             return Err(TraceError::NeedsSysPtrace(pid));
         }
     } else if cli.command.is_empty() {
-        eprintln!(
-            "memtrace-bpf: warning: without CAP_SYS_PTRACE, processes of other users cannot be \
-             read and are not traced (as root, or add cap_sys_ptrace to the setcap line)"
+        crate::console::warn(
+            "without CAP_SYS_PTRACE, processes of other users cannot be read and are not traced \
+             (as root, or add cap_sys_ptrace to the setcap line)",
         );
     }
     Ok(())

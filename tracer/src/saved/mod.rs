@@ -133,8 +133,8 @@ pub fn main(args: Vec<OsString>) -> std::process::ExitCode {
     };
     if top == 0 {
         // A bad command line, as for a trace: status 2.
-        eprintln!(
-            "memtrace-bpf: error: --top must be at least 1: it is how many stacks the text report lists"
+        crate::console::error(
+            "--top must be at least 1: it is how many stacks the text report lists",
         );
         return std::process::ExitCode::from(2);
     }
@@ -146,10 +146,7 @@ pub fn main(args: Vec<OsString>) -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             // Errors quote file names and names read from those files.
-            eprintln!(
-                "memtrace-bpf: error: {}",
-                crate::escape::text(&format!("{err:#}"))
-            );
+            crate::console::error(crate::escape::text(&format!("{err:#}")));
             std::process::ExitCode::FAILURE
         }
     }

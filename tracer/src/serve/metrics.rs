@@ -3,10 +3,10 @@
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
-use crate::report::Profile;
+use crate::{report::Profile, trace_stats::TraceStats};
 
-/// The metrics of one snapshot; `events`: what the trace has handled.
-pub fn render(p: &Profile, events: u64) -> String {
+/// The metrics of one snapshot, with the trace's numbers when it was built.
+pub fn render(p: &Profile, stats: &TraceStats) -> String {
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
         let _ = writeln!(out, "# HELP {name} {help}");
@@ -48,7 +48,7 @@ pub fn render(p: &Profile, events: u64) -> String {
         "memtrace_events_total",
         "counter",
         "Events from the BPF programs handled by the tracer.",
-        &one(events),
+        &one(stats.events),
     );
     let losses: Vec<(String, u64)> = p
         .losses

@@ -29,7 +29,7 @@ use std::{
 use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::report::Profile;
+use crate::{report::Profile, trace_stats::TraceStats};
 
 /// Longest a connection lives, whatever it does: a delta profile's window
 /// plus time to build and send it.
@@ -61,8 +61,8 @@ impl SnapshotReply {
 /// A snapshot of the trace, built by the trace's loop.
 pub struct Snapshot {
     pub profile: Arc<Profile>,
-    /// Events the trace has handled since it started.
-    pub events: u64,
+    /// The trace's numbers when the snapshot was built.
+    pub stats: TraceStats,
 }
 
 /// The trace loop's end of the channel: snapshot requests from the server.
@@ -129,10 +129,10 @@ impl Bound {
             .context("--serve: making the listening socket non-blocking")?;
         let addr = listener.local_addr().unwrap_or(addr);
         if !addr.ip().is_loopback() {
-            eprintln!(
-                "memtrace-bpf: warning: --serve {addr} is not a loopback address: anyone who \
-                 can reach it can read the profile (call stacks, command lines, paths)"
-            );
+            crate::console::warn(format_args!(
+                "--serve {addr} is not a loopback address: anyone who can reach it can read the \
+                 profile (call stacks, command lines, paths)"
+            ));
         }
         Ok(Bound { listener, addr })
     }
@@ -150,10 +150,10 @@ impl Bound {
             .name("memtrace-serve".into())
             .spawn(move || serve_thread(listener, app, stopped))
             .context("--serve: starting the server thread")?;
-        eprintln!(
-            "memtrace-bpf: serving the profile on http://{}/ (/debug/pprof/heap, /metrics, ...)",
+        crate::console::say(format_args!(
+            "serving the profile on http://{}/ (/debug/pprof/heap, /metrics, ...)",
             self.addr
-        );
+        ));
         Ok((
             Server {
                 stop: Some(stop),
@@ -207,14 +207,12 @@ fn serve_thread(
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            crate::session::progress::clear();
-            eprintln!("memtrace-bpf: warning: --serve stopped: no tokio runtime: {e}");
+            crate::console::warn(format_args!("--serve stopped: no tokio runtime: {e}"));
             return;
         }
     };
     if let Err(e) = runtime.block_on(accept_loop(listener, app, stopped)) {
-        crate::session::progress::clear();
-        eprintln!("memtrace-bpf: warning: --serve stopped: {e:#}");
+        crate::console::warn(format_args!("--serve stopped: {e:#}"));
     }
     // Every request read was answered (accept_loop drained them): what
     // is left is idle or stuck, and is dropped.

@@ -337,7 +337,7 @@ async fn prometheus(State(app): State<Arc<App>>, Query(params): Params) -> Respo
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            metrics::render(&s.profile, s.events),
+            metrics::render(&s.profile, &s.stats),
         )
             .into_response(),
         Err(response) => response,

@@ -5,7 +5,7 @@
 use crate::{
     cli::Cli,
     collect::collector::Collector,
-    escape,
+    console, escape,
     probes::{hooks::Hooks, loader::Loaded},
     report,
     session::{scope::Scope, Trace},
@@ -16,24 +16,24 @@ use crate::{
 pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
     if cli.verbose {
         for h in &hooks.lines {
-            eprintln!("{}", hook_line(h));
+            console::say(hook_words(h));
         }
     }
     // Paths the traced processes chose: escaped for the terminal.
     let hooked = escape::text(&hooks.objects.join(", ")).into_owned();
     if matches!(scope, Scope::SystemWide) {
-        eprintln!(
-            "memtrace-bpf: warning: tracing every process that uses {hooked}: each of them pays \
-             the probe cost on every allocation while the trace runs"
-        );
+        console::warn(format_args!(
+            "tracing every process that uses {hooked}: each of them pays the probe cost on every \
+             allocation while the trace runs"
+        ));
     }
     let functions = hooks
         .lines
         .iter()
         .filter(|h| h.status.is_attached())
         .count();
-    eprintln!(
-        "memtrace-bpf: tracing {}: {} hooked in {hooked}; {}",
+    console::say(format_args!(
+        "tracing {}: {} hooked in {hooked}; {}",
         scope.label(),
         report::counted(
             functions as u64,
@@ -44,7 +44,7 @@ pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
             None => "press Ctrl-C to stop and report".to_string(),
         }
-    );
+    ));
 }
 
 impl Trace<'_> {
@@ -85,9 +85,9 @@ impl Trace<'_> {
 /// A hook for --verbose: where its probes went, when it has any of its own
 /// (an alias is counted at the function it aliases, and a hook that was not
 /// attached has none).
-fn hook_line(h: &crate::probes::plan::HookFact) -> String {
+fn hook_words(h: &crate::probes::plan::HookFact) -> String {
     let mut line = format!(
-        "memtrace-bpf: {} at {}+{:#x}: {}",
+        "{} at {}+{:#x}: {}",
         escape::text(&h.function),
         escape::text(&h.module),
         h.offset,
@@ -141,43 +141,49 @@ pub fn scope_notes(
 }
 /// `--verbose`: what user space spent, for tuning and `cargo xtask bench`.
 pub fn print_stats(collector: &Collector) {
-    eprintln!(
-        "memtrace-bpf: LIVE map: {} entries at the end; {} entries of exited processes deleted",
+    console::say(format_args!(
+        "LIVE map: {} entries at the end; {} entries of exited processes deleted",
         collector.state.live_entries(),
         collector.state.purged_live
-    );
+    ));
     let u = collector.state.unwinders.stats;
     if u.stacks > 0 {
         let secs = u.nanos as f64 / 1e9;
-        eprintln!(
-            "memtrace-bpf: unwound {} ({}, {} truncated) in {:.1} ms: {:.0} stacks/s",
+        console::say(format_args!(
+            "unwound {} ({}, {} truncated) in {:.1} ms: {:.0} stacks/s",
             report::counted(u.stacks, "stack", "stacks"),
             report::counted(u.frames, "frame", "frames"),
             u.truncated,
             secs * 1e3,
             u.stacks as f64 / secs.max(1e-9)
-        );
+        ));
         if let (Some(p50), Some(p99), Some(max)) = (
             u.depth_quantile(0.5),
             u.depth_quantile(0.99),
             u.depth_quantile(1.0),
         ) {
-            eprintln!(
-                "memtrace-bpf: stack bytes complete stacks needed: p50 {p50}, p99 {p99}, max {max} (--stack-bytes)"
-            );
+            console::say(format_args!(
+                "stack bytes complete stacks needed: p50 {p50}, p99 {p99}, max {max} \
+                 (--stack-bytes)"
+            ));
         }
     }
     let u = crate::usage::own();
-    eprintln!(
-        "memtrace-bpf: tracer CPU {:.3} s user, {:.3} s system; peak RSS {} KiB",
+    console::say(format_args!(
+        "tracer CPU {:.3} s user, {:.3} s system; peak RSS {} KiB",
         u.user_secs, u.system_secs, u.peak_rss_kib
-    );
+    ));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::probes::plan::{HookFact, HookStatus, Skip};
+
+    /// The line `announce` says for a hook with --verbose.
+    fn hook_line(h: &HookFact) -> String {
+        console::said(hook_words(h))
+    }
 
     fn fact(status: HookStatus, probe_offset: u64, placement: &str) -> HookFact {
         HookFact {

@@ -25,7 +25,7 @@ use crate::{
         collector::{read_losses, Collector},
         profile::{self, Meta},
     },
-    escape,
+    console, escape,
     probes::{
         hooks::Hooks,
         loader::{self, Loaded},
@@ -115,12 +115,10 @@ pub struct Trace<'a> {
     /// History ticks so far (--interval, --serve): with `{n}` in -o, each
     /// wrote its numbered snapshot.
     snapshots: u32,
-    /// --verbose: events counted for the periodic stats line.
+    /// --verbose: the periodic stats line.
     stats: stats::Stats,
     /// --serve: the server's requests for snapshots.
     serve: Option<serve::SnapshotRequests>,
-    /// Events handled so far (for --serve's /metrics).
-    events: u64,
 }
 
 impl<'a> Trace<'a> {
@@ -139,10 +137,10 @@ impl<'a> Trace<'a> {
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach);
         scope.hook_initial(&mut loaded, &mut hooks)?;
         if let (Some(why), true) = (&loaded.session_error, cli.verbose) {
-            eprintln!(
-                "memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {}",
+            console::say(format_args!(
+                "uprobe sessions unavailable, using uprobes + uretprobes: {}",
                 escape::text(why)
-            );
+            ));
         }
         scope.begin(cli, &mut loaded, &mut hooks, &mut modules)?;
         hooks.announce = true;
@@ -164,7 +162,6 @@ impl<'a> Trace<'a> {
             snapshots: 0,
             stats: stats::Stats::new(),
             serve: None,
-            events: 0,
         })
     }
 
@@ -252,8 +249,8 @@ impl<'a> Trace<'a> {
         if !self.settings.numbered() {
             return;
         }
-        // --verbose's render line or a warning may follow.
-        progress::clear();
+        // Off while the snapshot is written: drawn again at the next tick.
+        console::clear_progress();
         let cli_min_age = min_age(self.settings.cli.min_age);
         let mut profile = self.snapshot_at(
             &format!("snapshot {n} (the trace went on)"),
@@ -262,10 +259,10 @@ impl<'a> Trace<'a> {
         );
         profile.sort_stacks(self.settings.cli.sort());
         if let Err(e) = self.settings.write_numbered(n, &profile, false) {
-            eprintln!(
-                "memtrace-bpf: warning: snapshot {n} not written: {}",
+            console::warn(format_args!(
+                "snapshot {n} not written: {}",
                 escape::text(&format!("{e:#}"))
-            );
+            ));
         }
     }
 
@@ -279,17 +276,17 @@ impl<'a> Trace<'a> {
             false => self.settings.write(profile)?,
         };
         if profile.totals.alloc_objects == 0 && profile.not_freed_at_exit.objects == 0 {
-            eprintln!(
-                "memtrace-bpf: warning: no allocation through {} was seen during the trace: \
-                 the target was idle, or it allocates with an allocator that is not hooked",
+            console::warn(format_args!(
+                "no allocation through {} was seen during the trace: the target was idle, or it \
+                 allocates with an allocator that is not hooked",
                 escape::text(&self.hooks.objects.join(", "))
-            );
+            ));
         }
         let status = self.scope.command_status();
         // After the report: detaching takes seconds and changes nothing in it.
         loader::detach(self.loaded)?;
-        eprintln!(
-            "memtrace-bpf: {} after {:.1} s: {} recorded, {} still live ({}){}",
+        console::say(format_args!(
+            "{} after {:.1} s: {} recorded, {} still live ({}){}",
             profile.end_reason,
             profile.duration_secs,
             report::counted(profile.totals.alloc_objects, "allocation", "allocations"),
@@ -298,7 +295,7 @@ impl<'a> Trace<'a> {
             written
                 .map(|path| format!("; report written to {}", escape::path(&path)))
                 .unwrap_or_default()
-        );
+        ));
         // Known: without --keep-running a command is waited for until it
         // ends.
         Ok(match cli.exit_status {

@@ -1,26 +1,19 @@
 //! The progress line: while tracing, when stderr is a terminal, one line
 //! rewritten in place about once a second (elapsed time, events per
-//! second, live bytes, events lost so far). It is cleared before any other
-//! line goes to stderr (`clear`) and when the trace's loop ends, so that
-//! warnings and the final summary stay clean. `-q` turns it off.
+//! second, live bytes, events lost so far), drawn by `console`, which
+//! erases it before any other line goes to stderr; it is also erased when
+//! the trace's loop ends, so that warnings and the final summary stay
+//! clean. `-q` turns it off.
 //!
 //! Only numbers go into it, formatted here: nothing a traced process
 //! controls.
 
-use std::{
-    io::{IsTerminal as _, Write as _},
-    sync::atomic::{AtomicBool, Ordering},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
+
+use crate::{console, trace_stats::TraceStats};
 
 /// How often the line is rewritten.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Carriage return, then clear to the end of the line (ECMA-48 EL).
-const ERASE_LINE: &str = "\r\x1b[K";
-
-/// A progress line is on the terminal now (the cursor is at its end).
-static SHOWN: AtomicBool = AtomicBool::new(false);
 
 /// The numbers the line shows.
 pub struct Reading {
@@ -48,7 +41,7 @@ impl Progress {
     pub fn new(quiet: bool, started: Instant) -> Progress {
         let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
         Progress {
-            enabled: !quiet && !dumb && std::io::stderr().is_terminal(),
+            enabled: !quiet && !dumb && console::is_terminal(),
             started,
             last: None,
         }
@@ -58,11 +51,17 @@ impl Progress {
         self.enabled
     }
 
-    /// Rewrites the line with `now`'s numbers.
-    pub fn show(&mut self, reading: Reading) {
+    /// Rewrites the line with `now`'s numbers: the collector's, and the
+    /// events lost so far.
+    pub fn show(&mut self, stats: &TraceStats, lost: u64) {
         if !self.enabled {
             return;
         }
+        let reading = Reading {
+            events: stats.events,
+            live_bytes: stats.live_bytes,
+            lost,
+        };
         let now = Instant::now();
         let rate = match self.last {
             Some((at, events)) => {
@@ -75,28 +74,15 @@ impl Progress {
             }
         };
         self.last = Some((now, reading.events));
-        // Numbers only, escaped all the same should that ever change.
-        let line = line(now.duration_since(self.started), rate, &reading);
-        let mut line = crate::escape::text(&line).into_owned();
-        let width = terminal_width().saturating_sub(1);
-        if let Some(cut) = (0..=width.min(line.len()))
-            .rev()
-            .find(|&i| line.is_char_boundary(i))
-        {
-            line.truncate(cut);
-        }
-        let mut err = std::io::stderr().lock();
-        // Written as one piece under the lock: a line another thread
-        // prints goes before or after it, after `clear`.
-        let _ = err.write_all(format!("{ERASE_LINE}{line}").as_bytes());
-        let _ = err.flush();
-        SHOWN.store(true, Ordering::Relaxed);
+        // Numbers only; console escapes it all the same and cuts it to
+        // the terminal's width.
+        console::progress(&line(now.duration_since(self.started), rate, &reading));
     }
 }
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        clear();
+        console::clear_progress();
     }
 }
 
@@ -105,21 +91,7 @@ impl super::Trace<'_> {
     /// loss counters and sums the stacks' in-use bytes).
     pub(super) fn show_progress(&mut self, progress: &mut Progress) {
         let lost = crate::collect::collector::read_losses(&self.loaded.counters).lost();
-        progress.show(Reading {
-            events: self.events,
-            live_bytes: self.collector.state.heap.inuse_bytes(),
-            lost,
-        });
-    }
-}
-
-/// Erases the progress line, if one is shown: call before printing any
-/// other line on stderr while tracing.
-pub fn clear() {
-    let mut err = std::io::stderr().lock();
-    if SHOWN.swap(false, Ordering::Relaxed) {
-        let _ = err.write_all(ERASE_LINE.as_bytes());
-        let _ = err.flush();
+        progress.show(&self.collector.stats(), lost);
     }
 }
 
@@ -136,24 +108,6 @@ fn line(elapsed: Duration, rate: f64, reading: &Reading) -> String {
         crate::report::human_bytes(reading.live_bytes),
         reading.lost
     )
-}
-
-/// Columns of the terminal on stderr: a line longer than that would wrap,
-/// and the carriage return would then rewrite only its last row.
-fn terminal_width() -> usize {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ on fd 2 writes the winsize it is given, which
-    // lives for the call; on failure nothing is written.
-    let rc = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
-    match (rc, size.ws_col) {
-        (0, cols) if cols > 0 => usize::from(cols),
-        _ => 80,
-    }
 }
 
 #[cfg(test)]

@@ -153,12 +153,12 @@ fn write_report(
         // allocator keeps most of what was freed, so RSS after rendering
         // is close to its peak during it.
         let after = crate::usage::own();
-        eprintln!(
-            "memtrace-bpf: report rendered in {:.1} ms; RSS +{} KiB (peak RSS +{} KiB)",
+        crate::console::say(format_args!(
+            "report rendered in {:.1} ms; RSS +{} KiB (peak RSS +{} KiB)",
             started.elapsed().as_secs_f64() * 1e3,
             after.rss_kib.saturating_sub(before.rss_kib),
             after.peak_rss_kib.saturating_sub(before.peak_rss_kib)
-        );
+        ));
     }
     if losses_to_stderr
         && matches!(
@@ -167,8 +167,9 @@ fn write_report(
         )
     {
         // These formats have no place for them: the counters go to stderr.
-        let mut err = std::io::stderr().lock();
-        report::write_losses(&profile.losses, &mut err)?;
+        let mut lines = Vec::new();
+        report::write_losses(&profile.losses, &mut lines)?;
+        crate::console::lines(&String::from_utf8_lossy(&lines))?;
     }
     Ok(())
 }

@@ -5,13 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::collect::collector::Collector;
+use crate::trace_stats::TraceStats;
 
 /// Counting the LIVE map's keys costs one syscall per entry (about 1 s for
 /// a full million-entry map): at most this often.
 pub const STATS_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Events handled since the last line.
+/// When the trace started, and when the last line was printed with the
+/// events handled by then.
 pub struct Stats {
     started: Instant,
     since: Instant,
@@ -28,32 +29,26 @@ impl Stats {
         }
     }
 
-    /// `n` events were handled (what a drain returned).
-    pub fn count(&mut self, n: usize) {
-        self.events += n as u64;
-    }
-
-    /// Prints the line and starts the next interval.
-    pub fn print(&mut self, collector: &Collector) {
+    /// Prints the line with the collector's numbers and the LIVE map's
+    /// entries now, and starts the next interval.
+    pub fn print(&mut self, stats: TraceStats, live_map_entries: usize) {
         let now = Instant::now();
         let secs = now.duration_since(self.since).as_secs_f64().max(1e-3);
-        let state = &collector.state;
         let rss = match crate::usage::own().rss_kib {
             0 => "unknown".to_string(),
             kib => format!("{:.1} MiB", kib as f64 / 1024.0),
         };
-        super::progress::clear();
-        eprintln!(
-            "memtrace-bpf: [stats] {:.0} s: LIVE map {} entries, {} processes tracked, \
-             {} live blocks, RSS {rss}, {:.0} events/s",
+        crate::console::say(format_args!(
+            "[stats] {:.0} s: LIVE map {} entries, {} processes tracked, {} live blocks, \
+             RSS {rss}, {:.0} events/s",
             now.duration_since(self.started).as_secs_f64(),
-            state.live_entries(),
-            state.tracked_processes(),
-            state.heap.live_blocks(),
-            self.events as f64 / secs,
-        );
+            live_map_entries,
+            stats.tracked_processes,
+            stats.live_blocks,
+            stats.events.saturating_sub(self.events) as f64 / secs,
+        ));
         self.since = now;
-        self.events = 0;
+        self.events = stats.events;
     }
 }
 

@@ -123,7 +123,7 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = sleep_until(snapshot_due) => {
-                    self.events += self.collector.drain_all() as u64;
+                    self.collector.drain_all();
                     self.history_tick();
                     Next::Continue
                 }
@@ -132,8 +132,7 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = tick.tick() => {
-                    let n = self.collector.drain();
-                    self.count(n);
+                    self.collector.drain();
                     Next::Continue
                 }
                 _ = progress_tick.tick(), if progress.enabled() => {
@@ -141,12 +140,12 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = stats_tick.tick(), if verbose => {
-                    self.stats.print(&self.collector);
+                    self.stats
+                        .print(self.collector.stats(), self.collector.live_map_entries());
                     Next::Continue
                 }
                 guard = events.readable() => {
-                    let n = self.collector.drain();
-                    self.count(n);
+                    self.collector.drain();
                     if let Ok(mut guard) = guard {
                         guard.clear_ready();
                     }
@@ -184,13 +183,6 @@ impl Trace<'_> {
         }
         .map_err(|e| anyhow::anyhow!("watching the ring buffer: {e}"))?;
         Ok((exit, events))
-    }
-
-    /// `n` events were handled: for the --verbose stats line and --serve's
-    /// /metrics.
-    fn count(&mut self, n: usize) {
-        self.stats.count(n);
-        self.events += n as u64;
     }
 
     /// SIGINT or SIGTERM ends the trace; in the wind-down, a second one
@@ -269,13 +261,13 @@ impl Trace<'_> {
         if reply.is_closed() {
             return; // the client gave up
         }
-        self.events += self.collector.drain_all() as u64;
+        self.collector.drain_all();
         let min_age = super::min_age(reply.min_age.or(self.settings.cli.min_age));
         let profile =
             self.snapshot_aged("snapshot served while tracing (the trace went on)", min_age);
         let _ = reply.send(crate::serve::Snapshot {
             profile: std::sync::Arc::new(profile),
-            events: self.events,
+            stats: self.collector.stats(),
         });
     }
 
