@@ -2,12 +2,13 @@
 //! interns call stacks (read from the stack map or unwound from copied stack
 //! bytes, and normalized while the process is alive).
 
+use super::ProcessChange;
 use std::{
     collections::HashMap,
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, PerCpuArray, StackTraceMap};
+use aya::maps::{MapData, StackTraceMap};
 use tracer_common::{
     Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC,
     EVENT_EXIT, EVENT_FORK, EVENT_FREE,
@@ -20,8 +21,6 @@ use crate::{
         history::History,
     },
     probes::loader::EventMaps,
-    report::Losses,
-    session::forks::ProcessChange,
     stacks::{
         modules::Modules,
         unwind::{Sample, Unwinders},
@@ -409,17 +408,4 @@ fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     // SAFETY: T is Pod (any bit pattern is valid) and the length was
     // checked; read_unaligned makes no alignment assumption.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-}
-
-/// One per-CPU counter (tracer_common::counter), summed.
-pub fn read_counter(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
-    counters
-        .get(&index, 0)
-        .map(|per_cpu| per_cpu.iter().sum())
-        .unwrap_or(0)
-}
-
-/// Sums the per-CPU loss counters (the table in report::losses).
-pub fn read_losses(counters: &PerCpuArray<MapData, u64>) -> Losses {
-    Losses::read(|index| read_counter(counters, index))
 }

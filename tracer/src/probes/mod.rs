@@ -2,6 +2,7 @@
 //! planning and attaching the uprobes (placement, uprobe sessions), and
 //! the kernel facts the programs need (BTF offsets).
 
+pub mod counters;
 pub mod hooks;
 pub mod kernel_btf;
 pub mod loader;

@@ -2,6 +2,7 @@
 //! are found by their exec (and their entry point, in the kernel) and by
 //! scanning /proc; the bookkeeping of which joined, left or exited is here.
 
+use crate::collect::ProcessChange;
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
@@ -13,7 +14,6 @@ use crate::{
     error::TraceError,
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
-    session::forks::ProcessChange,
     stacks::modules::Modules,
     tracee::{
         launch::check_dynamic,

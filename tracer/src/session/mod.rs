@@ -22,11 +22,12 @@ use anyhow::Context as _;
 use crate::{
     cli::Cli,
     collect::{
-        collector::{read_losses, Collector},
+        collector::Collector,
         profile::{self, Meta},
     },
     escape,
     probes::{
+        counters::read_losses,
         hooks::Hooks,
         loader::{self, Loaded},
     },

@@ -2,6 +2,7 @@
 //! (`Single`), every process running a program file (`Binary`), or every
 //! process on the machine.
 
+use crate::collect::ProcessChange;
 use tracer_common::{FILTER_ALL, FILTER_NONE, FILTER_PIDS};
 
 use crate::{
@@ -9,7 +10,7 @@ use crate::{
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
-    session::{binary::Binary, forks::ProcessChange, single::Single},
+    session::{binary::Binary, single::Single},
     stacks::modules::Modules,
     tracee::{
         launch::Launched,

@@ -2,13 +2,14 @@
 //! processes it forks), whose exit ends the trace. A command is started by
 //! memtrace-bpf, held until the probes are attached and at its exit.
 
+use crate::collect::ProcessChange;
 use crate::{
     cli::Cli,
     error::TraceError,
     escape,
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
-    session::forks::{Forks, ProcessChange},
+    session::forks::Forks,
     tracee::{
         launch::Launched,
         liveness::PidFd,
