@@ -4,13 +4,13 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use crate::{
-    cli::UnwindMode,
     collect::collector::Collector,
     model::{
         heap::{StackHandle, Unfreed},
         history::{self, History},
         trend,
     },
+    probes::UnwindMode,
     report::{
         Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
         SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,

@@ -47,9 +47,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     // Before anything is attached: an unwritable -o must not cost a trace.
     let settings = Settings::new(cli)?;
     let bound = match &cli.serve {
-        Some(addr) => Some(serve::Bound::bind(
-            serve::parse_addr(addr).map_err(anyhow::Error::msg)?,
-        )?),
+        Some(addr) => Some(serve::Bound::bind(*addr)?),
         None => None,
     };
     // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes

@@ -8,7 +8,8 @@ use std::{
 };
 
 use crate::{
-    cli::{Cli, Format, SNAPSHOT_NUMBER},
+    cli::{Cli, Format},
+    limits::SNAPSHOT_NUMBER,
     probes::loader::{AttachOptions, Limits},
     report::{self, Output, Profile},
     session::scope::Scope,
@@ -41,7 +42,7 @@ impl<'a> Settings<'a> {
             .as_deref()
             .map(|path| Output::prepare(&numbered_path(path, 1)))
             .transpose()?;
-        crate::probes::preflight::check(cli)?;
+        crate::probes::preflight::check(cli.pid, !cli.command.is_empty())?;
         let mut comm = [0u8; 16];
         for (d, s) in comm
             .iter_mut()
@@ -60,7 +61,7 @@ impl<'a> Settings<'a> {
             attach: AttachOptions {
                 placement: cli.probe_placement,
                 noop: cli.noop_probes,
-                sessions: cli.uprobe_sessions == crate::cli::Sessions::Auto,
+                sessions: cli.uprobe_sessions == crate::probes::Sessions::Auto,
             },
             comm,
         })
