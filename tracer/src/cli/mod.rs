@@ -2,34 +2,18 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
 use crate::{
     probes::{ProbePlacement, Sessions, UnwindMode},
-    report::{Sort, View},
+    report::{Format, Sort, View},
 };
 
 mod addr;
+mod config;
 mod help;
 
 pub use addr::parse_addr;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Top stacks by in-use bytes, then the loss counters.
-    #[default]
-    Text,
-    /// `root;...;leaf VALUE` lines for speedscope, inferno, flamegraph.pl.
-    Collapsed,
-    /// SVG flamegraph rendered with inferno.
-    Flamegraph,
-    /// The whole profile as JSON (schema in docs/formats.md).
-    Json,
-    /// Gzip-compressed pprof protobuf for `go tool pprof`, Pyroscope, Parca.
-    Pprof,
-    /// speedscope's own JSON format: a profile per view (and per process).
-    Speedscope,
-}
 
 /// Trace the heap allocations of a running process with eBPF uprobes and
 /// report where its outstanding memory was allocated.

@@ -3,18 +3,17 @@
 //! --verbose statistics.
 
 use crate::{
-    cli::Cli,
     collect::collector::Collector,
     escape,
     probes::{hooks::Hooks, loader::Loaded},
     report,
-    session::{scope::Scope, Trace},
+    session::{config::TraceConfig, scope::Scope, Trace},
 };
 
 /// Says on stderr what is traced and hooked (and, with --verbose, where
 /// each probe sits).
-pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
-    if cli.verbose {
+pub fn announce(config: &TraceConfig, scope: &Scope, hooks: &Hooks) {
+    if config.verbose {
         for h in &hooks.lines {
             eprintln!("{}", hook_line(h));
         }
@@ -40,7 +39,7 @@ pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
             "allocator function",
             "allocator functions"
         ),
-        match cli.duration {
+        match config.duration {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
             None => "press Ctrl-C to stop and report".to_string(),
         }
@@ -61,7 +60,7 @@ impl Trace<'_> {
             return Ok(None);
         };
         let pid = command.pid;
-        if self.settings.cli.keep_running {
+        if self.settings.config.keep_running {
             return Ok(Some(format!(
                 "the command (pid {pid}) was left running, no longer traced (--keep-running)"
             )));

@@ -3,10 +3,10 @@
 //! process on the machine.
 
 use crate::collect::ProcessChange;
+use crate::session::config::{Target, TraceConfig};
 use tracer_common::{FILTER_ALL, FILTER_NONE, FILTER_PIDS};
 
 use crate::{
-    cli::Cli,
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
@@ -35,16 +35,18 @@ pub struct Start {
 }
 
 impl Scope {
-    pub fn start(cli: &Cli) -> anyhow::Result<Start> {
-        let (scope, maps) = if let Some(pid) = cli.pid {
-            let (single, maps) = Single::attach_to(cli, pid)?;
-            (Scope::Single(single), vec![(pid, maps)])
-        } else if !cli.command.is_empty() {
-            (Scope::Single(Single::start(cli)?), Vec::new())
-        } else if let Some(binary) = &cli.binary {
-            (Scope::Binary(Binary::new(binary)?), Vec::new())
-        } else {
-            (Scope::SystemWide, Vec::new())
+    pub fn start(config: &TraceConfig) -> anyhow::Result<Start> {
+        let (scope, maps) = match &config.target {
+            Target::Pid(pid) => {
+                let (single, maps) = Single::attach_to(*pid, config.follow_forks)?;
+                (Scope::Single(single), vec![(*pid, maps)])
+            }
+            Target::Command(args) => (
+                Scope::Single(Single::start(args, config.follow_forks)?),
+                Vec::new(),
+            ),
+            Target::Binary(binary) => (Scope::Binary(Binary::new(binary)?), Vec::new()),
+            Target::SystemWide { .. } => (Scope::SystemWide, Vec::new()),
         };
         Ok(Start { scope, maps })
     }
@@ -185,7 +187,7 @@ impl Scope {
     /// the process filter.
     pub fn begin(
         &mut self,
-        cli: &Cli,
+        config: &TraceConfig,
         loaded: &mut Loaded,
         hooks: &mut Hooks,
         modules: &mut Modules,
@@ -194,8 +196,10 @@ impl Scope {
             Scope::Single(single) => single.begin(),
             Scope::SystemWide => {
                 loaded.add_filtered_pid(std::process::id())?;
-                for &pid in &cli.exclude_pid {
-                    loaded.add_filtered_pid(pid)?;
+                if let Target::SystemWide { exclude, .. } = &config.target {
+                    for &pid in exclude {
+                        loaded.add_filtered_pid(pid)?;
+                    }
                 }
                 Ok(())
             }

@@ -83,9 +83,9 @@ impl Trace<'_> {
             super::stats::STATS_INTERVAL,
         );
         stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let verbose = self.settings.cli.verbose;
+        let verbose = self.settings.config.verbose;
         // Dropped (the line cleared) however the loop ends.
-        let mut progress = super::progress::Progress::new(self.settings.cli.quiet, self.started);
+        let mut progress = super::progress::Progress::new(self.settings.config.quiet, self.started);
         let mut progress_tick = tokio::time::interval(super::progress::PROGRESS_INTERVAL);
         progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
@@ -270,7 +270,11 @@ impl Trace<'_> {
             return; // the client gave up
         }
         self.events += self.collector.drain_all() as u64;
-        let min_age = super::min_age(reply.min_age.or(self.settings.cli.min_age));
+        // The query's own min age (0: every block), else the trace's.
+        let min_age = match reply.min_age {
+            Some(secs) => super::config::min_age(Some(secs)),
+            None => self.settings.config.min_age,
+        };
         let profile =
             self.snapshot_aged("snapshot served while tracing (the trace went on)", min_age);
         let _ = reply.send(crate::serve::Snapshot {
