@@ -14,12 +14,12 @@ use crate::{
 /// each probe sits).
 pub fn announce(config: &TraceConfig, scope: &Scope, hooks: &Hooks) {
     if config.verbose {
-        for h in &hooks.lines {
+        for h in hooks.lines() {
             eprintln!("{}", hook_line(h));
         }
     }
     // Paths the traced processes chose: escaped for the terminal.
-    let hooked = escape::text(&hooks.objects.join(", ")).into_owned();
+    let hooked = escape::text(&hooks.objects().join(", ")).into_owned();
     if matches!(scope, Scope::SystemWide) {
         eprintln!(
             "memtrace-bpf: warning: tracing every process that uses {hooked}: each of them pays \
@@ -27,7 +27,7 @@ pub fn announce(config: &TraceConfig, scope: &Scope, hooks: &Hooks) {
         );
     }
     let functions = hooks
-        .lines
+        .lines()
         .iter()
         .filter(|h| h.status.is_attached())
         .count();
@@ -112,7 +112,7 @@ pub fn scope_notes(
 ) -> Vec<String> {
     let mut notes = scope.notes();
     notes.extend(scope.fork_notes(loaded));
-    for (pid, why) in &hooks.failures {
+    for (pid, why) in hooks.failures() {
         notes.push(format!(
             "process {pid}: its allocator could not be hooked: {why}"
         ));
@@ -125,7 +125,7 @@ pub fn scope_notes(
             report::counted(skipped, "exec was", "execs were"),
         ));
     }
-    let n = collector.state.heap.dropped_by_exec;
+    let n = collector.heap().dropped_by_exec;
     if n > 0 {
         notes.push(format!(
             "{} still live when {} process called exec {} dropped from in-use \
@@ -140,12 +140,11 @@ pub fn scope_notes(
 }
 /// `--verbose`: what user space spent, for tuning and `cargo xtask bench`.
 pub fn print_stats(collector: &Collector) {
+    let (live, purged) = collector.live_entries();
     eprintln!(
-        "memtrace-bpf: LIVE map: {} entries at the end; {} entries of exited processes deleted",
-        collector.state.live_entries(),
-        collector.state.purged_live
+        "memtrace-bpf: LIVE map: {live} entries at the end; {purged} entries of exited processes deleted"
     );
-    let u = collector.state.unwinders.stats;
+    let u = collector.unwind_stats();
     if u.stacks > 0 {
         let secs = u.nanos as f64 / 1e9;
         eprintln!(

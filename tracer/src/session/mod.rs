@@ -22,7 +22,7 @@ use anyhow::Context as _;
 
 use crate::{
     collect::{
-        collector::Collector,
+        collector::{Collector, CollectorOptions},
         profile::{self, Meta},
     },
     escape,
@@ -129,7 +129,7 @@ impl<'a> Trace<'a> {
         for (pid, mappings) in initial_maps {
             modules.set_maps(pid, mappings);
         }
-        let mut hooks = Hooks::new(settings.choice.clone(), settings.attach);
+        let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;
         if let (Some(why), true) = (&loaded.session_error, config.verbose) {
             eprintln!(
@@ -137,14 +137,22 @@ impl<'a> Trace<'a> {
                 escape::text(why)
             );
         }
-        scope.begin(config, &mut loaded, &mut hooks, &mut modules)?;
-        hooks.announce = true;
-        hooks.verbose = config.verbose;
+        for pid in scope.begin(config, &mut loaded, &mut hooks)? {
+            modules.refresh(pid);
+        }
+        hooks.announce_from_now();
         finish::announce(config, &scope, &hooks);
         modules.shown_as = scope.binary_alias();
-        let mut collector = Collector::new(maps, modules, config.probes.sample_rate, scope.root())?;
-        collector.state.processes.program_hint = scope.binary();
-        collector.state.keep_exited = config.exited_processes;
+        let collector = Collector::new(
+            maps,
+            modules,
+            CollectorOptions {
+                sample_rate: config.probes.sample_rate,
+                trace_root: scope.root(),
+                keep_exited: config.exited_processes,
+                program_hint: scope.binary(),
+            },
+        )?;
         Ok(Trace {
             settings,
             signals,
@@ -204,7 +212,7 @@ impl<'a> Trace<'a> {
         min_age: Option<Duration>,
     ) -> Profile {
         let probes = self.settings.config.probes;
-        let mut processes = self.scope.processes(&self.collector.state.processes);
+        let mut processes = self.scope.processes(self.collector.processes());
         for p in &mut processes {
             let objects = self.hooks.process_objects(p.pid, !p.exited);
             p.allocators = facts::process_allocators(&objects);
@@ -214,12 +222,12 @@ impl<'a> Trace<'a> {
             processes,
             duration: elapsed,
             end_reason: end_reason.to_string(),
-            hooks: facts::report_hooks(&self.hooks.lines),
+            hooks: facts::report_hooks(self.hooks.lines()),
             unwind: probes.unwind,
             stack_bytes: probes.stack_bytes,
             sample_rate: probes.sample_rate,
             session_error: self.loaded.session_error.clone(),
-            allocators: self.hooks.objects.clone(),
+            allocators: self.hooks.objects().to_vec(),
             scope_notes: finish::scope_notes(
                 &self.scope,
                 &self.loaded,
@@ -241,7 +249,7 @@ impl<'a> Trace<'a> {
         self.snapshots += 1;
         let n = self.snapshots;
         let elapsed = self.started.elapsed();
-        self.collector.state.tick_history(elapsed.as_secs_f64());
+        self.collector.tick_history(elapsed.as_secs_f64());
         if !self.settings.numbered() {
             return;
         }
@@ -275,7 +283,7 @@ impl<'a> Trace<'a> {
             eprintln!(
                 "memtrace-bpf: warning: no allocation through {} was seen during the trace: \
                  the target was idle, or it allocates with an allocator that is not hooked",
-                escape::text(&self.hooks.objects.join(", "))
+                escape::text(&self.hooks.objects().join(", "))
             );
         }
         let status = self.scope.command_status();

@@ -107,7 +107,7 @@ impl super::Trace<'_> {
         let lost = crate::probes::counters::read_losses(&self.loaded.counters).lost();
         progress.show(Reading {
             events: self.events,
-            live_bytes: self.collector.state.heap.inuse_bytes(),
+            live_bytes: self.collector.heap().inuse_bytes(),
             lost,
         });
     }

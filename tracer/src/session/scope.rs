@@ -11,13 +11,7 @@ use crate::{
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
     session::{binary::Binary, single::Single},
-    stacks::modules::Modules,
-    tracee::{
-        launch::Launched,
-        liveness::PidFd,
-        process::{has_exited, Mapping},
-        search::Program,
-    },
+    tracee::{launch::Launched, liveness::PidFd, process::Mapping, search::Program},
 };
 
 pub enum Scope {
@@ -64,18 +58,17 @@ impl Scope {
 
     /// Process `pid` called exec (see tracer-ebpf's process_exec): hook
     /// what its new image uses, and under --binary start or stop tracing it.
-    pub fn on_exec(
-        &mut self,
-        pid: u32,
-        loaded: &mut Loaded,
-        hooks: &mut Hooks,
-        modules: &mut Modules,
-    ) {
+    /// True when its maps must be read now (it joined the traced set).
+    pub fn on_exec(&mut self, pid: u32, loaded: &mut Loaded, hooks: &mut Hooks) -> bool {
         match self {
-            Scope::Single(single) => single.on_exec(pid, loaded, hooks),
-            Scope::Binary(binary) => binary.on_exec(pid, loaded, hooks, modules),
+            Scope::Single(single) => {
+                single.on_exec(pid, loaded, hooks);
+                false
+            }
+            Scope::Binary(binary) => binary.on_exec(pid, loaded, hooks),
             Scope::SystemWide => {
                 hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
+                false
             }
         }
     }
@@ -184,16 +177,15 @@ impl Scope {
     }
 
     /// After the probes are attached: lets a held command run, and fills
-    /// the process filter.
+    /// the process filter. Returns the processes whose maps to read now.
     pub fn begin(
         &mut self,
         config: &TraceConfig,
         loaded: &mut Loaded,
         hooks: &mut Hooks,
-        modules: &mut Modules,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Vec<u32>> {
         match self {
-            Scope::Single(single) => single.begin(),
+            Scope::Single(single) => single.begin().map(|()| Vec::new()),
             Scope::SystemWide => {
                 loaded.add_filtered_pid(std::process::id())?;
                 if let Target::SystemWide { exclude, .. } = &config.target {
@@ -201,20 +193,19 @@ impl Scope {
                         loaded.add_filtered_pid(pid)?;
                     }
                 }
-                Ok(())
+                Ok(Vec::new())
             }
-            Scope::Binary(binary) => {
-                binary.poll(loaded, hooks, modules);
-                Ok(())
-            }
+            Scope::Binary(binary) => Ok(binary.poll(loaded, hooks)),
         }
     }
 
     /// Called every POLL_INTERVAL: picks up new processes running the
     /// binary (their allocations before that are not seen).
-    pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks, modules: &mut Modules) {
-        if let Scope::Binary(binary) = self {
-            binary.poll(loaded, hooks, modules);
+    /// Returns the processes whose maps to read now.
+    pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> Vec<u32> {
+        match self {
+            Scope::Binary(binary) => binary.poll(loaded, hooks),
+            Scope::Single(_) | Scope::SystemWide => Vec::new(),
         }
     }
 
@@ -303,14 +294,13 @@ fn hook_every_process(loaded: &mut Loaded, hooks: &mut Hooks) -> anyhow::Result<
     let me = std::process::id();
     loaded.add_filtered_pid(me)?;
     hooks.hook(loaded, &Program::running(me)?, None, None)?;
-    hooks.per_process.remove(&me);
+    hooks.forget(me);
     for pid in all_pids().into_iter().filter(|&p| p != me) {
         if !is_kernel_thread(pid) {
             hooks.hook_running(loaded, pid, Program::running(pid), None);
         }
     }
-    // Processes that vanished while being read are not failures.
-    hooks.failures.retain(|(pid, _)| !has_exited(*pid));
+    hooks.drop_vanished(None);
     Ok(())
 }
 

@@ -14,7 +14,7 @@ use crate::{
     tracee::{
         launch::Launched,
         liveness::PidFd,
-        process::{has_exited, program_of, read_cmdline, Mapping, Process},
+        process::{program_of, read_cmdline, Mapping, Process},
         search::Program,
     },
 };
@@ -119,10 +119,8 @@ impl Single {
             // A followed child's new image may bring another allocator.
             hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
             // One that exited while it was read (a shell's `true`) had
-            // nothing left to hook: not a failure.
-            hooks
-                .failures
-                .retain(|&(p, _)| p != pid || !has_exited(pid));
+            // nothing left to hook.
+            hooks.drop_vanished(Some(pid));
         }
     }
 
@@ -229,9 +227,7 @@ fn runs(command: &str, comm: &str) -> bool {
 fn follow_descendants(root: u32, forks: &mut Forks, loaded: &mut Loaded, hooks: &mut Hooks) {
     for (pid, _parent) in Forks::descendants(root) {
         if loaded.add_filtered_pid(pid).is_err() {
-            hooks
-                .failures
-                .push((pid, "the process filter map is full".into()));
+            hooks.add_failure(pid, "the process filter map is full".into());
             continue;
         }
         forks.forked(pid, "");

@@ -37,7 +37,6 @@ impl Stats {
     pub fn print(&mut self, collector: &Collector) {
         let now = Instant::now();
         let secs = now.duration_since(self.since).as_secs_f64().max(1e-3);
-        let state = &collector.state;
         let rss = match crate::usage::own().rss_kib {
             0 => "unknown".to_string(),
             kib => format!("{:.1} MiB", kib as f64 / 1024.0),
@@ -47,9 +46,9 @@ impl Stats {
             "memtrace-bpf: [stats] {:.0} s: LIVE map {} entries, {} processes tracked, \
              {} live blocks, RSS {rss}, {:.0} events/s",
             now.duration_since(self.started).as_secs_f64(),
-            state.live_entries(),
-            state.tracked_processes(),
-            state.heap.live_blocks(),
+            collector.live_entries().0,
+            collector.tracked_processes(),
+            collector.heap().live_blocks(),
             self.events as f64 / secs,
         );
         self.since = now;

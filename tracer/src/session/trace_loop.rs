@@ -114,8 +114,9 @@ impl Trace<'_> {
                     }
                 },
                 _ = poll.tick() => {
-                    self.scope
-                        .poll(&mut self.loaded, &mut self.hooks, &mut self.collector.state.modules);
+                    for pid in self.scope.poll(&mut self.loaded, &mut self.hooks) {
+                        self.collector.refresh_maps(pid);
+                    }
                     Next::Continue
                 }
                 _ = self.signals.sigchld.recv() => {
@@ -253,12 +254,9 @@ impl Trace<'_> {
             };
             // Gone already: nothing left to read, and no failure to hook.
             if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok() {
-                self.scope.on_exec(
-                    pid,
-                    &mut self.loaded,
-                    &mut self.hooks,
-                    &mut self.collector.state.modules,
-                );
+                if self.scope.on_exec(pid, &mut self.loaded, &mut self.hooks) {
+                    self.collector.refresh_maps(pid);
+                }
             }
         }
     }
