@@ -146,7 +146,10 @@ fn quick_re_execs_are_counted_and_their_unnamed_frames_explained() {
             .any(|f| f["function"] == "[unknown]")
     });
     assert!(
-        !unnamed || notes.iter().any(|n| n.contains("exec'ed another program")),
+        !unnamed
+            || notes
+                .iter()
+                .any(|n| n.contains("exited or called exec before")),
         "{notes:#?}"
     );
 }

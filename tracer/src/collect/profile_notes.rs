@@ -29,7 +29,7 @@ pub(super) fn notes(
     if unnamed.stacks > 0 {
         notes.push(format!(
             "{} stacks of {} processes have frames shown as [unknown] address: the processes \
-             exited, or exec'ed another program, before the tracer could read their memory \
+             exited or called exec before the tracer could read their memory \
              maps (that image lived a few milliseconds); a command started by memtrace-bpf is \
              held at its exit and keeps them",
             unnamed.stacks,

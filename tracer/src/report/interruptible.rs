@@ -114,12 +114,10 @@ mod tests {
     fn a_full_pipe_waits_then_gives_up_once_a_signal_came() {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two fds.
-        assert_eq!(
-            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) },
-            0
-        );
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        assert_eq!(rc, 0);
         let mut w = Interruptible { fd: fds[1] };
-        let chunk = [0u8; 65536];
+        let chunk = vec![0u8; 65536];
         // Fill the pipe (64 KiB by default), then a signal arrives.
         while w.write(&chunk[..4096]).is_ok() {
             let mut pfd = libc::pollfd {
