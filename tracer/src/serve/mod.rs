@@ -15,6 +15,7 @@ mod delta;
 mod metrics;
 mod page;
 mod page_flame;
+mod page_parts;
 #[cfg(test)]
 mod page_tests;
 mod routes;

@@ -253,10 +253,10 @@ impl Trace<'_> {
                 break;
             };
             // Gone already: nothing left to read, and no failure to hook.
-            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok() {
-                if self.scope.on_exec(pid, &mut self.loaded, &mut self.hooks) {
-                    self.collector.refresh_maps(pid);
-                }
+            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok()
+                && self.scope.on_exec(pid, &mut self.loaded, &mut self.hooks)
+            {
+                self.collector.refresh_maps(pid);
             }
         }
     }
