@@ -1,7 +1,7 @@
 //! memtrace-bpf as a library: the binary (`main.rs`) is a thin front end,
 //! and the parsers are reachable from fuzz targets (`fuzz/`).
 //!
-//! The folders follow the data: `session` drives a trace over a `target`,
+//! The folders follow the data: `session` drives a trace over a `tracee`,
 //! `probes` attach the BPF programs, `collect` turns their events into the
 //! `model` with `stacks` unwound and named, and `report` renders it.
 //!
@@ -21,6 +21,7 @@ pub mod console;
 pub mod error;
 pub mod escape;
 pub mod fuzzing;
+pub mod limits;
 pub mod model;
 pub mod probes;
 pub mod report;

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         eprintln!("memtrace-bpf: error: {}", escape::text(&msg));
         return ExitCode::from(2);
     }
-    match session::run(&cli) {
+    match session::run(&cli.trace_config()) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             // Errors quote paths and command lines the target chose.

@@ -10,7 +10,7 @@
 
 use clap::builder::{styling::Style, StyledStr};
 
-use super::SNAPSHOT_NUMBER;
+use crate::limits::SNAPSHOT_NUMBER;
 
 /// `text` with each `{n}` written so that clap shows it as `{n}`.
 fn literal_snapshot_number(text: &str) -> StyledStr {

@@ -2,65 +2,18 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
-use crate::report::{Sort, View};
+use crate::{
+    probes::{ProbePlacement, Sessions, UnwindMode},
+    report::{Format, Sort, View},
+};
 
+mod addr;
+mod config;
 mod help;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Top stacks by in-use bytes, then the loss counters.
-    #[default]
-    Text,
-    /// `root;...;leaf VALUE` lines for speedscope, inferno, flamegraph.pl.
-    Collapsed,
-    /// SVG flamegraph rendered with inferno.
-    Flamegraph,
-    /// The whole profile as JSON (schema in docs/formats.md).
-    Json,
-    /// Gzip-compressed pprof protobuf for `go tool pprof`, Pyroscope, Parca.
-    Pprof,
-    /// speedscope's own JSON format: a profile per view (and per process).
-    Speedscope,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum UnwindMode {
-    /// Copy registers and stack bytes, unwind with DWARF CFI in user space:
-    /// complete stacks without frame pointers.
-    #[default]
-    Dwarf,
-    /// Frame-pointer walk in the kernel: cheaper, complete only through code
-    /// built with frame pointers.
-    Fp,
-}
-
-impl UnwindMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            UnwindMode::Dwarf => "dwarf",
-            UnwindMode::Fp => "fp",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum ProbePlacement {
-    /// On the first instruction the kernel emulates, when that is safe
-    /// (about 1 µs per hit instead of 10–19 µs for a single-stepped one).
-    #[default]
-    Emulated,
-    /// At each function's symbol, as other tracers do.
-    Entry,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Sessions {
-    #[default]
-    Auto,
-    Off,
-}
+pub use addr::parse_addr;
 
 /// Trace the heap allocations of a running process with eBPF uprobes and
 /// report where its outstanding memory was allocated.
@@ -148,8 +101,8 @@ pub struct Cli {
     /// /debug/pprof/allocs for `go tool pprof` and profile scrapers,
     /// /metrics for Prometheus, /flamegraph.svg, /profile.json. Without
     /// --interval, the heap's history is recorded every 5 s for them.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub serve: Option<String>,
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_addr)]
+    pub serve: Option<std::net::SocketAddr>,
 
     /// Report format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
@@ -226,28 +179,10 @@ pub struct Cli {
     pub quiet: bool,
 }
 
-/// Longest `--duration`: a year. Longer is surely a typo, and far longer
-/// makes `Duration::from_secs_f64` and the timer's deadline overflow.
-pub const MAX_DURATION_SECS: f64 = 365.0 * 24.0 * 3600.0;
-
-/// Shortest `--interval`: with `{n}`, a snapshot symbolizes and writes a
-/// whole report.
-pub const MIN_INTERVAL_SECS: f64 = 0.1;
-
-/// What `-o` replaces with a snapshot's number under `--interval`.
-pub const SNAPSHOT_NUMBER: &str = "{n}";
-
-/// Largest `--sample-rate`: 1 TiB between samples. The BPF side multiplies
-/// it by a table entry below 2^20 in 64 bits; anything larger would wrap.
-pub const MAX_SAMPLE_RATE: u64 = 1 << 40;
-
-/// Largest `--max-live`: the kernel reserves 16 bytes of hash buckets per
-/// entry up front (1 GiB at this size) and refuses more than 2^31.
-pub const MAX_LIVE: u32 = 1 << 26;
-
-/// Largest `--stack-storage-size`: the kernel preallocates about 1 KiB per
-/// frame-pointer stack (256 MiB at this size).
-pub const MAX_STACK_STORAGE: u32 = 1 << 18;
+use crate::limits::{
+    MAX_DURATION_SECS, MAX_LIVE, MAX_SAMPLE_RATE, MAX_STACK_STORAGE, MIN_INTERVAL_SECS,
+    SNAPSHOT_NUMBER,
+};
 
 impl Cli {
     /// --sort, or its default: growth with --interval, in-use without.
@@ -265,9 +200,6 @@ impl Cli {
     pub fn validate(&self) -> Result<(), String> {
         self.validate_target()?;
         self.validate_numbers()?;
-        if let Some(addr) = &self.serve {
-            crate::serve::parse_addr(addr)?;
-        }
         self.validate_output()
     }
 

@@ -2,12 +2,13 @@
 //! interns call stacks (read from the stack map or unwound from copied stack
 //! bytes, and normalized while the process is alive).
 
+use super::ProcessChange;
 use std::{
     collections::HashMap,
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, PerCpuArray, StackTraceMap};
+use aya::maps::{MapData, StackTraceMap};
 use tracer_common::{
     Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC,
     EVENT_EXIT, EVENT_FORK, EVENT_FREE,
@@ -20,8 +21,6 @@ use crate::{
         history::History,
     },
     probes::loader::EventMaps,
-    report::Losses,
-    session::forks::ProcessChange,
     stacks::{
         modules::Modules,
         unwind::{Sample, Unwinders},
@@ -88,18 +87,37 @@ pub struct State {
     pub(super) sample_log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
+/// Turns the BPF programs' events into the heap model and interned stacks.
+/// The session reads it through methods; its state is collect/'s own.
 pub struct Collector {
     events: Reader,
-    pub state: State,
+    pub(super) state: State,
+}
+
+/// How a collector is set up, once, at construction.
+pub struct CollectorOptions {
+    /// Mean sampling interval in bytes; 1 = every allocation.
+    pub sample_rate: u64,
+    /// The process whose exit ends the trace (--pid, -- CMD).
+    pub trace_root: Option<u32>,
+    /// Exited processes whose stacks stay their own (--exited-processes).
+    pub keep_exited: usize,
+    /// --binary: the program, for processes gone before they were named.
+    pub program_hint: Option<String>,
 }
 
 impl Collector {
     pub fn new(
         maps: EventMaps,
         modules: Modules,
-        sample_rate: u64,
-        trace_root: Option<u32>,
+        options: CollectorOptions,
     ) -> anyhow::Result<Self> {
+        let CollectorOptions {
+            sample_rate,
+            trace_root,
+            keep_exited,
+            program_hint,
+        } = options;
         let EventMaps {
             events,
             stacks: stack_map,
@@ -118,10 +136,10 @@ impl Collector {
                 modules,
                 unwinders: Unwinders::default(),
                 sample_rate,
-                processes: ProcessTable::default(),
+                processes: ProcessTable::new(program_hint),
                 trace_root,
                 exited: std::collections::VecDeque::new(),
-                keep_exited: usize::MAX,
+                keep_exited,
                 malformed_events: 0,
                 events: 0,
                 execs: std::collections::VecDeque::new(),
@@ -135,6 +153,41 @@ impl Collector {
                     .map(std::io::BufWriter::new),
             },
         })
+    }
+
+    /// Every process an allocation came from.
+    pub fn processes(&self) -> &ProcessTable {
+        &self.state.processes
+    }
+
+    /// The heap model, read-only (progress, stats, notes).
+    pub fn heap(&self) -> &Heap {
+        &self.state.heap
+    }
+
+    /// Records the heap's per-stack sums as a history point at `secs`.
+    pub fn tick_history(&mut self, secs: f64) {
+        self.state.tick_history(secs);
+    }
+
+    /// Reads `pid`'s memory maps now (a process the scope just found).
+    pub fn refresh_maps(&mut self, pid: u32) {
+        self.state.modules.refresh(pid);
+    }
+
+    /// BPF's LIVE map entries now, and those of exited processes deleted.
+    pub fn live_entries(&self) -> (usize, u64) {
+        (self.state.live_entries(), self.state.purged_live)
+    }
+
+    /// Processes with state here.
+    pub fn tracked_processes(&self) -> usize {
+        self.state.tracked_processes()
+    }
+
+    /// The unwinders' counters (--verbose).
+    pub fn unwind_stats(&self) -> crate::stacks::unwind::UnwindStats {
+        self.state.unwinders.stats
     }
 
     /// What happened to processes since the last call: forks, execs and
@@ -432,17 +485,4 @@ fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     // SAFETY: T is Pod (any bit pattern is valid) and the length was
     // checked; read_unaligned makes no alignment assumption.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-}
-
-/// One per-CPU counter (tracer_common::counter), summed.
-pub fn read_counter(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
-    counters
-        .get(&index, 0)
-        .map(|per_cpu| per_cpu.iter().sum())
-        .unwrap_or(0)
-}
-
-/// Sums the per-CPU loss counters (the table in report::losses).
-pub fn read_losses(counters: &PerCpuArray<MapData, u64>) -> Losses {
-    Losses::read(|index| read_counter(counters, index))
 }

@@ -2,6 +2,7 @@
 //! collector that turns events into heap-model updates and interned stacks,
 //! the table of processes seen, and the profile built from them.
 
+mod changes;
 pub mod collector;
 mod event_notes;
 pub mod processes;
@@ -10,3 +11,5 @@ mod profile_notes;
 pub mod reader;
 mod roots;
 pub mod stacks;
+
+pub use changes::ProcessChange;

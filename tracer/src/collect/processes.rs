@@ -44,10 +44,19 @@ pub struct ProcessTable {
     groups: HashMap<String, ProcessIndex>,
     /// --binary: the program every traced process runs, for those gone
     /// before their command line could be read.
-    pub program_hint: Option<String>,
+    program_hint: Option<String>,
 }
 
 impl ProcessTable {
+    /// A table whose processes gone before they were named are taken to
+    /// run `program_hint` (--binary's program).
+    pub fn new(program_hint: Option<String>) -> ProcessTable {
+        ProcessTable {
+            program_hint,
+            ..ProcessTable::default()
+        }
+    }
+
     /// The running process `pid`, entered at its first event with its
     /// command line and program read now (a short-lived process may be
     /// gone by the report).

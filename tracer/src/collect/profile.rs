@@ -8,7 +8,6 @@ use std::{
 };
 
 use crate::{
-    cli::UnwindMode,
     collect::collector::{Collector, State},
     collect::stacks::Stack,
     model::{
@@ -16,6 +15,7 @@ use crate::{
         history::{self, History},
         trend,
     },
+    probes::UnwindMode,
     report::{
         Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
         SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,

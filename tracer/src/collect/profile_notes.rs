@@ -3,11 +3,11 @@
 //! end early.
 
 use crate::{
-    cli::UnwindMode,
     collect::{
         collector::Collector,
         profile::{Meta, Unnamed},
     },
+    probes::UnwindMode,
     report::{counted, Losses, NotFreedAtExit, StackReport},
 };
 

@@ -25,25 +25,26 @@ pub struct Hooks {
     /// Files attached (for every process, or for the one traced pid).
     attached: HashSet<FileId>,
     /// What became of each entry point of each attached file.
-    pub lines: Vec<HookFact>,
+    lines: Vec<HookFact>,
     /// Objects hooked, described ("jemalloc (/usr/lib/...)"), in order.
-    pub objects: Vec<String>,
+    objects: Vec<String>,
     /// The allocator objects each inspected process uses.
-    pub per_process: BTreeMap<u32, Arc<[Hooked]>>,
+    per_process: BTreeMap<u32, Arc<[Hooked]>>,
     /// The distinct lists in `per_process`, by the files they name: the
     /// processes of one program share one (a host that starts thousands
     /// of processes keeps a pointer per pid, not a copy of every list).
     lists: HashMap<Vec<(FileId, PathBuf)>, Arc<[Hooked]>>,
     /// Processes whose objects could not be attached: (pid, why).
-    pub failures: Vec<(u32, String)>,
+    failures: Vec<(u32, String)>,
     /// Say on stderr when an object is hooked (once the trace runs).
-    pub announce: bool,
+    announce: bool,
     /// --verbose: also say what each process met during the trace uses.
-    pub verbose: bool,
+    verbose: bool,
 }
 
 impl Hooks {
-    pub fn new(choice: Choice, opts: AttachOptions) -> Hooks {
+    /// `verbose`: say what each process met during the trace uses.
+    pub fn new(choice: Choice, opts: AttachOptions, verbose: bool) -> Hooks {
         Hooks {
             cache: ObjectCache::default(),
             choice,
@@ -55,8 +56,53 @@ impl Hooks {
             lists: HashMap::new(),
             failures: Vec::new(),
             announce: false,
-            verbose: false,
+            verbose,
         }
+    }
+
+    /// From now on (the trace runs), each object hooked is said on stderr.
+    pub fn announce_from_now(&mut self) {
+        self.announce = true;
+    }
+
+    /// What became of each entry point of each attached file.
+    pub fn lines(&self) -> &[HookFact] {
+        &self.lines
+    }
+
+    /// The objects hooked, described, in order.
+    pub fn objects(&self) -> &[String] {
+        &self.objects
+    }
+
+    /// Processes whose objects could not be attached: (pid, why).
+    pub fn failures(&self) -> &[(u32, String)] {
+        &self.failures
+    }
+
+    /// `pid` could not be traced, for a reason found outside (a full filter).
+    pub fn add_failure(&mut self, pid: u32, why: String) {
+        self.failures.push((pid, why));
+    }
+
+    /// Whether `pid`'s allocators were inspected.
+    pub fn knows(&self, pid: u32) -> bool {
+        self.per_process.contains_key(&pid)
+    }
+
+    /// `pid` is not a process of the trace (the tracer itself).
+    pub fn forget(&mut self, pid: u32) {
+        self.per_process.remove(&pid);
+    }
+
+    /// The rule for processes that vanish while they are read: a process
+    /// gone while its maps were read looks like one that loads no
+    /// allocator, which is no failure to report. Applied as a hook fails,
+    /// and again here, once a batch of processes was hooked (`only`: for
+    /// that one), for those gone since.
+    pub fn drop_vanished(&mut self, only: Option<u32>) {
+        self.failures
+            .retain(|&(pid, _)| only.is_some_and(|p| p != pid) || !vanished(pid));
     }
 
     /// Finds `program`'s allocator objects and attaches those not attached
@@ -122,9 +168,7 @@ impl Hooks {
                 .and_then(|p| self.hook(loaded, &p, Some(pid), attach_pid));
         }
         if let Err(e) = result {
-            // A process gone while its maps were read looks like one that
-            // loads no allocator: that is no failure to report.
-            if !crate::tracee::liveness::process_exited(pid) {
+            if !vanished(pid) {
                 self.failures.push((pid, format!("{e:#}")));
             }
         }
@@ -149,4 +193,9 @@ impl Hooks {
     pub fn is_empty(&self) -> bool {
         self.attached.is_empty()
     }
+}
+
+/// See `Hooks::drop_vanished`.
+fn vanished(pid: u32) -> bool {
+    crate::tracee::liveness::process_exited(pid)
 }

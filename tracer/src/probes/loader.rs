@@ -12,10 +12,10 @@ use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use crate::{
-    cli::{ProbePlacement, UnwindMode},
     probes::plan::{self, HookFact, PlannedProbe},
     probes::roles,
     probes::uprobe_session,
+    probes::{ProbePlacement, UnwindMode},
     tracee::allocators::Hooked,
 };
 

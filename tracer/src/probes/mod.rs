@@ -2,11 +2,15 @@
 //! planning and attaching the uprobes (placement, uprobe sessions), and
 //! the kernel facts the programs need (BTF offsets).
 
+pub mod counters;
 pub mod hooks;
 pub mod kernel_btf;
 pub mod loader;
+mod options;
 pub mod placement;
 pub mod plan;
 pub mod preflight;
 pub mod roles;
 pub mod uprobe_session;
+
+pub use options::{ProbePlacement, Sessions, UnwindMode};

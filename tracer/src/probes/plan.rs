@@ -9,8 +9,8 @@ use iced_x86::Register;
 use tracer_common::Role;
 
 use crate::{
-    cli::ProbePlacement,
     error::TraceError,
+    probes::ProbePlacement,
     probes::{placement, roles},
     tracee::allocators::Hooked,
     tracee::elf::{ObjectInfo, Thunk},

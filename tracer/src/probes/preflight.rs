@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::{cli::Cli, error::TraceError};
+use crate::error::TraceError;
 
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
@@ -33,7 +33,10 @@ fn missing_caps(caps: u64) -> Option<&'static str> {
     (!has(caps, CAP_SYS_ADMIN)).then_some("CAP_SYS_ADMIN")
 }
 
-pub fn check(cli: &Cli) -> Result<(), TraceError> {
+/// Privileges and kernel support for a trace of `pid` (--pid), of a
+/// command the tracer starts (`command`), or else of other processes
+/// (--binary, system-wide).
+pub fn check(pid: Option<u32>, command: bool) -> Result<(), TraceError> {
     let caps = effective_caps().unwrap_or(0);
     if let Some(missing) = missing_caps(caps) {
         return Err(TraceError::NotPrivileged(missing.to_string()));
@@ -47,11 +50,11 @@ pub fn check(cli: &Cli) -> Result<(), TraceError> {
     // Reading another process's maps and files (/proc/PID/maps, root,
     // map_files) is a ptrace access check: its owner, or CAP_SYS_PTRACE.
     // A started command is our own child, made dumpable before it execs.
-    if let Some(pid) = cli.pid {
+    if let Some(pid) = pid {
         if owner(pid).is_some_and(|uid| uid != euid()) {
             return Err(TraceError::NeedsSysPtrace(pid));
         }
-    } else if cli.command.is_empty() {
+    } else if !command {
         crate::console::warn(
             "without CAP_SYS_PTRACE, processes of other users cannot be read and are not traced \
              (as root, or add cap_sys_ptrace to the setcap line)",

@@ -242,6 +242,24 @@ pub struct Frame {
     pub inlined: bool,
 }
 
+/// A report format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Top stacks by in-use bytes, then the loss counters.
+    #[default]
+    Text,
+    /// `root;...;leaf VALUE` lines for speedscope, inferno, flamegraph.pl.
+    Collapsed,
+    /// SVG flamegraph rendered with inferno.
+    Flamegraph,
+    /// The whole profile as JSON (schema in docs/formats.md).
+    Json,
+    /// Gzip-compressed pprof protobuf for `go tool pprof`, Pyroscope, Parca.
+    Pprof,
+    /// speedscope's own JSON format: a profile per view (and per process).
+    Speedscope,
+}
+
 /// Which of the four numbers a collapsed stack or flamegraph shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -61,13 +61,13 @@ impl Budget {
 pub fn check(p: &Profile) -> anyhow::Result<()> {
     secs(p.duration_secs, MAX_SECS).context("duration_secs")?;
     if let Some(age) = p.min_age_secs {
-        secs(age, crate::cli::MAX_DURATION_SECS).context("min_age_secs")?;
+        secs(age, crate::limits::MAX_DURATION_SECS).context("min_age_secs")?;
     }
-    if p.sample_rate > crate::cli::MAX_SAMPLE_RATE {
+    if p.sample_rate > crate::limits::MAX_SAMPLE_RATE {
         bail!(
             "sample rate {} is out of range (a trace samples at most every {} bytes)",
             p.sample_rate,
-            crate::cli::MAX_SAMPLE_RATE
+            crate::limits::MAX_SAMPLE_RATE
         );
     }
     let mut sum = Counts::default();

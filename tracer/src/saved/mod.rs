@@ -18,10 +18,7 @@ use std::{
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::{
-    cli::Format,
-    report::{self, Output, Profile, Sort, View},
-};
+use crate::report::{self, Format, Output, Profile, Sort, View};
 
 mod diff;
 mod input;

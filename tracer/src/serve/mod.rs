@@ -15,16 +15,12 @@ mod delta;
 mod metrics;
 mod page;
 mod page_flame;
+mod page_parts;
 #[cfg(test)]
 mod page_tests;
 mod routes;
 
-use std::{
-    net::{IpAddr, Ipv4Addr, SocketAddr},
-    sync::Arc,
-    thread::JoinHandle,
-    time::Duration,
-};
+use std::{net::SocketAddr, sync::Arc, thread::JoinHandle, time::Duration};
 
 use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
@@ -77,26 +73,6 @@ impl SnapshotRequests {
             None => std::future::pending().await,
         }
     }
-}
-
-/// `--serve`'s argument as an address: `HOST:PORT` with HOST an IP address
-/// or `localhost`; a bare `:PORT` is 127.0.0.1.
-pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
-    let bad = || {
-        format!(
-            "--serve takes HOST:PORT (e.g. 127.0.0.1:6060, [::1]:6060, or :6060 for \
-             127.0.0.1:6060), got {text:?}"
-        )
-    };
-    if let Some(port) = text.strip_prefix(':') {
-        let port = port.parse::<u16>().map_err(|_| bad())?;
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    }
-    if let Some(port) = text.strip_prefix("localhost:") {
-        let port = port.parse::<u16>().map_err(|_| bad())?;
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
-    }
-    text.parse::<SocketAddr>().map_err(|_| bad())
 }
 
 /// The listening socket, bound before anything is attached: a port in use
@@ -299,32 +275,6 @@ async fn serve(
                 _ = connection.as_mut() => {}
                 () = &mut deadline => {}
             }
-        }
-    }
-}
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses() {
-        let ok = |s: &str| parse_addr(s).map(|a| a.to_string());
-        assert_eq!(ok(":6060"), Ok("127.0.0.1:6060".into()));
-        assert_eq!(ok("localhost:0"), Ok("127.0.0.1:0".into()));
-        assert_eq!(ok("0.0.0.0:80"), Ok("0.0.0.0:80".into()));
-        assert_eq!(ok("[::1]:6060"), Ok("[::1]:6060".into()));
-        for bad in [
-            "",
-            ":",
-            "6060",
-            ":65536",
-            ":-1",
-            "example.com:80",
-            "1.2.3.4",
-            "[::1]",
-        ] {
-            let err = parse_addr(bad).expect_err(bad);
-            assert!(err.contains("HOST:PORT"), "{bad}: {err}");
         }
     }
 }

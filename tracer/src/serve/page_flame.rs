@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, io::Write, sync::Arc};
 
-use super::page::{by_inuse, has_growth, html, top_growing, Flame, Page, NO_HISTORY};
+use super::page_parts::{by_inuse, has_growth, html, top_growing, Flame, Page, NO_HISTORY};
 use crate::report::{self, Frame, Profile, StackReport, View};
 
 /// Stacks drawn in the flamegraph (the largest): keeps the page to a few

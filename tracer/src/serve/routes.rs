@@ -158,13 +158,15 @@ fn min_age(params: &HashMap<String, String>) -> Result<MinAge, String> {
         return Ok(None);
     };
     match text.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && (0.0..=crate::cli::MAX_DURATION_SECS).contains(&secs) => {
+        Ok(secs)
+            if secs.is_finite() && (0.0..=crate::limits::MAX_DURATION_SECS).contains(&secs) =>
+        {
             Ok(Some(secs))
         }
         _ => Err(format!(
             "?min_age= takes the seconds a block must have been live to count as in use, \
              from 0 (every block) to {}",
-            crate::cli::MAX_DURATION_SECS
+            crate::limits::MAX_DURATION_SECS
         )),
     }
 }

@@ -2,6 +2,7 @@
 //! are found by their exec (and their entry point, in the kernel) and by
 //! scanning /proc; the bookkeeping of which joined, left or exited is here.
 
+use crate::collect::ProcessChange;
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
@@ -13,8 +14,6 @@ use crate::{
     error::TraceError,
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
-    session::forks::ProcessChange,
-    stacks::modules::Modules,
     tracee::{
         launch::check_dynamic,
         process::{has_exited, program_of, read_cmdline},
@@ -82,16 +81,11 @@ impl Binary {
     }
 
     /// Process `pid` called exec: it starts or stops being traced.
-    pub fn on_exec(
-        &mut self,
-        pid: u32,
-        loaded: &mut Loaded,
-        hooks: &mut Hooks,
-        modules: &mut Modules,
-    ) {
+    /// Returns true when its maps must be read now.
+    pub fn on_exec(&mut self, pid: u32, loaded: &mut Loaded, hooks: &mut Hooks) -> bool {
         // Gone already (a short-lived process): it did not leave.
         let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
-            return;
+            return false;
         };
         if runs_program(&exe, &self.path) {
             // New, or back after running something else, or a new process
@@ -100,19 +94,21 @@ impl Binary {
             if !known || self.left.contains(&pid) || self.gone.contains(&pid) {
                 if loaded.add_filtered_pid(pid).is_err() {
                     self.untraced.insert(pid);
-                    return;
+                    return false;
                 }
                 self.left.remove(&pid);
                 self.gone.remove(&pid);
                 self.known.insert(pid, read_cmdline(pid));
             }
             hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
-            modules.refresh(pid);
-        } else if self.known.contains_key(&pid) && !self.left.contains(&pid) {
+            return true;
+        }
+        if self.known.contains_key(&pid) && !self.left.contains(&pid) {
             // It no longer runs the binary: stop recording it.
             let _ = loaded.remove_filtered_pid(pid);
             self.left.insert(pid);
         }
+        false
     }
 
     /// A child forked by a traced process runs the binary too, and joined
@@ -132,9 +128,11 @@ impl Binary {
     }
 
     /// Called every POLL_INTERVAL: picks up new processes running the
-    /// binary (their allocations before that are not seen).
-    pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks, modules: &mut Modules) {
+    /// binary (their allocations before that are not seen). Returns the
+    /// processes found, whose maps to read now.
+    pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> Vec<u32> {
         let now = running(&self.path);
+        let mut found = Vec::new();
         // Exited processes leave the filter, so that a new process that
         // reuses the pid is not traced for running something else.
         for &pid in self.known.keys() {
@@ -154,12 +152,13 @@ impl Binary {
                 continue;
             }
             self.gone.remove(&pid);
-            if reused || !hooks.per_process.contains_key(&pid) {
+            if reused || !hooks.knows(pid) {
                 hooks.hook_running(loaded, pid, Program::running(pid), None);
             }
-            modules.refresh(pid);
+            found.push(pid);
             self.known.insert(pid, read_cmdline(pid));
         }
+        found
     }
 
     /// The program as the user named it (the file it resolves to noted):

@@ -3,24 +3,23 @@
 //! --verbose statistics.
 
 use crate::{
-    cli::Cli,
     collect::collector::Collector,
     console, escape,
     probes::{hooks::Hooks, loader::Loaded},
     report,
-    session::{scope::Scope, Trace},
+    session::{config::TraceConfig, scope::Scope, Trace},
 };
 
 /// Says on stderr what is traced and hooked (and, with --verbose, where
 /// each probe sits).
-pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
-    if cli.verbose {
-        for h in &hooks.lines {
+pub fn announce(config: &TraceConfig, scope: &Scope, hooks: &Hooks) {
+    if config.verbose {
+        for h in hooks.lines() {
             console::say(hook_words(h));
         }
     }
     // Paths the traced processes chose: escaped for the terminal.
-    let hooked = escape::text(&hooks.objects.join(", ")).into_owned();
+    let hooked = escape::text(&hooks.objects().join(", ")).into_owned();
     if matches!(scope, Scope::SystemWide) {
         console::warn(format_args!(
             "tracing every process that uses {hooked}: each of them pays the probe cost on every \
@@ -28,7 +27,7 @@ pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
         ));
     }
     let functions = hooks
-        .lines
+        .lines()
         .iter()
         .filter(|h| h.status.is_attached())
         .count();
@@ -40,7 +39,7 @@ pub fn announce(cli: &Cli, scope: &Scope, hooks: &Hooks) {
             "allocator function",
             "allocator functions"
         ),
-        match cli.duration {
+        match config.duration {
             Some(d) => format!("reporting in {d} s or on Ctrl-C"),
             None => "press Ctrl-C to stop and report".to_string(),
         }
@@ -61,7 +60,7 @@ impl Trace<'_> {
             return Ok(None);
         };
         let pid = command.pid;
-        if self.settings.cli.keep_running {
+        if self.settings.config.keep_running {
             return Ok(Some(format!(
                 "the command (pid {pid}) was left running, no longer traced (--keep-running)"
             )));
@@ -113,7 +112,7 @@ pub fn scope_notes(
 ) -> Vec<String> {
     let mut notes = scope.notes();
     notes.extend(scope.fork_notes(loaded));
-    for (pid, why) in &hooks.failures {
+    for (pid, why) in hooks.failures() {
         notes.push(format!(
             "process {pid}: its allocator could not be hooked: {why}"
         ));
@@ -126,7 +125,7 @@ pub fn scope_notes(
             report::counted(skipped, "exec was", "execs were"),
         ));
     }
-    let n = collector.state.heap.dropped_by_exec;
+    let n = collector.heap().dropped_by_exec;
     if n > 0 {
         notes.push(format!(
             "{} still live when {} process called exec {} dropped from in-use \
@@ -141,12 +140,11 @@ pub fn scope_notes(
 }
 /// `--verbose`: what user space spent, for tuning and `cargo xtask bench`.
 pub fn print_stats(collector: &Collector) {
+    let (live, purged) = collector.live_entries();
     console::say(format_args!(
-        "LIVE map: {} entries at the end; {} entries of exited processes deleted",
-        collector.state.live_entries(),
-        collector.state.purged_live
+        "LIVE map: {live} entries at the end; {purged} entries of exited processes deleted"
     ));
-    let u = collector.state.unwinders.stats;
+    let u = collector.unwind_stats();
     if u.stacks > 0 {
         let secs = u.nanos as f64 / 1e9;
         console::say(format_args!(

@@ -5,6 +5,7 @@
 //! last snapshot.
 
 mod binary;
+pub mod config;
 mod facts;
 mod finish;
 pub mod forks;
@@ -20,19 +21,20 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use crate::{
-    cli::Cli,
     collect::{
-        collector::{read_losses, Collector},
+        collector::{Collector, CollectorOptions},
         profile::{self, Meta},
     },
     console, escape,
     probes::{
+        counters::read_losses,
         hooks::Hooks,
         loader::{self, Loaded},
     },
     report::{self, Profile},
     serve,
     session::{
+        config::TraceConfig,
         scope::{Scope, Start},
         settings::Settings,
         trace_loop::{Phase, Signals},
@@ -42,13 +44,11 @@ use crate::{
 
 /// Runs the trace and writes the report; returns the exit code (0, or the
 /// command's own status with --exit-status).
-pub fn run(cli: &Cli) -> anyhow::Result<u8> {
+pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
     // Before anything is attached: an unwritable -o must not cost a trace.
-    let settings = Settings::new(cli)?;
-    let bound = match &cli.serve {
-        Some(addr) => Some(serve::Bound::bind(
-            serve::parse_addr(addr).map_err(anyhow::Error::msg)?,
-        )?),
+    let settings = Settings::new(config)?;
+    let bound = match &config.serve {
+        Some(addr) => Some(serve::Bound::bind(*addr)?),
         None => None,
     };
     // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
@@ -72,7 +72,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
         None => None,
     };
     let end_reason = runtime.block_on(trace.collect(Phase::Trace {
-        duration: cli.duration,
+        duration: config.duration,
     }))?;
     let command_note = trace.end_command(&end_reason, |trace| {
         runtime.block_on(trace.collect(Phase::WindDown))
@@ -88,17 +88,10 @@ pub fn run(cli: &Cli) -> anyhow::Result<u8> {
     let duration = trace.started.elapsed();
     trace.finish()?;
     // The history's last point is the report's time.
-    let mut profile = trace.snapshot_at(&end_reason, duration, min_age(cli.min_age));
-    profile.sort_stacks(cli.sort());
+    let mut profile = trace.snapshot_at(&end_reason, duration, config.min_age);
+    profile.sort_stacks(config.render.sort);
     profile.notes.extend(command_note);
     trace.report(&profile)
-}
-
-/// --min-age (or `?min_age=`) as a filter: 0 is none. Validated finite
-/// and within a year before.
-pub fn min_age(secs: Option<f64>) -> Option<Duration> {
-    secs.filter(|&s| s > 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// A trace in progress: what was attached, and what was collected so far.
@@ -124,32 +117,40 @@ pub struct Trace<'a> {
 impl<'a> Trace<'a> {
     /// Finds the target, loads the BPF object and attaches the probes.
     fn attach(settings: &'a Settings<'a>, signals: Signals) -> anyhow::Result<Trace<'a>> {
-        let cli = settings.cli;
+        let config = settings.config;
         let Start {
             mut scope,
             maps: initial_maps,
-        } = Scope::start(cli)?;
+        } = Scope::start(config)?;
         let (mut loaded, maps) = loader::load(&settings.limits(&scope))?;
         let mut modules = Modules::default();
         for (pid, mappings) in initial_maps {
             modules.set_maps(pid, mappings);
         }
-        let mut hooks = Hooks::new(settings.choice.clone(), settings.attach);
+        let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;
-        if let (Some(why), true) = (&loaded.session_error, cli.verbose) {
+        if let (Some(why), true) = (&loaded.session_error, config.verbose) {
             console::say(format_args!(
                 "uprobe sessions unavailable, using uprobes + uretprobes: {}",
                 escape::text(why)
             ));
         }
-        scope.begin(cli, &mut loaded, &mut hooks, &mut modules)?;
-        hooks.announce = true;
-        hooks.verbose = cli.verbose;
-        finish::announce(cli, &scope, &hooks);
+        for pid in scope.begin(config, &mut loaded, &mut hooks)? {
+            modules.refresh(pid);
+        }
+        hooks.announce_from_now();
+        finish::announce(config, &scope, &hooks);
         modules.shown_as = scope.binary_alias();
-        let mut collector = Collector::new(maps, modules, cli.sample_rate, scope.root())?;
-        collector.state.processes.program_hint = scope.binary();
-        collector.state.keep_exited = cli.exited_processes;
+        let collector = Collector::new(
+            maps,
+            modules,
+            CollectorOptions {
+                sample_rate: config.probes.sample_rate,
+                trace_root: scope.root(),
+                keep_exited: config.exited_processes,
+                program_hint: scope.binary(),
+            },
+        )?;
         Ok(Trace {
             settings,
             signals,
@@ -179,7 +180,7 @@ impl<'a> Trace<'a> {
         // for its new image, as one earlier would be.
         self.handle_execs(trace_loop::FINAL_EXEC_BUDGET);
         self.scope.let_go();
-        if self.settings.cli.verbose {
+        if self.settings.config.verbose {
             finish::print_stats(&self.collector);
         }
         Ok(())
@@ -189,7 +190,7 @@ impl<'a> Trace<'a> {
     /// traced allocated since the start and still holds, with names.
     pub fn snapshot(&mut self, end_reason: &str) -> Profile {
         let elapsed = self.started.elapsed();
-        self.snapshot_at(end_reason, elapsed, min_age(self.settings.cli.min_age))
+        self.snapshot_at(end_reason, elapsed, self.settings.config.min_age)
     }
 
     /// `snapshot`, counting as in use only blocks live at least `min_age`.
@@ -207,8 +208,8 @@ impl<'a> Trace<'a> {
         elapsed: Duration,
         min_age: Option<Duration>,
     ) -> Profile {
-        let cli = self.settings.cli;
-        let mut processes = self.scope.processes(&self.collector.state.processes);
+        let probes = self.settings.config.probes;
+        let mut processes = self.scope.processes(self.collector.processes());
         for p in &mut processes {
             let objects = self.hooks.process_objects(p.pid, !p.exited);
             p.allocators = facts::process_allocators(&objects);
@@ -218,12 +219,12 @@ impl<'a> Trace<'a> {
             processes,
             duration: elapsed,
             end_reason: end_reason.to_string(),
-            hooks: facts::report_hooks(&self.hooks.lines),
-            unwind: cli.unwind,
-            stack_bytes: cli.stack_bytes,
-            sample_rate: cli.sample_rate,
+            hooks: facts::report_hooks(self.hooks.lines()),
+            unwind: probes.unwind,
+            stack_bytes: probes.stack_bytes,
+            sample_rate: probes.sample_rate,
             session_error: self.loaded.session_error.clone(),
-            allocators: self.hooks.objects.clone(),
+            allocators: self.hooks.objects().to_vec(),
             scope_notes: finish::scope_notes(
                 &self.scope,
                 &self.loaded,
@@ -245,19 +246,19 @@ impl<'a> Trace<'a> {
         self.snapshots += 1;
         let n = self.snapshots;
         let elapsed = self.started.elapsed();
-        self.collector.state.tick_history(elapsed.as_secs_f64());
+        self.collector.tick_history(elapsed.as_secs_f64());
         if !self.settings.numbered() {
             return;
         }
         // Off while the snapshot is written: drawn again at the next tick.
         console::clear_progress();
-        let cli_min_age = min_age(self.settings.cli.min_age);
+        let min_age = self.settings.config.min_age;
         let mut profile = self.snapshot_at(
             &format!("snapshot {n} (the trace went on)"),
             elapsed,
-            cli_min_age,
+            min_age,
         );
-        profile.sort_stacks(self.settings.cli.sort());
+        profile.sort_stacks(self.settings.config.render.sort);
         if let Err(e) = self.settings.write_numbered(n, &profile, false) {
             console::warn(format_args!(
                 "snapshot {n} not written: {}",
@@ -268,7 +269,7 @@ impl<'a> Trace<'a> {
 
     /// Writes the final report, detaches, and says how the trace went.
     fn report(mut self, profile: &Profile) -> anyhow::Result<u8> {
-        let cli = self.settings.cli;
+        let config = self.settings.config;
         let written = match self.settings.numbered() {
             true => self
                 .settings
@@ -279,7 +280,7 @@ impl<'a> Trace<'a> {
             console::warn(format_args!(
                 "no allocation through {} was seen during the trace: the target was idle, or it \
                  allocates with an allocator that is not hooked",
-                escape::text(&self.hooks.objects.join(", "))
+                escape::text(&self.hooks.objects().join(", "))
             ));
         }
         let status = self.scope.command_status();
@@ -298,7 +299,7 @@ impl<'a> Trace<'a> {
         ));
         // Known: without --keep-running a command is waited for until it
         // ends.
-        Ok(match cli.exit_status {
+        Ok(match config.exit_status {
             true => status.unwrap_or(0),
             false => 0,
         })

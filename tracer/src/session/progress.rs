@@ -90,7 +90,7 @@ impl super::Trace<'_> {
     /// The progress line with the numbers of now (once a second: reads the
     /// loss counters and sums the stacks' in-use bytes).
     pub(super) fn show_progress(&mut self, progress: &mut Progress) {
-        let lost = crate::collect::collector::read_losses(&self.loaded.counters).lost();
+        let lost = crate::probes::counters::read_losses(&self.loaded.counters).lost();
         progress.show(&self.collector.stats(), lost);
     }
 }

@@ -2,21 +2,16 @@
 //! (`Single`), every process running a program file (`Binary`), or every
 //! process on the machine.
 
+use crate::collect::ProcessChange;
+use crate::session::config::{Target, TraceConfig};
 use tracer_common::{FILTER_ALL, FILTER_NONE, FILTER_PIDS};
 
 use crate::{
-    cli::Cli,
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
-    session::{binary::Binary, forks::ProcessChange, single::Single},
-    stacks::modules::Modules,
-    tracee::{
-        launch::Launched,
-        liveness::PidFd,
-        process::{has_exited, Mapping},
-        search::Program,
-    },
+    session::{binary::Binary, single::Single},
+    tracee::{launch::Launched, liveness::PidFd, process::Mapping, search::Program},
 };
 
 pub enum Scope {
@@ -34,16 +29,18 @@ pub struct Start {
 }
 
 impl Scope {
-    pub fn start(cli: &Cli) -> anyhow::Result<Start> {
-        let (scope, maps) = if let Some(pid) = cli.pid {
-            let (single, maps) = Single::attach_to(cli, pid)?;
-            (Scope::Single(single), vec![(pid, maps)])
-        } else if !cli.command.is_empty() {
-            (Scope::Single(Single::start(cli)?), Vec::new())
-        } else if let Some(binary) = &cli.binary {
-            (Scope::Binary(Binary::new(binary)?), Vec::new())
-        } else {
-            (Scope::SystemWide, Vec::new())
+    pub fn start(config: &TraceConfig) -> anyhow::Result<Start> {
+        let (scope, maps) = match &config.target {
+            Target::Pid(pid) => {
+                let (single, maps) = Single::attach_to(*pid, config.follow_forks)?;
+                (Scope::Single(single), vec![(*pid, maps)])
+            }
+            Target::Command(args) => (
+                Scope::Single(Single::start(args, config.follow_forks)?),
+                Vec::new(),
+            ),
+            Target::Binary(binary) => (Scope::Binary(Binary::new(binary)?), Vec::new()),
+            Target::SystemWide { .. } => (Scope::SystemWide, Vec::new()),
         };
         Ok(Start { scope, maps })
     }
@@ -61,18 +58,17 @@ impl Scope {
 
     /// Process `pid` called exec (see tracer-ebpf's process_exec): hook
     /// what its new image uses, and under --binary start or stop tracing it.
-    pub fn on_exec(
-        &mut self,
-        pid: u32,
-        loaded: &mut Loaded,
-        hooks: &mut Hooks,
-        modules: &mut Modules,
-    ) {
+    /// True when its maps must be read now (it joined the traced set).
+    pub fn on_exec(&mut self, pid: u32, loaded: &mut Loaded, hooks: &mut Hooks) -> bool {
         match self {
-            Scope::Single(single) => single.on_exec(pid, loaded, hooks),
-            Scope::Binary(binary) => binary.on_exec(pid, loaded, hooks, modules),
+            Scope::Single(single) => {
+                single.on_exec(pid, loaded, hooks);
+                false
+            }
+            Scope::Binary(binary) => binary.on_exec(pid, loaded, hooks),
             Scope::SystemWide => {
                 hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
+                false
             }
         }
     }
@@ -181,35 +177,35 @@ impl Scope {
     }
 
     /// After the probes are attached: lets a held command run, and fills
-    /// the process filter.
+    /// the process filter. Returns the processes whose maps to read now.
     pub fn begin(
         &mut self,
-        cli: &Cli,
+        config: &TraceConfig,
         loaded: &mut Loaded,
         hooks: &mut Hooks,
-        modules: &mut Modules,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Vec<u32>> {
         match self {
-            Scope::Single(single) => single.begin(),
+            Scope::Single(single) => single.begin().map(|()| Vec::new()),
             Scope::SystemWide => {
                 loaded.add_filtered_pid(std::process::id())?;
-                for &pid in &cli.exclude_pid {
-                    loaded.add_filtered_pid(pid)?;
+                if let Target::SystemWide { exclude, .. } = &config.target {
+                    for &pid in exclude {
+                        loaded.add_filtered_pid(pid)?;
+                    }
                 }
-                Ok(())
+                Ok(Vec::new())
             }
-            Scope::Binary(binary) => {
-                binary.poll(loaded, hooks, modules);
-                Ok(())
-            }
+            Scope::Binary(binary) => Ok(binary.poll(loaded, hooks)),
         }
     }
 
     /// Called every POLL_INTERVAL: picks up new processes running the
     /// binary (their allocations before that are not seen).
-    pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks, modules: &mut Modules) {
-        if let Scope::Binary(binary) = self {
-            binary.poll(loaded, hooks, modules);
+    /// Returns the processes whose maps to read now.
+    pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> Vec<u32> {
+        match self {
+            Scope::Binary(binary) => binary.poll(loaded, hooks),
+            Scope::Single(_) | Scope::SystemWide => Vec::new(),
         }
     }
 
@@ -298,14 +294,13 @@ fn hook_every_process(loaded: &mut Loaded, hooks: &mut Hooks) -> anyhow::Result<
     let me = std::process::id();
     loaded.add_filtered_pid(me)?;
     hooks.hook(loaded, &Program::running(me)?, None, None)?;
-    hooks.per_process.remove(&me);
+    hooks.forget(me);
     for pid in all_pids().into_iter().filter(|&p| p != me) {
         if !is_kernel_thread(pid) {
             hooks.hook_running(loaded, pid, Program::running(pid), None);
         }
     }
-    // Processes that vanished while being read are not failures.
-    hooks.failures.retain(|(pid, _)| !has_exited(*pid));
+    hooks.drop_vanished(None);
     Ok(())
 }
 

@@ -8,10 +8,10 @@ use std::{
 };
 
 use crate::{
-    cli::{Cli, Format, SNAPSHOT_NUMBER},
+    limits::SNAPSHOT_NUMBER,
     probes::loader::{AttachOptions, Limits},
-    report::{self, Output, Profile},
-    session::scope::Scope,
+    report::{self, Format, Output, Profile},
+    session::{config::TraceConfig, scope::Scope},
     tracee::allocators::Choice,
 };
 
@@ -19,7 +19,7 @@ use crate::{
 pub const SERVE_TICK: Duration = Duration::from_secs(5);
 
 pub struct Settings<'a> {
-    pub cli: &'a Cli,
+    pub config: &'a TraceConfig,
     /// -o, checked writable before anything is attached; with `{n}`, the
     /// first snapshot's file was checked.
     output: Option<Output>,
@@ -35,32 +35,32 @@ pub struct Settings<'a> {
 impl<'a> Settings<'a> {
     /// Checks what can be checked before attaching: the output path and
     /// the privileges.
-    pub fn new(cli: &'a Cli) -> anyhow::Result<Settings<'a>> {
-        let output = cli
+    pub fn new(config: &'a TraceConfig) -> anyhow::Result<Settings<'a>> {
+        let output = config
             .output
             .as_deref()
             .map(|path| Output::prepare(&numbered_path(path, 1)))
             .transpose()?;
-        crate::probes::preflight::check(cli)?;
+        crate::probes::preflight::check(config.pid(), config.command().is_some())?;
         let mut comm = [0u8; 16];
-        for (d, s) in comm
-            .iter_mut()
-            .zip(cli.comm.as_deref().unwrap_or("").bytes())
-        {
+        let name = match &config.target {
+            crate::session::config::Target::SystemWide {
+                comm: Some(name), ..
+            } => name.as_str(),
+            _ => "",
+        };
+        for (d, s) in comm.iter_mut().zip(name.bytes()) {
             *d = s;
         }
         Ok(Settings {
-            cli,
+            config,
             output,
-            tick: cli
-                .interval
-                .map(Duration::from_secs_f64)
-                .or(cli.serve.as_ref().map(|_| SERVE_TICK)),
-            choice: Choice::parse(&cli.allocator),
+            tick: config.interval.or(config.serve.map(|_| SERVE_TICK)),
+            choice: Choice::parse(&config.allocator),
             attach: AttachOptions {
-                placement: cli.probe_placement,
-                noop: cli.noop_probes,
-                sessions: cli.uprobe_sessions == crate::cli::Sessions::Auto,
+                placement: config.probes.placement,
+                noop: config.probes.noop,
+                sessions: config.probes.sessions,
             },
             comm,
         })
@@ -68,14 +68,14 @@ impl<'a> Settings<'a> {
 
     /// The BPF object's sizes and filters for tracing `scope`.
     pub fn limits(&self, scope: &Scope) -> Limits {
-        let cli = self.cli;
+        let probes = self.config.probes;
         Limits {
-            max_live: cli.max_live,
-            stack_storage_size: cli.stack_storage_size,
-            ringbuf_bytes: cli.ringbuf_mb << 20,
-            unwind: cli.unwind,
-            stack_bytes: cli.stack_bytes,
-            sample_rate: cli.sample_rate,
+            max_live: probes.max_live,
+            stack_storage_size: probes.stack_storage_size,
+            ringbuf_bytes: probes.ringbuf_mb << 20,
+            unwind: probes.unwind,
+            stack_bytes: probes.stack_bytes,
+            sample_rate: probes.sample_rate,
             filter: scope.filter(),
             comm: self.comm,
             follow_forks: scope.follows_forks(),
@@ -85,7 +85,7 @@ impl<'a> Settings<'a> {
     /// -o has `{n}`: each tick writes a numbered snapshot, and the final
     /// report is the last one.
     pub fn numbered(&self) -> bool {
-        self.cli
+        self.config
             .output
             .as_ref()
             .is_some_and(|o| o.to_string_lossy().contains(SNAPSHOT_NUMBER))
@@ -94,7 +94,7 @@ impl<'a> Settings<'a> {
     /// Writes the report to stdout or, atomically, to the -o file (which
     /// saves it elsewhere if that fails, and says so). Returns the file.
     pub fn write(&self, profile: &Profile) -> anyhow::Result<Option<PathBuf>> {
-        write_report(self.cli, self.output.as_ref(), profile, true)?;
+        write_report(self.config, self.output.as_ref(), profile, true)?;
         Ok(self.output.as_ref().map(|o| o.path().to_path_buf()))
     }
 
@@ -107,11 +107,11 @@ impl<'a> Settings<'a> {
         profile: &Profile,
         last: bool,
     ) -> anyhow::Result<Option<PathBuf>> {
-        let Some(path) = &self.cli.output else {
+        let Some(path) = &self.config.output else {
             return self.write(profile);
         };
         let output = Output::prepare(&numbered_path(path, n))?;
-        write_report(self.cli, Some(&output), profile, last)?;
+        write_report(self.config, Some(&output), profile, last)?;
         Ok(Some(output.path().to_path_buf()))
     }
 }
@@ -128,19 +128,20 @@ fn numbered_path(path: &Path, n: u32) -> PathBuf {
 /// Renders the report straight to stdout or the `-o` file, never held
 /// whole in memory.
 fn write_report(
-    cli: &Cli,
+    config: &TraceConfig,
     output: Option<&Output>,
     profile: &Profile,
     losses_to_stderr: bool,
 ) -> anyhow::Result<()> {
+    let r = config.render;
     let mut render = |mut w: &mut dyn Write| -> anyhow::Result<()> {
-        match cli.format {
-            Format::Text => Ok(report::write_text_by(profile, cli.top, cli.sort(), &mut w)?),
+        match r.format {
+            Format::Text => Ok(report::write_text_by(profile, r.top, r.sort, &mut w)?),
             Format::Json => report::write_json(profile, &mut w),
-            Format::Collapsed => Ok(report::write_collapsed(profile, cli.view, &mut w)?),
-            Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w),
-            Format::Pprof => report::write_pprof(profile, cli.view, &mut w),
-            Format::Speedscope => report::write_speedscope(profile, cli.view, &mut w),
+            Format::Collapsed => Ok(report::write_collapsed(profile, r.view, &mut w)?),
+            Format::Flamegraph => report::write_flamegraph(profile, r.view, &mut w),
+            Format::Pprof => report::write_pprof(profile, r.view, &mut w),
+            Format::Speedscope => report::write_speedscope(profile, r.view, &mut w),
         }
     };
     let (started, before) = (std::time::Instant::now(), crate::usage::own());
@@ -148,7 +149,7 @@ fn write_report(
         Some(output) => output.write_with(&mut render)?,
         None => report::output::write_stdout(&mut render)?,
     }
-    if cli.verbose {
+    if config.verbose {
         // For `cargo xtask bench-report`: what rendering alone costs. The
         // allocator keeps most of what was freed, so RSS after rendering
         // is close to its peak during it.
@@ -162,7 +163,7 @@ fn write_report(
     }
     if losses_to_stderr
         && matches!(
-            cli.format,
+            r.format,
             Format::Collapsed | Format::Flamegraph | Format::Pprof | Format::Speedscope
         )
     {

@@ -2,17 +2,19 @@
 //! processes it forks), whose exit ends the trace. A command is started by
 //! memtrace-bpf, held until the probes are attached and at its exit.
 
+use std::ffi::OsString;
+
+use crate::collect::ProcessChange;
 use crate::{
-    cli::Cli,
     error::TraceError,
     escape,
     probes::{hooks::Hooks, loader::Loaded},
     report::ProcessInfo,
-    session::forks::{Forks, ProcessChange},
+    session::forks::Forks,
     tracee::{
         launch::Launched,
         liveness::PidFd,
-        process::{has_exited, program_of, read_cmdline, Mapping, Process},
+        process::{program_of, read_cmdline, Mapping, Process},
         search::Program,
     },
 };
@@ -37,29 +39,29 @@ impl Single {
     }
 
     /// `--pid`: the process and its maps as they are now.
-    pub fn attach_to(cli: &Cli, pid: u32) -> anyhow::Result<(Single, Vec<Mapping>)> {
+    pub fn attach_to(pid: u32, follow_forks: bool) -> anyhow::Result<(Single, Vec<Mapping>)> {
         let process = Process::inspect(pid)?;
         let pidfd = PidFd::open(pid)?;
         let single = Single {
             pid,
             pidfd,
             command: process.command,
-            forks: Forks::new(cli.follow_forks),
+            forks: Forks::new(follow_forks),
             launched: None,
         };
         Ok((single, process.mappings))
     }
 
     /// `-- CMD`: started, held before its first instruction.
-    pub fn start(cli: &Cli) -> anyhow::Result<Single> {
-        let launched = Launched::spawn(&cli.command)?;
+    pub fn start(command: &[OsString], follow_forks: bool) -> anyhow::Result<Single> {
+        let launched = Launched::spawn(command)?;
         let pidfd = PidFd::open(launched.pid)?;
-        let argv_shown = crate::tracee::launch::display_command(&cli.command);
+        let argv_shown = crate::tracee::launch::display_command(command);
         Ok(Single {
             pid: launched.pid,
             pidfd,
-            command: crate::tracee::launch::report_command(&cli.command),
-            forks: Forks::new(cli.follow_forks),
+            command: crate::tracee::launch::report_command(command),
+            forks: Forks::new(follow_forks),
             launched: Some((launched, argv_shown)),
         })
     }
@@ -117,10 +119,8 @@ impl Single {
             // A followed child's new image may bring another allocator.
             hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
             // One that exited while it was read (a shell's `true`) had
-            // nothing left to hook: not a failure.
-            hooks
-                .failures
-                .retain(|&(p, _)| p != pid || !has_exited(pid));
+            // nothing left to hook.
+            hooks.drop_vanished(Some(pid));
         }
     }
 
@@ -227,9 +227,7 @@ fn runs(command: &str, comm: &str) -> bool {
 fn follow_descendants(root: u32, forks: &mut Forks, loaded: &mut Loaded, hooks: &mut Hooks) {
     for (pid, _parent) in Forks::descendants(root) {
         if loaded.add_filtered_pid(pid).is_err() {
-            hooks
-                .failures
-                .push((pid, "the process filter map is full".into()));
+            hooks.add_failure(pid, "the process filter map is full".into());
             continue;
         }
         forks.forked(pid, "");

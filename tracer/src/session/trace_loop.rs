@@ -83,9 +83,9 @@ impl Trace<'_> {
             super::stats::STATS_INTERVAL,
         );
         stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let verbose = self.settings.cli.verbose;
+        let verbose = self.settings.config.verbose;
         // Dropped (the line cleared) however the loop ends.
-        let mut progress = super::progress::Progress::new(self.settings.cli.quiet, self.started);
+        let mut progress = super::progress::Progress::new(self.settings.config.quiet, self.started);
         let mut progress_tick = tokio::time::interval(super::progress::PROGRESS_INTERVAL);
         progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
@@ -114,8 +114,9 @@ impl Trace<'_> {
                     }
                 },
                 _ = poll.tick() => {
-                    self.scope
-                        .poll(&mut self.loaded, &mut self.hooks, &mut self.collector.state.modules);
+                    for pid in self.scope.poll(&mut self.loaded, &mut self.hooks) {
+                        self.collector.refresh_maps(pid);
+                    }
                     Next::Continue
                 }
                 _ = self.signals.sigchld.recv() => {
@@ -244,13 +245,10 @@ impl Trace<'_> {
                 break;
             };
             // Gone already: nothing left to read, and no failure to hook.
-            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok() {
-                self.scope.on_exec(
-                    pid,
-                    &mut self.loaded,
-                    &mut self.hooks,
-                    &mut self.collector.state.modules,
-                );
+            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok()
+                && self.scope.on_exec(pid, &mut self.loaded, &mut self.hooks)
+            {
+                self.collector.refresh_maps(pid);
             }
         }
     }
@@ -262,7 +260,11 @@ impl Trace<'_> {
             return; // the client gave up
         }
         self.collector.drain_all();
-        let min_age = super::min_age(reply.min_age.or(self.settings.cli.min_age));
+        // The query's own min age (0: every block), else the trace's.
+        let min_age = match reply.min_age {
+            Some(secs) => super::config::min_age(Some(secs)),
+            None => self.settings.config.min_age,
+        };
         let profile =
             self.snapshot_aged("snapshot served while tracing (the trace went on)", min_age);
         let _ = reply.send(crate::serve::Snapshot {
