@@ -57,18 +57,35 @@ fn a_report_blocked_on_a_fifo_is_saved_elsewhere_on_a_signal() {
     // The smallest pipe (one page), so that any report fills it.
     // SAFETY: fcntl on an open fd of ours.
     unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    // A command whose report is far larger than the pipe: python's start
+    // alone makes thousands of allocations at hundreds of stacks. It says
+    // when it has started (a report of a command stopped before it ran
+    // could fit in the pipe, and the test would prove nothing).
+    let ready = scratch("stalled.ready");
+    let _ = std::fs::remove_file(&ready);
     let mut tracer = Tracer::spawn(&[
         "-f",
         "json",
         "-o",
         path.to_str().expect("utf-8"),
         "--",
-        "/bin/sleep",
-        "30",
+        "/usr/bin/python3",
+        "-c",
+        "import pathlib, sys, time; kept = [str(i) for i in range(100000)]; \
+         pathlib.Path(sys.argv[1]).write_text('ready'); time.sleep(60)",
+        ready.to_str().expect("utf-8"),
     ]);
     tracer
         .stderr
         .wait_for("memtrace-bpf: tracing ", "tracer attach");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "python did not start within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     tracer.signal(libc::SIGINT);
     // The report has begun: bytes wait in the pipe, and the rest blocks.
     let deadline = Instant::now() + Duration::from_secs(60);
