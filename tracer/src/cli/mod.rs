@@ -4,26 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
-use crate::report::{Sort, View};
+use crate::report::{Format, Sort, View};
 
 mod help;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// Top stacks by in-use bytes, then the loss counters.
-    #[default]
-    Text,
-    /// `root;...;leaf VALUE` lines for speedscope, inferno, flamegraph.pl.
-    Collapsed,
-    /// SVG flamegraph rendered with inferno.
-    Flamegraph,
-    /// The whole profile as JSON (schema in docs/formats.md).
-    Json,
-    /// Gzip-compressed pprof protobuf for `go tool pprof`, Pyroscope, Parca.
-    Pprof,
-    /// speedscope's own JSON format: a profile per view (and per process).
-    Speedscope,
-}
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum UnwindMode {

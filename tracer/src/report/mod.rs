@@ -16,6 +16,7 @@ mod losses;
 pub mod output;
 mod pprof;
 mod pprof_meta;
+mod render;
 mod speedscope;
 mod text;
 
@@ -26,6 +27,7 @@ pub use json::write_json;
 pub use losses::{write_losses, LossLine, Losses};
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
+pub use render::{losses_for_stderr, render, Format, RenderOptions};
 pub use speedscope::write_speedscope;
 pub use text::{write_text, write_text_by};
 // For saved profiles (crate::saved): reading pprof, naming folded frames.

@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    cli::{Cli, Format, SNAPSHOT_NUMBER},
+    cli::{Cli, SNAPSHOT_NUMBER},
     probes::loader::{AttachOptions, Limits},
     report::{self, Output, Profile},
     session::scope::Scope,
@@ -133,16 +133,13 @@ fn write_report(
     profile: &Profile,
     losses_to_stderr: bool,
 ) -> anyhow::Result<()> {
-    let mut render = |mut w: &mut dyn Write| -> anyhow::Result<()> {
-        match cli.format {
-            Format::Text => Ok(report::write_text_by(profile, cli.top, cli.sort(), &mut w)?),
-            Format::Json => report::write_json(profile, &mut w),
-            Format::Collapsed => Ok(report::write_collapsed(profile, cli.view, &mut w)?),
-            Format::Flamegraph => report::write_flamegraph(profile, cli.view, &mut w),
-            Format::Pprof => report::write_pprof(profile, cli.view, &mut w),
-            Format::Speedscope => report::write_speedscope(profile, cli.view, &mut w),
-        }
+    let options = report::RenderOptions {
+        format: cli.format,
+        view: cli.view,
+        top: cli.top,
+        sort: cli.sort(),
     };
+    let mut render = |w: &mut dyn Write| report::render(profile, &options, w);
     let (started, before) = (std::time::Instant::now(), crate::usage::own());
     match output {
         Some(output) => output.write_with(&mut render)?,
@@ -160,15 +157,11 @@ fn write_report(
             after.peak_rss_kib.saturating_sub(before.peak_rss_kib)
         );
     }
-    if losses_to_stderr
-        && matches!(
-            cli.format,
-            Format::Collapsed | Format::Flamegraph | Format::Pprof | Format::Speedscope
-        )
-    {
-        // These formats have no place for them: the counters go to stderr.
-        let mut err = std::io::stderr().lock();
-        report::write_losses(&profile.losses, &mut err)?;
+    if !losses_to_stderr {
+        return Ok(());
+    }
+    if let Some(losses) = report::losses_for_stderr(profile, cli.format) {
+        std::io::stderr().lock().write_all(losses.as_bytes())?;
     }
     Ok(())
 }
