@@ -12,7 +12,7 @@ use crate::{
         trend,
     },
     report::{
-        Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
+        Counts, ExitStack, Frame, Hook, Losses, Note, NotFreedAtExit, ProcessInfo, Profile,
         SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
@@ -35,7 +35,7 @@ pub struct Meta {
     /// The allocator objects hooked, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
     pub allocators: Vec<String>,
     /// Remarks about what was traced (see `Scope::notes`).
-    pub scope_notes: Vec<String>,
+    pub scope_notes: Vec<Note>,
     /// `processes[0]` is the process whose exit ends the trace (--pid,
     /// -- CMD): its unfreed blocks stay in in-use.
     pub root_exit_kept: bool,

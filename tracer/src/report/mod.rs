@@ -13,6 +13,8 @@ mod interruptible;
 mod json;
 mod json_layout;
 mod losses;
+mod note;
+mod notes;
 pub mod output;
 mod pprof;
 mod pprof_meta;
@@ -25,6 +27,7 @@ pub use flamegraph::{write_flamegraph, write_flamegraph_of};
 pub use growth::{rate_per_min, sparkline, Sort};
 pub use json::write_json;
 pub use losses::{write_losses, LossLine, Losses};
+pub use note::Note;
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
 pub use render::{losses_for_stderr, render, Format, RenderOptions};
@@ -69,8 +72,9 @@ pub struct Profile {
     /// exit).
     pub not_freed_at_exit: NotFreedAtExit,
     pub losses: Losses,
-    /// Remarks for the user (skipped optional hooks, limits hit...).
-    pub notes: Vec<String>,
+    /// Remarks for the user (skipped optional hooks, limits hit...), put
+    /// into words by `report/notes.rs`.
+    pub notes: Vec<Note>,
     /// The heap's history (--interval, or --serve's own tick): one point
     /// per snapshot kept, oldest first; each `StackReport::series` has one
     /// value per point. Empty without history.
@@ -344,19 +348,16 @@ pub fn human_bytes(bytes: u64) -> String {
 
 /// `1 stack`, `2 stacks`: a count with its noun in the right number.
 pub fn counted(n: u64, one: &str, many: &str) -> String {
-    if n == 1 {
-        format!("{n} {one}")
-    } else {
-        format!("{n} {many}")
-    }
+    format!("{n} {}", plural(n, one, many))
 }
 
-/// "was" for one, "were" for any other count.
-pub fn was(n: u64) -> &'static str {
+/// `one` for a count of 1, `many` for any other: "was" or "were", "its"
+/// or "their". The one plural rule of every message.
+pub fn plural<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 {
-        "was"
+        one
     } else {
-        "were"
+        many
     }
 }
 

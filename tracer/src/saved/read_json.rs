@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::limits::{self, Budget};
 use crate::report::{
-    Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessAllocator, ProcessInfo, Profile,
+    Counts, ExitStack, Frame, Hook, Losses, Note, NotFreedAtExit, ProcessAllocator, ProcessInfo, Profile,
     SnapshotPoint, StackReport, Trend,
 };
 
@@ -279,7 +279,7 @@ impl Doc {
             stacks,
             not_freed_at_exit: self.not_freed_at_exit.into_section(&table, budget)?,
             losses: self.losses.losses(),
-            notes: self.notes,
+            notes: self.notes.into_iter().map(Note::Text).collect(),
             snapshots,
             min_age_secs: self.min_age_secs,
         })

@@ -8,7 +8,7 @@ use crate::{
     cli::Cli,
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
-    report::ProcessInfo,
+    report::{Note, ProcessInfo},
     session::{binary::Binary, forks::ProcessChange, single::Single},
     stacks::modules::Modules,
     tracee::{
@@ -92,7 +92,7 @@ impl Scope {
     }
 
     /// What the report says about the children of the traced process.
-    pub fn fork_notes(&self, loaded: &Loaded) -> Vec<String> {
+    pub fn fork_notes(&self, loaded: &Loaded) -> Vec<Note> {
         match self {
             Scope::Single(single) => single.forks.notes(single.pid, &loaded.counters),
             Scope::Binary(_) | Scope::SystemWide => Vec::new(),
@@ -254,7 +254,7 @@ impl Scope {
     }
 
     /// What the report must say about the scope itself.
-    pub fn notes(&self) -> Vec<String> {
+    pub fn notes(&self) -> Vec<Note> {
         match self {
             Scope::Binary(binary) => binary.notes(),
             Scope::Single(_) | Scope::SystemWide => Vec::new(),
