@@ -12,7 +12,7 @@ use crate::{
         trend,
     },
     report::{
-        Counts, ExitStack, Frame, Hook, Losses, Note, NotFreedAtExit, ProcessInfo, Profile,
+        Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, ProcessInfo, Profile,
         SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,

@@ -8,7 +8,7 @@ use crate::{
         collector::Collector,
         profile::{Meta, Unnamed},
     },
-    report::{Losses, Note, NotFreedAtExit, StackReport},
+    report::{Losses, NotFreedAtExit, Note, StackReport},
 };
 
 pub(super) fn notes(

@@ -11,8 +11,8 @@ use serde::Deserialize;
 
 use super::limits::{self, Budget};
 use crate::report::{
-    Counts, ExitStack, Frame, Hook, Losses, Note, NotFreedAtExit, ProcessAllocator, ProcessInfo, Profile,
-    SnapshotPoint, StackReport, Trend,
+    Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, ProcessAllocator, ProcessInfo,
+    Profile, SnapshotPoint, StackReport, Trend,
 };
 
 /// The version this reader understands (report/json.rs `FORMAT`).

@@ -12,7 +12,11 @@ use std::collections::BTreeMap;
 use aya::maps::{MapData, PerCpuArray};
 use tracer_common::counter;
 
-use crate::{collect::collector::read_counter, report::{Note, ProcessInfo}, tracee::process::read_cmdline};
+use crate::{
+    collect::collector::read_counter,
+    report::{Note, ProcessInfo},
+    tracee::process::read_cmdline,
+};
 
 /// A process that joined or left the traced set, in the order the kernel
 /// saw it (see tracer_common::EVENT_FORK / EVENT_EXIT).
