@@ -12,6 +12,7 @@ pub mod escape;
 pub mod fuzzing;
 pub mod model;
 pub mod probes;
+pub mod profile;
 pub mod report;
 pub mod saved;
 pub mod serve;

@@ -2,7 +2,7 @@
 //! what a full ring buffer did to the numbers, and what lost or malformed
 //! events left behind.
 
-use crate::report::{Losses, Note};
+use crate::profile::{Losses, Note};
 
 use super::{collector::Collector, profile::Meta};
 

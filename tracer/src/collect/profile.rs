@@ -1,4 +1,4 @@
-//! Turns the collector's state into a `report::Profile`: symbolizes every
+//! Turns the collector's state into a `profile::Profile`: symbolizes every
 //! frame once, sums per-stack totals, and writes the notes a user needs.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -11,7 +11,7 @@ use crate::{
         history::{self, History},
         trend,
     },
-    report::{
+    profile::{
         Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, ProcessInfo, Profile,
         SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
     },

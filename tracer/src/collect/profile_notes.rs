@@ -8,7 +8,7 @@ use crate::{
         collector::Collector,
         profile::{Meta, Unnamed},
     },
-    report::{Losses, NotFreedAtExit, Note, StackReport},
+    profile::{Losses, NotFreedAtExit, Note, StackReport},
 };
 
 pub(super) fn notes(
