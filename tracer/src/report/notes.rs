@@ -10,32 +10,15 @@ impl fmt::Display for Note {
         match self {
             Note::Text(text) => f.write_str(text),
             Note::AllocatorHooked { object } => write!(f, "allocator hooked: {object}"),
-            Note::HookFailed { pid, why } => write!(
-                f,
-                "process {pid}: its allocator could not be hooked: {why}"
-            ),
+            Note::HookFailed { pid, why } => {
+                write!(f, "process {pid}: its allocator could not be hooked: {why}")
+            }
             Note::NoUprobeSessions { why } => write!(
                 f,
                 "uprobe sessions unavailable ({why}): every call also pays a return probe"
             ),
-            Note::ExecsNotInspected { execs } => write!(
-                f,
-                "{} not inspected: the trace saw programs start faster than their objects could \
-                 be read (allocators they brought may not have been hooked; glibc is hooked for all)",
-                counted(*execs, "exec was", "execs were"),
-            ),
-            Note::DroppedByExec { blocks } => {
-                let n = *blocks;
-                write!(
-                    f,
-                    "{} still live when {} process called exec {} dropped from in-use \
-                     (the new image does not have {})",
-                    counted(n, "block", "blocks"),
-                    plural(n, "its", "their"),
-                    plural(n, "was", "were"),
-                    plural(n, "it", "them"),
-                )
-            }
+            Note::ExecsNotInspected { execs } => execs_not_inspected(f, *execs),
+            Note::DroppedByExec { blocks } => dropped_by_exec(f, *blocks),
             Note::ChildrenNotTraced { children, root } => write!(
                 f,
                 "{} of pid {root} {} not traced: use --follow-forks",
@@ -45,49 +28,27 @@ impl fmt::Display for Note {
             // "child processes" whatever the count: the words as they were.
             Note::ChildrenNotFollowed { children, max_pids } => write!(
                 f,
-                "{children} child processes could not be followed: the process filter map \
-                 ({max_pids} entries) was full"
+                "{children} child processes could not be followed: {}",
+                filter_map_full(*max_pids)
             ),
             Note::BinaryProcessesNotTraced {
                 processes,
                 path,
                 max_pids,
-            } => write!(
-                f,
-                "{} running {} {path} not traced: the process filter map ({max_pids} entries) \
-                 was full",
-                counted(*processes, "process", "processes"),
-                plural(*processes, "was", "were"),
-            ),
+            } => binary_not_traced(f, *processes, path, *max_pids),
             Note::ExecedAway { pid } => write!(
                 f,
                 "process {pid} exec'ed another program and was no longer traced from then on"
             ),
-            Note::RootExited { pid, status } => write!(
-                f,
-                "process {pid} {} during the trace: in-use numbers are what it had not freed when \
-                 it exited",
-                status.as_deref().unwrap_or("exited")
-            ),
+            Note::RootExited { pid, status } => root_exited(f, *pid, status.as_deref()),
             Note::ProcessesExited {
                 processes,
                 unfreed,
                 bytes,
                 objects,
             } => processes_exited(f, *processes, *unfreed, *bytes, *objects),
-            Note::UnnamedStacks { stacks, processes } => write!(
-                f,
-                "{stacks} stacks of {processes} processes have frames shown as [unknown] address: \
-                 the processes exited, or exec'ed another program, before the tracer could read \
-                 their memory maps (that image lived a few milliseconds); a command started by \
-                 memtrace-bpf is held at its exit and keeps them"
-            ),
-            Note::Sampled { rate } => write!(
-                f,
-                "sampled: one allocation recorded per {rate} bytes allocated on average, each \
-                 weighted by 1/(1-e^(-size/{rate})); the numbers are estimates (--sample-rate 1 \
-                 for exact ones)"
-            ),
+            Note::UnnamedStacks { stacks, processes } => unnamed_stacks(f, *stacks, *processes),
+            Note::Sampled { rate } => sampled(f, *rate),
             Note::UnknownFrees {
                 frees,
                 traced_from_start,
@@ -103,16 +64,8 @@ impl fmt::Display for Note {
                 "{} reused an address whose free was not seen (lost events)",
                 counted(*allocations, "allocation", "allocations")
             ),
-            Note::UnmatchedFrees { frees, malformed } => write!(
-                f,
-                "{} without a recorded allocation and {} reached user space",
-                counted(*frees, "free", "frees"),
-                counted(*malformed, "malformed event", "malformed events")
-            ),
-            Note::FramePointerStacks => f.write_str(
-                "stacks are frame-pointer walks: code built without frame pointers shows short \
-                 stacks (--unwind dwarf gives complete ones)",
-            ),
+            Note::UnmatchedFrees { frees, malformed } => unmatched_frees(f, *frees, *malformed),
+            Note::FramePointerStacks => f.write_str(FRAME_POINTER_STACKS),
             Note::StacksCut {
                 stacks,
                 stack_bytes,
@@ -125,15 +78,8 @@ impl fmt::Display for Note {
                 f,
                 "the trace ended before the command (pid {pid}): it was sent {signal} and {how}"
             ),
-            Note::Delta { seconds } => write!(
-                f,
-                "delta profile: allocated counts are what was allocated over the {seconds} s \
-                 before this profile; in-use counts are the heap of those stacks at its end"
-            ),
-            Note::ReadFromPprof => f.write_str(
-                "read from a pprof file: it has no process list, hooks or loss counters (shown as \
-                 none)",
-            ),
+            Note::Delta { seconds } => delta(f, *seconds),
+            Note::ReadFromPprof => f.write_str(READ_FROM_PPROF),
             Note::NegativeSamples { values } => write!(
                 f,
                 "{values} negative sample values were read as 0 (a diff profile?)"
@@ -144,6 +90,98 @@ impl fmt::Display for Note {
             ),
         }
     }
+}
+
+const FRAME_POINTER_STACKS: &str = "stacks are frame-pointer walks: code built without frame \
+    pointers shows short stacks (--unwind dwarf gives complete ones)";
+
+const READ_FROM_PPROF: &str =
+    "read from a pprof file: it has no process list, hooks or loss counters (shown as none)";
+
+/// Why processes or children were not traced: the BPF filter map's size.
+fn filter_map_full(max_pids: u32) -> String {
+    format!("the process filter map ({max_pids} entries) was full")
+}
+
+fn binary_not_traced(
+    f: &mut fmt::Formatter<'_>,
+    processes: u64,
+    path: &str,
+    max_pids: u32,
+) -> fmt::Result {
+    write!(
+        f,
+        "{} running {} {path} not traced: {}",
+        counted(processes, "process", "processes"),
+        plural(processes, "was", "were"),
+        filter_map_full(max_pids)
+    )
+}
+
+fn unmatched_frees(f: &mut fmt::Formatter<'_>, frees: u64, malformed: u64) -> fmt::Result {
+    write!(
+        f,
+        "{} without a recorded allocation and {} reached user space",
+        counted(frees, "free", "frees"),
+        counted(malformed, "malformed event", "malformed events")
+    )
+}
+
+fn execs_not_inspected(f: &mut fmt::Formatter<'_>, execs: u64) -> fmt::Result {
+    write!(
+        f,
+        "{} not inspected: the trace saw programs start faster than their objects could be read \
+         (allocators they brought may not have been hooked; glibc is hooked for all)",
+        counted(execs, "exec was", "execs were"),
+    )
+}
+
+fn dropped_by_exec(f: &mut fmt::Formatter<'_>, n: u64) -> fmt::Result {
+    write!(
+        f,
+        "{} still live when {} process called exec {} dropped from in-use (the new image does \
+         not have {})",
+        counted(n, "block", "blocks"),
+        plural(n, "its", "their"),
+        plural(n, "was", "were"),
+        plural(n, "it", "them"),
+    )
+}
+
+fn root_exited(f: &mut fmt::Formatter<'_>, pid: u32, status: Option<&str>) -> fmt::Result {
+    write!(
+        f,
+        "process {pid} {} during the trace: in-use numbers are what it had not freed when it \
+         exited",
+        status.unwrap_or("exited")
+    )
+}
+
+// "stacks" and "processes" whatever the counts: the words as they were.
+fn unnamed_stacks(f: &mut fmt::Formatter<'_>, stacks: u64, processes: u64) -> fmt::Result {
+    write!(
+        f,
+        "{stacks} stacks of {processes} processes have frames shown as [unknown] address: the \
+         processes exited, or exec'ed another program, before the tracer could read their memory \
+         maps (that image lived a few milliseconds); a command started by memtrace-bpf is held \
+         at its exit and keeps them"
+    )
+}
+
+fn sampled(f: &mut fmt::Formatter<'_>, rate: u64) -> fmt::Result {
+    write!(
+        f,
+        "sampled: one allocation recorded per {rate} bytes allocated on average, each weighted \
+         by 1/(1-e^(-size/{rate})); the numbers are estimates (--sample-rate 1 for exact ones)"
+    )
+}
+
+fn delta(f: &mut fmt::Formatter<'_>, seconds: u64) -> fmt::Result {
+    write!(
+        f,
+        "delta profile: allocated counts are what was allocated over the {seconds} s before this \
+         profile; in-use counts are the heap of those stacks at its end"
+    )
 }
 
 impl Note {
