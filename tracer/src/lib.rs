@@ -24,6 +24,7 @@ pub mod fuzzing;
 pub mod limits;
 pub mod model;
 pub mod probes;
+pub mod profile;
 pub mod report;
 pub mod saved;
 pub mod serve;

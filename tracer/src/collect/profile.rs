@@ -1,4 +1,4 @@
-//! Turns the collector's state into a `report::Profile`: symbolizes every
+//! Turns the collector's state into a `profile::Profile`: symbolizes every
 //! frame once, sums per-stack totals, and writes the notes a user needs.
 
 use std::{
@@ -16,8 +16,8 @@ use crate::{
         trend,
     },
     probes::UnwindMode,
-    report::{
-        Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessInfo, Profile,
+    profile::{
+        Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, ProcessInfo, Profile,
         SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
@@ -40,7 +40,7 @@ pub struct Meta {
     /// The allocator objects hooked, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
     pub allocators: Vec<String>,
     /// Remarks about what was traced (see `Scope::notes`).
-    pub scope_notes: Vec<String>,
+    pub scope_notes: Vec<Note>,
     /// `processes[0]` is the process whose exit ends the trace (--pid,
     /// -- CMD): its unfreed blocks stay in in-use.
     pub root_exit_kept: bool,

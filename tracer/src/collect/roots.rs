@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::report::Frame;
+use crate::profile::Frame;
 
 /// Outermost functions of complete stacks.
 const ROOTS: &[&str] = &[

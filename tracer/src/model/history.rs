@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::{model::heap::StackHandle, report::Counts};
+use crate::{model::heap::StackHandle, profile::Counts};
 
 /// Points kept before the resolution halves.
 pub const MAX_POINTS: usize = 720;

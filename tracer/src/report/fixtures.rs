@@ -155,7 +155,7 @@ pub(super) fn one_process() -> Profile {
             return_without_entry: 1,
             ..Losses::default()
         },
-        notes: vec!["pvalloc, memalign: not hooked (optional)".to_string()],
+        notes: vec!["pvalloc, memalign: not hooked (optional)".into()],
         snapshots: Vec::new(),
         min_age_secs: None,
     }
@@ -280,9 +280,10 @@ pub(super) fn hostile() -> Profile {
     p.processes[0].program = format!("/opt/my dir/{evil}");
     p.processes[0].allocators[0].path = format!("/lib/{evil}.so");
     p.hooks[0].module = format!("/lib/{evil}.so");
-    p.notes.push(format!(
-        "process 101: its allocator could not be hooked: {evil}"
-    ));
+    p.notes.push(Note::HookFailed {
+        pid: 101,
+        why: evil.to_string(),
+    });
     let f = Arc::make_mut(&mut p.stacks[0].frames[0]);
     f.function = format!("leaf;{evil} 12");
     f.file = Some(format!("{evil}.c"));

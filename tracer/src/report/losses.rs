@@ -5,25 +5,9 @@
 
 use std::io::{self, Write};
 
-use serde::Serialize;
 use tracer_common::counter;
 
-/// Every way the tracer failed to record something, counted. The fields
-/// are the JSON object (in this order); `COUNTERS` says what each one is.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct Losses {
-    pub ringbuf_full: u64,
-    pub live_map_full: u64,
-    pub stack_lost: u64,
-    pub unknown_frees: u64,
-    pub return_without_entry: u64,
-    pub inflight_full: u64,
-    pub read_failed: u64,
-    pub stale_inflight: u64,
-    pub nested_lost: u64,
-    pub frees_dropped: u64,
-    pub frees_of_dropped_allocs: u64,
-}
+use crate::profile::Losses;
 
 /// One loss counter of the BPF programs, as the report knows it.
 #[derive(Clone, Copy, Debug)]

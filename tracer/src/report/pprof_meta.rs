@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::Profile;
+use super::{Note, Profile};
 use crate::escape;
 
 /// What the text report says around its table: what was traced, for how
@@ -39,7 +39,7 @@ pub(super) fn comments(p: &Profile) -> Vec<String> {
         ));
     }
     c.extend(growth_comments(p));
-    c.extend(p.notes.iter().cloned());
+    c.extend(p.notes.iter().map(Note::to_string));
     c
 }
 

@@ -15,7 +15,7 @@ use crate::escape::text as esc;
 use super::{
     basename, counted,
     growth::{growth_line, history_line},
-    Frame, Hook, Profile, Sort, StackReport, NO_STACK, TRUNCATED,
+    Frame, Hook, Note, Profile, Sort, StackReport, NO_STACK, TRUNCATED,
 };
 
 /// Width of the labels in the header, so values line up.
@@ -397,14 +397,14 @@ fn frame_line(f: &Frame, address: bool) -> String {
     line
 }
 
-fn write_notes(notes: &[String], w: &mut impl Write) -> io::Result<()> {
+fn write_notes(notes: &[Note], w: &mut impl Write) -> io::Result<()> {
     if notes.is_empty() {
         return Ok(());
     }
     writeln!(w)?;
     writeln!(w, "Notes:")?;
     for note in notes {
-        writeln!(w, "  - {}", esc(note))?;
+        writeln!(w, "  - {}", esc(&note.to_string()))?;
     }
     Ok(())
 }

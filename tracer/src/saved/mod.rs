@@ -18,7 +18,7 @@ use std::{
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::report::{self, Format, Output, Profile, Sort, View};
+use crate::report::{self, Format, Output, Profile, RenderOptions, Sort, View};
 
 mod diff;
 mod input;
@@ -157,14 +157,14 @@ fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
     let output = prepare_output(a.output.as_deref(), binary, format_name(a.format))?;
     let mut profile = load(&a.file)?;
     let sort = sort_stacks(&mut profile, a.sort, &a.file)?;
-    let (format, view, top) = (a.format, a.view, a.top);
-    write_out(output.as_ref(), &mut |mut w: &mut dyn Write| match format {
-        Format::Text => Ok(report::write_text_by(&profile, top, sort, &mut w)?),
-        Format::Json => report::write_json(&profile, &mut w),
-        Format::Collapsed => Ok(report::write_collapsed(&profile, view, &mut w)?),
-        Format::Flamegraph => report::write_flamegraph(&profile, view, &mut w),
-        Format::Pprof => report::write_pprof(&profile, view, &mut w),
-        Format::Speedscope => report::write_speedscope(&profile, view, &mut w),
+    let options = RenderOptions {
+        format: a.format,
+        view: a.view,
+        top: a.top,
+        sort,
+    };
+    write_out(output.as_ref(), &mut |w: &mut dyn Write| {
+        report::render(&profile, &options, w)
     })
 }
 

@@ -14,7 +14,7 @@ use super::{
     limits::{add, Budget},
     pb_scan,
 };
-use crate::report::{proto, Counts, Frame, Profile, StackReport};
+use crate::report::{proto, Counts, Frame, Note, Profile, StackReport};
 
 /// Which `Counts` field a sample type fills.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -70,14 +70,9 @@ pub fn parse(bytes: Vec<u8>, budget: &mut Budget) -> anyhow::Result<Profile> {
         (b.counts.inuse_bytes, b.counts.alloc_bytes)
             .cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes))
     });
-    notes.push(
-        "read from a pprof file: it has no process list, hooks or loss counters (shown as none)"
-            .into(),
-    );
+    notes.push(Note::ReadFromPprof);
     if clamped > 0 {
-        notes.push(format!(
-            "{clamped} negative sample values were read as 0 (a diff profile?)"
-        ));
+        notes.push(Note::NegativeSamples { values: clamped });
     }
     p.notes = notes;
     Ok(p)
@@ -123,7 +118,7 @@ impl Strings<'_> {
 fn sample_slots(
     pb: &proto::Profile,
     strings: &Strings<'_>,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> anyhow::Result<Vec<Option<Slot>>> {
     let mut slots = Vec::with_capacity(pb.sample_type.len());
     let mut names = Vec::new();
@@ -132,9 +127,10 @@ fn sample_slots(
         let unit = strings.get(t.unit).context("a sample type")?;
         let s = slot(name);
         if s.is_none() {
-            notes.push(format!(
-                "sample type {name}/{unit} is not a heap number memtrace-bpf knows: ignored"
-            ));
+            notes.push(Note::IgnoredSampleType {
+                name: name.to_string(),
+                unit: unit.to_string(),
+            });
         }
         names.push(format!("{name}/{unit}"));
         slots.push(s);

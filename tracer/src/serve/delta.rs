@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::report::{Counts, Profile, StackReport};
+use crate::report::{Counts, Note, Profile, StackReport};
 
 /// A stack's identity across snapshots: its process and its frames.
 type Key<'a> = (u32, Option<u64>, bool, Vec<(&'a str, u64, &'a str)>);
@@ -37,10 +37,7 @@ pub fn between(before: &Profile, after: &Profile, seconds: u64) -> Profile {
     delta.totals.inuse_bytes = delta.stacks.iter().map(|s| s.counts.inuse_bytes).sum();
     delta.totals.inuse_objects = delta.stacks.iter().map(|s| s.counts.inuse_objects).sum();
     delta.duration_secs = seconds as f64;
-    delta.notes.push(format!(
-        "delta profile: allocated counts are what was allocated over the {seconds} s before \
-         this profile; in-use counts are the heap of those stacks at its end"
-    ));
+    delta.notes.push(Note::Delta { seconds });
     delta
 }
 

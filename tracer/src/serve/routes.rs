@@ -17,7 +17,7 @@ use axum::{
 use tokio::sync::{mpsc, watch, Mutex, Semaphore};
 
 use super::{delta, metrics, page, Snapshot, SnapshotReply};
-use crate::report::{self, Profile, View};
+use crate::report::{self, Format, Profile, RenderOptions, View};
 
 /// Longest `?seconds=N` delta profile.
 pub const MAX_DELTA_SECS: u64 = 300;
@@ -309,9 +309,7 @@ async fn flamegraph(State(app): State<Arc<App>>, Query(params): Params) -> Respo
         Ok(s) => s,
         Err(response) => return response,
     };
-    let body = render(snapshot.profile.clone(), move |p, w| {
-        report::write_flamegraph(p, view, w)
-    });
+    let body = render_as(snapshot.profile.clone(), Format::Flamegraph, view);
     respond(body.await, "image/svg+xml", None)
 }
 
@@ -324,7 +322,7 @@ async fn json(State(app): State<Arc<App>>, Query(params): Params) -> Response {
         Ok(s) => s,
         Err(response) => return response,
     };
-    let body = render(snapshot.profile.clone(), report::write_json);
+    let body = render_as(snapshot.profile.clone(), Format::Json, View::default());
     respond(body.await, "application/json", None)
 }
 
@@ -352,12 +350,22 @@ fn parse_view(text: &str) -> Option<View> {
 
 /// A pprof profile, as Go's `net/http/pprof` sends one.
 async fn pprof(profile: Arc<Profile>, view: View, name: &str) -> Response {
-    let body = render(profile, move |p, w| report::write_pprof(p, view, w));
+    let body = render_as(profile, Format::Pprof, view);
     respond(
         body.await,
         "application/octet-stream",
         Some(&format!("attachment; filename=\"{name}\"")),
     )
+}
+
+/// `report::render` in `format`, off the server's event loop.
+async fn render_as(profile: Arc<Profile>, format: Format, view: View) -> anyhow::Result<Vec<u8>> {
+    let options = RenderOptions {
+        format,
+        view,
+        ..RenderOptions::default()
+    };
+    render(profile, move |p, w| report::render(p, &options, w)).await
 }
 
 /// Renders off the server's event loop: a large profile takes a while.

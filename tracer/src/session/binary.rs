@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use crate::{
     error::TraceError,
     probes::{hooks::Hooks, loader::Loaded},
-    report::ProcessInfo,
+    report::{Note, ProcessInfo},
     tracee::{
         launch::check_dynamic,
         process::{has_exited, program_of, read_cmdline},
@@ -180,22 +180,17 @@ impl Binary {
     }
 
     /// Processes that could not be traced, and those that left.
-    pub fn notes(&self) -> Vec<String> {
+    pub fn notes(&self) -> Vec<Note> {
         let mut notes = Vec::new();
         if !self.untraced.is_empty() {
-            let n = self.untraced.len() as u64;
-            notes.push(format!(
-                "{} running {} {} not traced: the process filter map ({} entries) was full",
-                crate::report::counted(n, "process", "processes"),
-                crate::report::was(n),
-                self.path.display(),
-                crate::probes::loader::MAX_FILTERED_PIDS
-            ));
+            notes.push(Note::BinaryProcessesNotTraced {
+                processes: self.untraced.len() as u64,
+                path: self.path.display().to_string(),
+                max_pids: crate::probes::loader::MAX_FILTERED_PIDS,
+            });
         }
-        for pid in &self.left {
-            notes.push(format!(
-                "process {pid} exec'ed another program and was no longer traced from then on"
-            ));
+        for &pid in &self.left {
+            notes.push(Note::ExecedAway { pid });
         }
         notes
     }

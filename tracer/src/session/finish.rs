@@ -6,7 +6,7 @@ use crate::{
     collect::collector::Collector,
     console, escape,
     probes::{hooks::Hooks, loader::Loaded},
-    report,
+    report::{self, Note},
     session::{config::TraceConfig, scope::Scope, Trace},
 };
 
@@ -55,15 +55,13 @@ impl Trace<'_> {
         &mut self,
         end_reason: &str,
         wind_down: impl FnOnce(&mut Self) -> anyhow::Result<String>,
-    ) -> anyhow::Result<Option<String>> {
+    ) -> anyhow::Result<Option<Note>> {
         let Some(command) = self.scope.running_command() else {
             return Ok(None);
         };
         let pid = command.pid;
         if self.settings.config.keep_running {
-            return Ok(Some(format!(
-                "the command (pid {pid}) was left running, no longer traced (--keep-running)"
-            )));
+            return Ok(Some(Note::CommandLeftRunning { pid }));
         }
         let (sig, name) = if end_reason.starts_with("interrupted") {
             (libc::SIGINT, "SIGINT")
@@ -75,9 +73,11 @@ impl Trace<'_> {
         // continued, as shells do for `kill` on a stopped job.
         command.signal(libc::SIGCONT);
         let how = wind_down(self)?;
-        Ok(Some(format!(
-            "the trace ended before the command (pid {pid}): it was sent {name} and {how}"
-        )))
+        Ok(Some(Note::CommandSignalled {
+            pid,
+            signal: name,
+            how,
+        }))
     }
 }
 
@@ -109,35 +109,26 @@ pub fn scope_notes(
     loaded: &Loaded,
     hooks: &Hooks,
     collector: &Collector,
-) -> Vec<String> {
+) -> Vec<Note> {
     let mut notes = scope.notes();
     notes.extend(scope.fork_notes(loaded));
     for (pid, why) in hooks.failures() {
-        notes.push(format!(
-            "process {pid}: its allocator could not be hooked: {why}"
-        ));
+        notes.push(Note::HookFailed {
+            pid: *pid,
+            why: why.clone(),
+        });
     }
-    let skipped = collector.execs_not_inspected();
-    if skipped > 0 {
-        notes.push(format!(
-            "{} not inspected: the trace saw programs start faster than their objects could \
-             be read (allocators they brought may not have been hooked; glibc is hooked for all)",
-            report::counted(skipped, "exec was", "execs were"),
-        ));
+    let execs = collector.execs_not_inspected();
+    if execs > 0 {
+        notes.push(Note::ExecsNotInspected { execs });
     }
-    let n = collector.heap().dropped_by_exec;
-    if n > 0 {
-        notes.push(format!(
-            "{} still live when {} process called exec {} dropped from in-use \
-             (the new image does not have {})",
-            report::counted(n, "block", "blocks"),
-            if n == 1 { "its" } else { "their" },
-            report::was(n),
-            if n == 1 { "it" } else { "them" },
-        ));
+    let blocks = collector.heap().dropped_by_exec;
+    if blocks > 0 {
+        notes.push(Note::DroppedByExec { blocks });
     }
     notes
 }
+
 /// `--verbose`: what user space spent, for tuning and `cargo xtask bench`.
 pub fn print_stats(collector: &Collector) {
     let (live, purged) = collector.live_entries();

@@ -12,7 +12,11 @@ use std::collections::BTreeMap;
 use aya::maps::{MapData, PerCpuArray};
 use tracer_common::counter;
 
-use crate::{probes::counters::read_counter, report::ProcessInfo, tracee::process::read_cmdline};
+use crate::{
+    probes::counters::read_counter,
+    report::{Note, ProcessInfo},
+    tracee::process::read_cmdline,
+};
 
 #[derive(Debug, Default)]
 pub struct Forks {
@@ -138,23 +142,18 @@ impl Forks {
     /// What the report says about children: how many were not traced
     /// (without --follow-forks) or could not be (with it), as counted in
     /// the kernel.
-    pub fn notes(&self, root: u32, counters: &PerCpuArray<MapData, u64>) -> Vec<String> {
+    pub fn notes(&self, root: u32, counters: &PerCpuArray<MapData, u64>) -> Vec<Note> {
         let mut notes = Vec::new();
-        let not_traced = read_counter(counters, counter::CHILD_NOT_TRACED);
-        if not_traced > 0 {
-            let s = if not_traced == 1 { "" } else { "es" };
-            let were = if not_traced == 1 { "was" } else { "were" };
-            notes.push(format!(
-                "{not_traced} child process{s} of pid {root} {were} not traced: use --follow-forks"
-            ));
+        let children = read_counter(counters, counter::CHILD_NOT_TRACED);
+        if children > 0 {
+            notes.push(Note::ChildrenNotTraced { children, root });
         }
-        let lost = read_counter(counters, counter::CHILD_NOT_FOLLOWED);
-        if lost > 0 {
-            notes.push(format!(
-                "{lost} child processes could not be followed: the process filter map ({} \
-                 entries) was full",
-                crate::probes::loader::MAX_FILTERED_PIDS
-            ));
+        let children = read_counter(counters, counter::CHILD_NOT_FOLLOWED);
+        if children > 0 {
+            notes.push(Note::ChildrenNotFollowed {
+                children,
+                max_pids: crate::probes::loader::MAX_FILTERED_PIDS,
+            });
         }
         notes
     }

@@ -9,7 +9,7 @@ use tracer_common::{FILTER_ALL, FILTER_NONE, FILTER_PIDS};
 use crate::{
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
-    report::ProcessInfo,
+    report::{Note, ProcessInfo},
     session::{binary::Binary, single::Single},
     tracee::{launch::Launched, liveness::PidFd, process::Mapping, search::Program},
 };
@@ -88,7 +88,7 @@ impl Scope {
     }
 
     /// What the report says about the children of the traced process.
-    pub fn fork_notes(&self, loaded: &Loaded) -> Vec<String> {
+    pub fn fork_notes(&self, loaded: &Loaded) -> Vec<Note> {
         match self {
             Scope::Single(single) => single.forks.notes(single.pid, &loaded.counters),
             Scope::Binary(_) | Scope::SystemWide => Vec::new(),
@@ -250,7 +250,7 @@ impl Scope {
     }
 
     /// What the report must say about the scope itself.
-    pub fn notes(&self) -> Vec<String> {
+    pub fn notes(&self) -> Vec<Note> {
         match self {
             Scope::Binary(binary) => binary.notes(),
             Scope::Single(_) | Scope::SystemWide => Vec::new(),

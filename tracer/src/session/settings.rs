@@ -10,7 +10,7 @@ use std::{
 use crate::{
     limits::SNAPSHOT_NUMBER,
     probes::loader::{AttachOptions, Limits},
-    report::{self, Format, Output, Profile},
+    report::{self, Output, Profile},
     session::{config::TraceConfig, scope::Scope},
     tracee::allocators::Choice,
 };
@@ -134,16 +134,13 @@ fn write_report(
     losses_to_stderr: bool,
 ) -> anyhow::Result<()> {
     let r = config.render;
-    let mut render = |mut w: &mut dyn Write| -> anyhow::Result<()> {
-        match r.format {
-            Format::Text => Ok(report::write_text_by(profile, r.top, r.sort, &mut w)?),
-            Format::Json => report::write_json(profile, &mut w),
-            Format::Collapsed => Ok(report::write_collapsed(profile, r.view, &mut w)?),
-            Format::Flamegraph => report::write_flamegraph(profile, r.view, &mut w),
-            Format::Pprof => report::write_pprof(profile, r.view, &mut w),
-            Format::Speedscope => report::write_speedscope(profile, r.view, &mut w),
-        }
+    let options = report::RenderOptions {
+        format: r.format,
+        view: r.view,
+        top: r.top,
+        sort: r.sort,
     };
+    let mut render = |w: &mut dyn Write| report::render(profile, &options, w);
     let (started, before) = (std::time::Instant::now(), crate::usage::own());
     match output {
         Some(output) => output.write_with(&mut render)?,
@@ -161,16 +158,11 @@ fn write_report(
             after.peak_rss_kib.saturating_sub(before.peak_rss_kib)
         ));
     }
-    if losses_to_stderr
-        && matches!(
-            r.format,
-            Format::Collapsed | Format::Flamegraph | Format::Pprof | Format::Speedscope
-        )
-    {
-        // These formats have no place for them: the counters go to stderr.
-        let mut lines = Vec::new();
-        report::write_losses(&profile.losses, &mut lines)?;
-        crate::console::lines(&String::from_utf8_lossy(&lines))?;
+    if !losses_to_stderr {
+        return Ok(());
+    }
+    if let Some(losses) = report::losses_for_stderr(profile, r.format) {
+        crate::console::lines(&losses)?;
     }
     Ok(())
 }

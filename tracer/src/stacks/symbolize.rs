@@ -13,7 +13,7 @@ use super::{
     modules::{Modules, NormFrame},
     symtab::SymbolTable,
 };
-use crate::report::Frame;
+use crate::profile::Frame;
 
 /// Symbolizes every distinct frame once and answers per frame. Kept for
 /// the whole trace: a snapshot names only frames new since the last one

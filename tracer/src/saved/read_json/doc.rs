@@ -176,7 +176,11 @@ impl Doc {
             stacks,
             not_freed_at_exit: self.not_freed_at_exit.into_section(&table, budget)?,
             losses: self.losses.losses(),
-            notes: self.notes,
+            notes: self
+                .notes
+                .into_iter()
+                .map(crate::profile::Note::Text)
+                .collect(),
             snapshots,
             min_age_secs: self.min_age_secs,
         })

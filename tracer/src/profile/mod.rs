@@ -1,0 +1,235 @@
+//! The profile: everything a report shows, as data. Built by collect/
+//! (or read back by saved/), rendered by report/; model/ and stacks/ use
+//! its counts and frames. Nothing here writes or words anything: the
+//! renderers and `report/notes.rs` do.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+mod note;
+
+pub use note::Note;
+
+/// Everything a report shows. Built once at the end of a trace.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Profile {
+    /// What was traced, as the user named it (e.g. "pid 4242").
+    pub target: String,
+    /// Wall-clock seconds between attach and the end of the trace.
+    pub duration_secs: f64,
+    /// Why the trace ended: "duration elapsed", "target exited",
+    /// "interrupted (SIGINT)", "terminated (SIGTERM)".
+    pub end_reason: String,
+    /// Mean sampling interval in bytes; 1 = every allocation recorded (exact).
+    pub sample_rate: u64,
+    /// How stacks were captured: "dwarf" (copied stacks unwound with CFI in
+    /// user space) or "fp" (frame pointers, in the kernel).
+    pub unwind: String,
+    pub processes: Vec<ProcessInfo>,
+    /// The allocator functions that were hooked (or skipped), per object.
+    pub hooks: Vec<Hook>,
+    /// Sum over all stacks.
+    pub totals: Counts,
+    /// One entry per unique (process, call stack), sorted by inuse_bytes
+    /// descending, then alloc_bytes descending.
+    pub stacks: Vec<StackReport>,
+    /// What processes that exited during the trace had not freed: no live
+    /// process holds it, so it is not in-use (the process whose exit ends a
+    /// --pid or -- CMD trace is the exception: its in-use is its heap at
+    /// exit).
+    pub not_freed_at_exit: NotFreedAtExit,
+    pub losses: Losses,
+    /// Remarks for the user (skipped optional hooks, limits hit...), put
+    /// into words by `report/notes.rs`.
+    pub notes: Vec<Note>,
+    /// The heap's history (--interval, or --serve's own tick): one point
+    /// per snapshot kept, oldest first; each `StackReport::series` has one
+    /// value per point. Empty without history.
+    pub snapshots: Vec<SnapshotPoint>,
+    /// --min-age: only blocks live at least this long at report time are
+    /// in use (leak candidates); null without it.
+    pub min_age_secs: Option<f64>,
+}
+
+/// One snapshot of the heap's history: when, and the totals then.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct SnapshotPoint {
+    /// Seconds since the trace started. When the history's resolution was
+    /// halved, the time of the later snapshot of each merged pair.
+    pub secs: f64,
+    pub inuse_bytes: u64,
+    pub inuse_objects: u64,
+    pub alloc_bytes: u64,
+}
+
+/// How a stack's in-use bytes moved over the history (docs/growth.md has
+/// the rule and its thresholds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Trend {
+    /// Rises across the trace: a leak candidate.
+    Growing,
+    /// Rose, then stopped: a cache filling up.
+    Plateau,
+    /// Allocates much more than it keeps, with no trend.
+    Churn,
+    Stable,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// When it started, in clock ticks after boot (/proc/PID/stat field
+    /// 22; null when unknown): with the pid, what tells it from a later
+    /// process that reused its pid.
+    pub start_time: Option<u64>,
+    /// Command line, arguments joined by spaces ("" when unknown).
+    pub command: String,
+    /// The program it runs: argv[0], or the path memtrace-bpf started or
+    /// was given ("" when unknown). Names the process in collapsed stacks
+    /// and flamegraphs; unlike `command` it keeps spaces in a path whole.
+    pub program: String,
+    /// True when the process exited before the report was made.
+    pub exited: bool,
+    /// How a command started by memtrace-bpf (`-- CMD`) ended, e.g.
+    /// "exited with status 0"; null otherwise.
+    pub exit_status: Option<String>,
+    /// The allocator objects hooked for it (empty when it was not inspected).
+    pub allocators: Vec<ProcessAllocator>,
+    /// 0 for a process. An entry with pid 0 and `folded` N stands for N
+    /// exited processes of `program` whose stacks were summed (only the
+    /// last `--exited-processes` exited processes keep their own).
+    pub folded: u64,
+}
+
+/// One allocator object a process uses and what of it is hooked.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ProcessAllocator {
+    /// "glibc", "jemalloc", "tcmalloc", "mimalloc", "interposer" or "own".
+    pub kind: String,
+    /// Path as the process sees it.
+    pub path: String,
+    /// Whether malloc and the other standard names resolve here.
+    pub resolves_malloc: bool,
+    /// Entry points hooked in it.
+    pub functions: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Hook {
+    /// Allocator function, e.g. "malloc".
+    pub function: String,
+    /// Path of the object file the probe is attached to.
+    pub module: String,
+    /// File offset of the function's symbol in `module` (0 when absent).
+    pub offset: u64,
+    /// File offset where its probes sit: the symbol, or the first
+    /// instruction after it that the kernel emulates (see `placement`).
+    pub probe_offset: u64,
+    /// Why the probes sit there.
+    pub placement: String,
+    /// "attached", or why not (e.g. "not defined in this libc").
+    pub status: String,
+}
+
+/// pprof's four sample types, for one stack or for the total.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    /// Bytes allocated during the trace and still live at report time.
+    pub inuse_bytes: u64,
+    pub inuse_objects: u64,
+    /// Bytes allocated during the trace, freed or not.
+    pub alloc_bytes: u64,
+    pub alloc_objects: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct StackReport {
+    pub pid: u32,
+    /// The process's start time (see `ProcessInfo::start_time`).
+    pub start_time: Option<u64>,
+    /// Null, or the program whose folded exited processes this stack sums
+    /// (pid 0; see `ProcessInfo::folded`).
+    pub exited_group: Option<String>,
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Leaf first: frames[0] is the function that called the allocator,
+    /// the last frame is the root (e.g. `_start`). Inlined functions appear
+    /// as frames of their own, with `inlined: true`.
+    /// Shared: a frame named once serves every stack it appears in (a
+    /// report of 100 k stacks holds each distinct frame once).
+    pub frames: Vec<Arc<Frame>>,
+    /// The stack ends before its root: the unwinder ran out of copied stack
+    /// bytes or unwind information. Shown as a `[truncated]` root frame.
+    pub truncated: bool,
+    /// In-use bytes at each of `Profile::snapshots` (empty without history).
+    pub series: Vec<u64>,
+    /// Least-squares slope of `series` over the snapshots' times; null
+    /// with fewer than 2 snapshots.
+    pub growth_bytes_per_sec: Option<f64>,
+    /// Null with too few snapshots to tell.
+    pub trend: Option<Trend>,
+}
+
+/// "Not freed at exit", aggregated per program and call stack.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct NotFreedAtExit {
+    /// Processes that exited during the trace with blocks not freed.
+    pub processes: u64,
+    pub bytes: u64,
+    pub objects: u64,
+    /// Largest first; at most `MAX_EXIT_STACKS` (the rest are counted in
+    /// `bytes`, `objects` and `stacks_left_out`).
+    pub stacks: Vec<ExitStack>,
+    pub stacks_left_out: u64,
+}
+
+/// Most entries in `NotFreedAtExit::stacks`.
+pub const MAX_EXIT_STACKS: usize = 10_000;
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ExitStack {
+    /// The program of the processes (see `ProcessInfo::program`).
+    pub program: String,
+    /// How many of its processes left blocks from this stack.
+    pub processes: u64,
+    pub bytes: u64,
+    pub objects: u64,
+    /// Leaf first, as in `StackReport`.
+    pub frames: Vec<Arc<Frame>>,
+    pub truncated: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Frame {
+    /// Demangled function name, or "[unknown]" when it could not be named.
+    pub function: String,
+    /// Path of the object file ("[unknown]" when the address was in no
+    /// mapped file).
+    pub module: String,
+    /// File offset of the (return address - 1) in `module`.
+    pub offset: u64,
+    /// Source file and line when debug info exists.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub inlined: bool,
+}
+
+/// Every way the tracer failed to record something, counted. The fields
+/// are the JSON object (in this order); `report::losses::COUNTERS` says
+/// what each one is.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Losses {
+    pub ringbuf_full: u64,
+    pub live_map_full: u64,
+    pub stack_lost: u64,
+    pub unknown_frees: u64,
+    pub return_without_entry: u64,
+    pub inflight_full: u64,
+    pub read_failed: u64,
+    pub stale_inflight: u64,
+    pub nested_lost: u64,
+    pub frees_dropped: u64,
+    pub frees_of_dropped_allocs: u64,
+}

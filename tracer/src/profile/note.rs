@@ -1,0 +1,105 @@
+//! A remark the report makes to the user, as a fact: which note, with the
+//! numbers and names it needs. `report/notes.rs` puts each one into words;
+//! the JSON keeps those words (an array of strings), so a profile read back
+//! from a file carries them as `Note::Text`.
+
+use serde::{Serialize, Serializer};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// A note read from a saved profile: only its words are known.
+    Text(String),
+    /// An allocator object hooked, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
+    AllocatorHooked { object: String },
+    /// The allocator of process `pid` could not be hooked.
+    HookFailed { pid: u32, why: String },
+    /// Uprobe sessions were wanted but unavailable.
+    NoUprobeSessions { why: String },
+    /// Execs the session could not inspect in time.
+    ExecsNotInspected { execs: u64 },
+    /// Blocks still live when their process called exec.
+    DroppedByExec { blocks: u64 },
+    /// Children of `root` not traced (no --follow-forks).
+    ChildrenNotTraced { children: u64, root: u32 },
+    /// Children not followed: the process filter map (`max_pids`) was full.
+    ChildrenNotFollowed { children: u64, max_pids: u32 },
+    /// --binary: processes running `path` not traced, the filter map full.
+    BinaryProcessesNotTraced {
+        processes: u64,
+        path: String,
+        max_pids: u32,
+    },
+    /// --binary: process `pid` exec'ed another program.
+    ExecedAway { pid: u32 },
+    /// The process whose exit ended the trace; `status` as `ProcessInfo::exit_status`.
+    RootExited { pid: u32, status: Option<String> },
+    /// Other processes that exited during the trace, and what `unfreed` of
+    /// them left unfreed (`bytes`, `objects`).
+    ProcessesExited {
+        processes: u64,
+        unfreed: u64,
+        bytes: u64,
+        objects: u64,
+    },
+    /// Stacks of `processes` processes whose maps were never read.
+    UnnamedStacks { stacks: u64, processes: u64 },
+    /// Sampling at a mean of `rate` bytes.
+    Sampled { rate: u64 },
+    /// Frees of blocks the trace never saw allocated (`Losses::unknown_frees`).
+    UnknownFrees {
+        frees: u64,
+        traced_from_start: bool,
+        live_map_full: bool,
+    },
+    /// The ring buffer was full: `Losses::ringbuf_full`, `frees_dropped`
+    /// and `frees_of_dropped_allocs`.
+    RingbufFull {
+        dropped: u64,
+        frees_dropped: u64,
+        frees_of_dropped_allocs: u64,
+    },
+    /// Allocations at an address whose free was not seen.
+    ReusedAddresses { allocations: u64 },
+    /// Frees without a recorded allocation, and malformed events.
+    UnmatchedFrees { frees: u64, malformed: u64 },
+    /// --unwind fp.
+    FramePointerStacks,
+    /// Stacks marked truncated, with the --stack-bytes window.
+    StacksCut { stacks: u64, stack_bytes: u32 },
+    /// -- CMD with --keep-running: the command outlived the trace.
+    CommandLeftRunning { pid: u32 },
+    /// -- CMD: the trace ended first; the command was sent `signal` and
+    /// then `how` ("exited with status 0"...).
+    CommandSignalled {
+        pid: u32,
+        signal: &'static str,
+        how: String,
+    },
+    /// A delta profile of the server (`/debug/pprof/allocs?seconds=`).
+    Delta { seconds: u64 },
+    /// Read from a pprof file, which has no process list, hooks or losses.
+    ReadFromPprof,
+    /// Negative sample values of a pprof file read as 0.
+    NegativeSamples { values: u64 },
+    /// A pprof sample type that is not a heap number.
+    IgnoredSampleType { name: String, unit: String },
+}
+
+impl From<String> for Note {
+    fn from(text: String) -> Note {
+        Note::Text(text)
+    }
+}
+
+impl From<&str> for Note {
+    fn from(text: &str) -> Note {
+        Note::Text(text.to_string())
+    }
+}
+
+/// A note is saved as its words.
+impl Serialize for Note {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
