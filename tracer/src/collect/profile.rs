@@ -390,6 +390,21 @@ fn notes(
                 ));
             }
         }
+        UnwindMode::Tables => {
+            let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
+                .saturating_sub(unnamed.truncated);
+            if cut > 0 {
+                let cut = match cut {
+                    1 => "1 stack ends early".to_string(),
+                    n => format!("{n} stacks end early"),
+                };
+                notes.push(format!(
+                    "{cut}, marked [truncated]: deeper than {} frames, or through code whose \
+                     unwind information could not be followed (the unwind_* counters say why)",
+                    tracer_common::MAX_FRAMES
+                ));
+            }
+        }
     }
     notes
 }

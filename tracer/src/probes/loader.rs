@@ -121,6 +121,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         UnwindMode::Fp => (tracer_common::UNWIND_FP, limits.stack_storage_size),
         // The kernel stack map is not used: keep it minimal.
         UnwindMode::Dwarf => (tracer_common::UNWIND_DWARF, 1),
+        UnwindMode::Tables => (tracer_common::UNWIND_TABLES, 1),
     };
     let table = crate::model::sampling::exp_table();
     let forks = fork_tunables(limits)?;
@@ -386,6 +387,7 @@ fn map_fds(ebpf: &Ebpf) -> anyhow::Result<HashMap<String, OwnedFd>> {
             | Map::LruHashMap(d)
             | Map::RingBuf(d)
             | Map::StackTraceMap(d)
+            | Map::LpmTrie(d)
             | Map::ProgramArray(d) => d,
             _ => continue,
         };

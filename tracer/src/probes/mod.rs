@@ -9,4 +9,5 @@ pub mod placement;
 pub mod plan;
 pub mod preflight;
 pub mod roles;
+mod session_btf;
 pub mod uprobe_session;
