@@ -28,6 +28,10 @@ const EXEC_TRACEPOINT: &str = "sched_process_exec";
 const FORK_PROGRAM: &str = "process_fork";
 const EXIT_PROGRAM: &str = "process_exit";
 
+/// Entries of the UNWIND_MAPPINGS trie (tracer-ebpf sets the same size):
+/// about 20 per executable mapping.
+pub const UNWIND_MAPPINGS: u32 = 1 << 16;
+
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
 pub const MAX_FILTERED_PIDS: u32 = 8192;
 
@@ -38,6 +42,8 @@ pub struct Limits {
     pub ringbuf_bytes: u32,
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
+    /// Entries of UNWIND_ROWS (`--unwind tables`).
+    pub unwind_rows: u32,
     pub sample_rate: u64,
     /// tracer_common::FILTER_* and, for FILTER_ALL, the thread name.
     pub filter: u32,
@@ -74,6 +80,8 @@ pub struct EventMaps {
     pub stacks: StackTraceMap<MapData>,
     /// Recorded live blocks; user space deletes those of exited processes.
     pub live: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
+    /// `--unwind tables`: the rows and mappings the kernel walks with.
+    pub unwind: Option<crate::stacks::kernel_tables::BpfUnwindMaps>,
 }
 
 impl Loaded {
@@ -123,6 +131,11 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         UnwindMode::Dwarf => (tracer_common::UNWIND_DWARF, 1),
         UnwindMode::Tables => (tracer_common::UNWIND_TABLES, 1),
     };
+    // Tables mode's maps; a single entry each in the other modes.
+    let (unwind_rows, unwind_mappings) = match limits.unwind {
+        UnwindMode::Tables => (limits.unwind_rows, UNWIND_MAPPINGS),
+        _ => (1, 1),
+    };
     let table = crate::model::sampling::exp_table();
     let forks = fork_tunables(limits)?;
     let mut ebpf = EbpfLoader::new()
@@ -130,6 +143,8 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .map_max_entries("STACKS", stack_entries)
         .map_max_entries("TRACED", MAX_FILTERED_PIDS)
         .map_max_entries("EVENTS", limits.ringbuf_bytes)
+        .map_max_entries("UNWIND_ROWS", unwind_rows)
+        .map_max_entries("UNWIND_MAPPINGS", unwind_mappings)
         .override_global("UNWIND_MODE", &mode, true)
         .override_global("STACK_BYTES", &limits.stack_bytes, true)
         .override_global("SAMPLE_RATE", &limits.sample_rate, true)
@@ -148,6 +163,13 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
+    let unwind = match limits.unwind {
+        UnwindMode::Tables => Some(crate::stacks::kernel_tables::BpfUnwindMaps::new(
+            Array::try_from(take(&mut ebpf, "UNWIND_ROWS")?)?,
+            aya::maps::LpmTrie::try_from(take(&mut ebpf, "UNWIND_MAPPINGS")?)?,
+        )?),
+        _ => None,
+    };
     let progs_fd = map_fds
         .get("PROGS")
         .context("BPF object has no map PROGS")?
@@ -185,6 +207,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             events,
             stacks,
             live,
+            unwind,
         },
     ))
 }

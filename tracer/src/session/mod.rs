@@ -131,8 +131,13 @@ impl<'a> Trace<'a> {
             mut scope,
             maps: initial_maps,
         } = Scope::start(cli)?;
-        let (mut loaded, maps) = loader::load(&settings.limits(&scope))?;
+        let (mut loaded, mut maps) = loader::load(&settings.limits(&scope))?;
         let mut modules = Modules::default();
+        if let Some(unwind) = maps.unwind.take() {
+            modules.kernel = Some(crate::stacks::kernel_tables::KernelTables::new(Box::new(
+                unwind,
+            )));
+        }
         for (pid, mappings) in initial_maps {
             modules.set_maps(pid, mappings);
         }

@@ -75,6 +75,7 @@ impl<'a> Settings<'a> {
             ringbuf_bytes: cli.ringbuf_mb << 20,
             unwind: cli.unwind,
             stack_bytes: cli.stack_bytes,
+            unwind_rows: cli.unwind_rows,
             sample_rate: cli.sample_rate,
             filter: scope.filter(),
             comm: self.comm,
