@@ -7,3 +7,4 @@ pub mod processes;
 pub mod profile;
 pub mod reader;
 pub mod stacks;
+pub mod unwind_notes;

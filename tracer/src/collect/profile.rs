@@ -41,6 +41,8 @@ pub struct Meta {
     pub root_exit_kept: bool,
     /// --min-age: in use counts only blocks live at least this long now.
     pub min_age: Option<Duration>,
+    /// `--unwind tables`: what the kernel's walker met.
+    pub kernel_unwind: Option<crate::collect::unwind_notes::KernelUnwind>,
 }
 
 /// The profile of what `collector` holds now; `names` keeps the frames
@@ -393,17 +395,8 @@ fn notes(
         UnwindMode::Tables => {
             let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
                 .saturating_sub(unnamed.truncated);
-            if cut > 0 {
-                let cut = match cut {
-                    1 => "1 stack ends early".to_string(),
-                    n => format!("{n} stacks end early"),
-                };
-                notes.push(format!(
-                    "{cut}, marked [truncated]: deeper than {} frames, or through code whose \
-                     unwind information could not be followed (the unwind_* counters say why)",
-                    tracer_common::MAX_FRAMES
-                ));
-            }
+            let kernel = meta.kernel_unwind.unwrap_or_default();
+            notes.extend(kernel.notes(cut));
         }
     }
     notes

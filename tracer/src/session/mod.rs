@@ -188,7 +188,10 @@ impl<'a> Trace<'a> {
         self.handle_execs(trace_loop::FINAL_EXEC_BUDGET);
         self.scope.let_go();
         if self.settings.cli.verbose {
-            finish::print_stats(&self.collector);
+            let kernel = self.collector.state.modules.kernel.as_ref().map(|k| {
+                crate::collect::unwind_notes::KernelUnwind::read(&self.loaded.counters, k.stats)
+            });
+            finish::print_stats(&self.collector, kernel);
         }
         Ok(())
     }
@@ -240,6 +243,9 @@ impl<'a> Trace<'a> {
             ),
             root_exit_kept: self.scope.root().is_some(),
             min_age,
+            kernel_unwind: self.collector.state.modules.kernel.as_ref().map(|k| {
+                crate::collect::unwind_notes::KernelUnwind::read(&self.loaded.counters, k.stats)
+            }),
         };
         let losses = read_losses(&self.loaded.counters);
         profile::build(meta, &self.collector, losses, &mut self.names)
