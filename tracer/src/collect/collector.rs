@@ -9,9 +9,8 @@ use std::{
 
 use aya::maps::{MapData, PerCpuArray, StackTraceMap};
 use tracer_common::{
-    Event, FramesHeader, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES,
-    EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE, FRAMES_ENDED,
-    FRAMES_RESUME, FRAMES_TRUNCATED, MAX_FRAMES,
+    Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE,
+    EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE,
 };
 
 use crate::{
@@ -396,34 +395,6 @@ impl State {
         }
     }
 
-    /// An EVENT_ALLOC_FRAMES (tracer_common::FramesHeader): its stack.
-    fn intern_frames_event(
-        &mut self,
-        bytes: &[u8],
-        process: crate::collect::processes::ProcessIndex,
-    ) -> Option<StackHandle> {
-        let h = read_pod::<FramesHeader>(bytes)?;
-        let start = std::mem::size_of::<FramesHeader>();
-        let frames: Vec<u64> = bytes
-            .get(start..start + 8 * h.depth as usize)?
-            .chunks_exact(8)
-            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
-            .collect();
-        let ended = h.flags & (FRAMES_TRUNCATED | FRAMES_ENDED) != 0;
-        let pid = h.event.pid;
-        if h.flags & FRAMES_RESUME == 0 {
-            return Some(self.intern_frames(pid, process, frames, ended, None));
-        }
-        let at = start + 8 * MAX_FRAMES;
-        let sample = Sample {
-            ip: h.ip,
-            sp: h.sp,
-            bp: h.bp,
-            stack: bytes.get(at..at + h.stack_len as usize)?,
-        };
-        Some(self.intern_frames(pid, process, frames, ended, Some(&sample)))
-    }
-
     fn drop_process(&mut self, pid: u32) {
         self.tracked.remove(&pid);
         self.stacks.forget_process(pid);
@@ -440,7 +411,7 @@ impl State {
 }
 
 /// Reads a Pod value from the start of `bytes`.
-fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+pub(super) fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     if bytes.len() < std::mem::size_of::<T>() {
         return None;
     }

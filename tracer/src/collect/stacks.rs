@@ -8,6 +8,8 @@ use std::{
     sync::Arc,
 };
 
+use tracer_common::{FramesHeader, FRAMES_ENDED, FRAMES_RESUME, FRAMES_TRUNCATED, MAX_FRAMES};
+
 use crate::{
     collect::{collector::State, processes::ProcessIndex},
     model::heap::StackHandle,
@@ -238,6 +240,34 @@ impl State {
         let mut addrs = frames;
         addrs.extend(unwound.addrs);
         self.intern_addrs(pid, process, addrs, unwound.truncated)
+    }
+
+    /// An EVENT_ALLOC_FRAMES (tracer_common::FramesHeader): its stack.
+    pub(super) fn intern_frames_event(
+        &mut self,
+        bytes: &[u8],
+        process: ProcessIndex,
+    ) -> Option<StackHandle> {
+        let h = super::collector::read_pod::<FramesHeader>(bytes)?;
+        let start = std::mem::size_of::<FramesHeader>();
+        let frames: Vec<u64> = bytes
+            .get(start..start + 8 * h.depth as usize)?
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        let ended = h.flags & (FRAMES_TRUNCATED | FRAMES_ENDED) != 0;
+        let pid = h.event.pid;
+        if h.flags & FRAMES_RESUME == 0 {
+            return Some(self.intern_frames(pid, process, frames, ended, None));
+        }
+        let at = start + 8 * MAX_FRAMES;
+        let sample = Sample {
+            ip: h.ip,
+            sp: h.sp,
+            bp: h.bp,
+            stack: bytes.get(at..at + h.stack_len as usize)?,
+        };
+        Some(self.intern_frames(pid, process, frames, ended, Some(&sample)))
     }
 
     /// Unwinds a copied stack in user space (framehop).

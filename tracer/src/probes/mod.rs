@@ -5,6 +5,7 @@
 pub mod hooks;
 pub mod kernel_btf;
 pub mod loader;
+mod object_maps;
 pub mod placement;
 pub mod plan;
 pub mod preflight;

@@ -192,6 +192,9 @@ impl<'a> Trace<'a> {
                 crate::collect::unwind_notes::KernelUnwind::read(&self.loaded.counters, k.stats)
             });
             finish::print_stats(&self.collector, kernel);
+            if let Some(n) = self.loaded.verified_instructions("alloc_return") {
+                eprintln!("memtrace-bpf: the return program verified in {n} instructions");
+            }
         }
         Ok(())
     }
