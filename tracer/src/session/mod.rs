@@ -143,6 +143,19 @@ impl<'a> Trace<'a> {
         }
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach);
         scope.hook_initial(&mut loaded, &mut hooks)?;
+        if let Some(kernel) = &mut modules.kernel {
+            // Tables built before a started command runs: its first
+            // allocations are walked in the kernel, not handed back.
+            let hooked = hooks.per_process.values().flat_map(|h| h.iter());
+            for path in scope
+                .command_path()
+                .into_iter()
+                .map(Into::into)
+                .chain(hooked.map(|h| h.host_path.clone()))
+            {
+                kernel.prepare(&path);
+            }
+        }
         if let (Some(why), true) = (&loaded.session_error, cli.verbose) {
             eprintln!(
                 "memtrace-bpf: uprobe sessions unavailable, using uprobes + uretprobes: {}",

@@ -12,14 +12,16 @@
 //!
 //! ```ignore
 //! let mut tables = KernelTables::new(Box::new(bpf_maps));
-//! tables.sync(pid, &maps, &objects, |object| path_of(object));
+//! tables.prepare(Path::new("/usr/bin/program")); // before it runs: built once
+//! tables.sync(pid, &maps, &objects, |object| Some((file_id_of(object), path_of(object))));
 //! tables.drop_process(pid);
 //! ```
 
 use std::{
     collections::{BTreeSet, HashMap},
     ops::Range,
-    path::PathBuf,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
 };
 
 use tracer_common::{MappingKey, MappingValue, MAPPING_FP_ONLY, MAPPING_TABLE};
@@ -84,19 +86,24 @@ struct FileTable {
     loads: Vec<(Range<u64>, u64)>,
     /// Processes whose mappings use it.
     users: u32,
+    /// Built ahead (`prepare`): kept while no process uses it yet.
+    prepared: bool,
 }
+
+/// Which file: (device, inode), as `Modules` identifies objects.
+pub type FileId = (u64, u64);
 
 #[derive(Default)]
 struct ProcEntries {
     entries: HashMap<PrefixKey, MappingValue>,
-    /// The files (object indexes) they use, once each.
-    objects: BTreeSet<u32>,
+    /// The files they use, once each.
+    objects: BTreeSet<FileId>,
 }
 
 pub struct KernelTables {
     maps: Box<dyn UnwindMaps>,
-    /// By `Modules` object index: one per file identity.
-    files: HashMap<u32, FileTable>,
+    /// One per file identity.
+    files: HashMap<FileId, FileTable>,
     free: Extents,
     procs: HashMap<u32, ProcEntries>,
     pub stats: TableStats,
@@ -118,14 +125,14 @@ impl KernelTables {
     }
 
     /// Describes `pid`'s executable mappings to the walker: `maps` and
-    /// `objects` as `Modules` holds them (same index), `open` gives a path
-    /// to read an object's file from.
+    /// `objects` as `Modules` holds them (same index), `open` gives an
+    /// object's identity and a path to read it from (None: no table).
     pub fn sync(
         &mut self,
         pid: u32,
         maps: &[Mapping],
         objects: &[u32],
-        open: impl Fn(u32) -> Option<PathBuf>,
+        open: impl Fn(u32) -> Option<(FileId, PathBuf)>,
     ) {
         let mut want: HashMap<PrefixKey, MappingValue> = HashMap::new();
         let mut used = BTreeSet::new();
@@ -133,9 +140,13 @@ impl KernelTables {
             if !m.executable || m.start >= m.end {
                 continue;
             }
-            let file = self.file(object, &open);
-            let value = mapping_value(file, m);
-            used.insert(object);
+            let value = match open(object) {
+                Some((id, path)) => {
+                    used.insert(id);
+                    mapping_value(self.file(id, path), m)
+                }
+                None => mapping_value(&FileTable::none(Vec::new()), m),
+            };
             for key in prefixes(pid, m.start, m.end) {
                 want.insert(key, value);
             }
@@ -165,8 +176,8 @@ impl KernelTables {
             self.release(object);
         }
         // Tables built for this sync but used by no mapping in the end.
-        let unused: Vec<u32> = (self.files.iter())
-            .filter(|(_, f)| f.users == 0)
+        let unused: Vec<FileId> = (self.files.iter())
+            .filter(|(_, f)| f.users == 0 && !f.prepared)
             .map(|(&o, _)| o)
             .collect();
         for object in unused {
@@ -195,24 +206,33 @@ impl KernelTables {
         }
     }
 
-    /// Object `object`'s table, built and loaded the first time.
-    fn file(&mut self, object: u32, open: &impl Fn(u32) -> Option<PathBuf>) -> &FileTable {
-        if !self.files.contains_key(&object) {
-            let started = std::time::Instant::now();
-            let table = self.load(open(object));
-            self.stats.build_nanos += started.elapsed().as_nanos() as u64;
-            self.files.insert(object, table);
+    /// Builds and loads the table of the file at `path` before any process
+    /// maps it (a command about to start, the libraries it will load), so
+    /// that its first allocations are walked in the kernel.
+    pub fn prepare(&mut self, path: &Path) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        let id = (meta.dev(), meta.ino());
+        if !self.files.contains_key(&id) {
+            self.file(id, path.to_path_buf()).prepared = true;
         }
-        &self.files[&object]
+    }
+
+    /// File `id`'s table, built and loaded the first time.
+    fn file(&mut self, id: FileId, path: PathBuf) -> &mut FileTable {
+        if !self.files.contains_key(&id) {
+            let started = std::time::Instant::now();
+            let table = self.load(Some(path));
+            self.stats.build_nanos += started.elapsed().as_nanos() as u64;
+            self.files.insert(id, table);
+        }
+        self.files.get_mut(&id).expect("inserted above")
     }
 
     /// Builds a file's table and writes it into a free extent of rows.
     fn load(&mut self, path: Option<PathBuf>) -> FileTable {
-        let no_table = |loads| FileTable {
-            rows: None,
-            loads,
-            users: 0,
-        };
+        let no_table = FileTable::none;
         let Some(bytes) = path.and_then(|p| std::fs::read(p).ok()) else {
             self.stats.table_errors += 1;
             return no_table(Vec::new());
@@ -249,21 +269,22 @@ impl KernelTables {
             rows: Some((first, rows.len() as u32, base)),
             loads,
             users: 0,
+            prepared: false,
         }
     }
 
-    /// One process less uses `object`'s table: freed when none does.
-    fn release(&mut self, object: u32) {
-        let Some(f) = self.files.get_mut(&object) else {
+    /// One process less uses file `id`'s table: freed when none does.
+    fn release(&mut self, id: FileId) {
+        let Some(f) = self.files.get_mut(&id) else {
             return;
         };
         f.users = f.users.saturating_sub(1);
         if f.users == 0 {
-            self.free_file(object);
+            self.free_file(id);
         }
     }
 
-    fn free_file(&mut self, object: u32) {
+    fn free_file(&mut self, object: FileId) {
         if let Some(FileTable {
             rows: Some((first, n, _)),
             ..
@@ -283,6 +304,18 @@ impl KernelTables {
     /// Files with a table entry (loaded or not) and processes described.
     pub fn held(&self) -> (usize, usize) {
         (self.files.len(), self.procs.len())
+    }
+}
+
+impl FileTable {
+    /// A file without a table: its frames take the frame-pointer chain.
+    fn none(loads: Vec<(Range<u64>, u64)>) -> FileTable {
+        FileTable {
+            rows: None,
+            loads,
+            users: 0,
+            prepared: false,
+        }
     }
 }
 

@@ -219,7 +219,11 @@ impl Modules {
             return;
         };
         let open = |o: u32| match objects.get(o as usize) {
-            Some(Some(o)) => o.file.as_ref().map(|f| fd_path(f)),
+            Some(Some(Object {
+                key: ObjectKey::File { dev, ino },
+                file: Some(file),
+                ..
+            })) => Some(((*dev, *ino), fd_path(file))),
             _ => None,
         };
         kernel.sync(pid, &p.maps, &p.objects, open);
