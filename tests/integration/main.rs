@@ -36,4 +36,5 @@ mod sites;
 mod snapshots;
 mod soak;
 mod speedscope;
+mod tables;
 mod unwind;

@@ -70,6 +70,10 @@ pub const EVENT_FREE: u32 = 2;
 /// A recorded allocation with registers and a copy of the user stack for
 /// unwinding in user space (`StackSample`, of variable length).
 pub const EVENT_ALLOC_SAMPLE: u32 = 3;
+/// A recorded allocation with the return addresses the kernel walked from
+/// unwind tables (`FramesHeader`, then `depth` addresses, then, with
+/// `FRAMES_RESUME`, `MAX_FRAMES` address slots and `stack_len` stack bytes).
+pub const EVENT_ALLOC_FRAMES: u32 = 7;
 /// A process that may be traced called exec: its old heap is gone and its
 /// new image has new mappings (`kind` and `pid` are set, and `addr` and
 /// `size` hold the new image's thread name, 16 bytes NUL-padded, in
@@ -121,6 +125,9 @@ pub const FILTER_ALL: u32 = 2;
 /// `UNWIND_MODE` values (a read-only global set at load time).
 pub const UNWIND_FP: u32 = 0;
 pub const UNWIND_DWARF: u32 = 1;
+/// Walk the stack in the kernel from unwind tables user space loaded
+/// (`EVENT_ALLOC_FRAMES`; docs/unwind-tables.md).
+pub const UNWIND_TABLES: u32 = 2;
 
 /// Stack bytes are copied in chunks of this size: a single read that crosses
 /// the top of the stack fails as a whole, so each chunk can fail alone.
@@ -149,6 +156,95 @@ pub struct SampleHeader {
 pub struct StackSample {
     pub header: SampleHeader,
     pub stack: [u8; MAX_STACK_BYTES],
+}
+
+/// Most frames the kernel walks per stack; a deeper stack is cut and
+/// flagged `FRAMES_TRUNCATED` (counted).
+pub const MAX_FRAMES: usize = 512;
+
+/// `FramesHeader::flags`: the walk reached MAX_FRAMES.
+pub const FRAMES_TRUNCATED: u32 = 1;
+/// The walk ended before the outermost frame (a rule it cannot follow, a
+/// failed read, a bad frame pointer; counted by reason).
+pub const FRAMES_ENDED: u32 = 2;
+/// The walk met an address in no mapping user space described (a library
+/// loaded since, or a process not described yet): `ip`, `sp` and `bp` are
+/// the registers there, and a copy of the stack from `sp` follows the
+/// `MAX_FRAMES` address slots, for user space to go on with.
+pub const FRAMES_RESUME: u32 = 4;
+
+/// Header of an `EVENT_ALLOC_FRAMES`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FramesHeader {
+    pub event: Event,
+    /// Addresses that follow: the caller's IP (just after its call into the
+    /// allocator), then return addresses, innermost first.
+    pub depth: u32,
+    /// `FRAMES_*` bits.
+    pub flags: u32,
+    /// With FRAMES_RESUME: the registers where the walk stopped.
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// With FRAMES_RESUME: stack bytes copied from `sp`.
+    pub stack_len: u32,
+    pub _pad: u32,
+}
+
+/// The BPF side's buffer for an `EVENT_ALLOC_FRAMES`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FramesSample {
+    pub header: FramesHeader,
+    pub frames: [u64; MAX_FRAMES],
+    pub stack: [u8; MAX_STACK_BYTES],
+}
+
+/// Key of the UNWIND_MAPPINGS longest-prefix-match trie: after the
+/// kernel's `prefixlen`, the tgid and the address, both big-endian so that
+/// the prefix covers the tgid and the high bits of the address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MappingKey {
+    /// `tgid.to_be()`, `(addr >> 32).to_be()`, `(addr as u32).to_be()`.
+    pub words: [u32; 3],
+}
+
+impl MappingKey {
+    pub fn new(tgid: u32, addr: u64) -> MappingKey {
+        MappingKey {
+            words: [
+                tgid.to_be(),
+                ((addr >> 32) as u32).to_be(),
+                (addr as u32).to_be(),
+            ],
+        }
+    }
+}
+
+/// Bits of a MappingKey that a prefix can cover.
+pub const MAPPING_KEY_BITS: u32 = 96;
+
+/// `MappingValue::kind`: the file's rows are in UNWIND_ROWS.
+pub const MAPPING_TABLE: u32 = 0;
+/// No table (a file without unwind information, or whose table did not
+/// fit): every frame here takes the frame-pointer chain.
+pub const MAPPING_FP_ONLY: u32 = 1;
+
+/// Value of UNWIND_MAPPINGS: how to unwind an address of one mapping.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MappingValue {
+    /// Run-time address of the table's first row address (load bias +
+    /// table base): a row's address field is `pc - load_base`.
+    pub load_base: u64,
+    /// The table's rows: `UNWIND_ROWS[first_row .. first_row + rows]`.
+    pub first_row: u32,
+    pub rows: u32,
+    /// `MAPPING_*`.
+    pub kind: u32,
+    pub _pad: u32,
 }
 
 /// One record in the EVENTS ring buffer.
@@ -288,13 +384,32 @@ pub mod counter {
     /// free() of a block whose ALLOC event was dropped (see
     /// `LiveValue::unreported`): not an unknown free.
     pub const FREE_OF_DROPPED_ALLOC: u32 = 12;
+    /// Tables mode: stacks cut at MAX_FRAMES (kept, marked truncated).
+    pub const UNWIND_TRUNCATED: u32 = 13;
+    /// Tables mode: a row the walker cannot follow (CFA from another
+    /// register or expression, return address elsewhere, an offset that
+    /// does not fit): the stack ends there, marked truncated.
+    pub const UNWIND_UNSUPPORTED: u32 = 14;
+    /// Tables mode: a user-memory read failed during the walk.
+    pub const UNWIND_READ_FAILED: u32 = 15;
+    /// Tables mode: a frame-pointer step with no usable RBP, or a frame
+    /// that did not move up the stack.
+    pub const UNWIND_BAD_FRAME: u32 = 16;
+    /// Tables mode: frames taken by the frame-pointer chain (no table for
+    /// the address; information, not a loss).
+    pub const UNWIND_FP_STEPS: u32 = 17;
+    /// Tables mode: walks that met an address no mapping describes yet and
+    /// handed a stack copy to user space (information, not a loss).
+    pub const UNWIND_RESUMED: u32 = 18;
     /// Number of counters.
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 19;
 }
 
 #[cfg(feature = "user")]
 mod pod {
-    use super::{Event, InFlight, LiveKey, LiveValue, SampleHeader};
+    use super::{
+        Event, FramesHeader, InFlight, LiveKey, LiveValue, MappingKey, MappingValue, SampleHeader,
+    };
     // SAFETY: all of them are #[repr(C)], contain only integers and have no
     // implicit padding (explicit `_pad` fields fill every gap).
     unsafe impl aya::Pod for Event {}
@@ -306,6 +421,12 @@ mod pod {
     unsafe impl aya::Pod for InFlight {}
     // SAFETY: as above.
     unsafe impl aya::Pod for SampleHeader {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for FramesHeader {}
+    // SAFETY: as above (three u32 words).
+    unsafe impl aya::Pod for MappingKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for MappingValue {}
 }
 
 #[cfg(test)]
@@ -322,6 +443,13 @@ mod tests {
         assert_eq!(size_of::<InFlightStack>(), 48 * INFLIGHT_FRAMES + 8);
         assert_eq!(size_of::<SampleHeader>(), 80);
         assert_eq!(size_of::<StackSample>(), 80 + MAX_STACK_BYTES);
+        assert_eq!(size_of::<FramesHeader>(), 88);
+        assert_eq!(
+            size_of::<FramesSample>(),
+            88 + 8 * MAX_FRAMES + MAX_STACK_BYTES
+        );
+        assert_eq!(size_of::<MappingKey>(), 12);
+        assert_eq!(size_of::<MappingValue>(), 24);
     }
 
     #[test]

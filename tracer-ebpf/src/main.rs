@@ -26,6 +26,7 @@ mod maps;
 mod process;
 mod sampling;
 mod stack;
+mod walk;
 
 use aya_ebpf::{
     macros::{uprobe, uretprobe},

@@ -1,18 +1,24 @@
 //! Recording an allocation with its call stack: a kernel frame-pointer
-//! walk into STACKS (`UNWIND_FP`), or registers and a copy of the stack for
-//! user space to unwind (`UNWIND_DWARF`).
+//! walk into STACKS (`UNWIND_FP`), registers and a copy of the stack for
+//! user space to unwind (`UNWIND_DWARF`), or the return addresses walked
+//! in the kernel from unwind tables (`UNWIND_TABLES`, `walk.rs`).
 
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     programs::{tracing::StackIdContext, RetProbeContext},
 };
 use tracer_common::{
-    counter, Event, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE,
-    MAX_STACK_BYTES, STACK_CHUNK, UNWIND_DWARF,
+    counter, Event, FramesHeader, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC,
+    EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE, FRAMES_RESUME, MAX_FRAMES, MAX_STACK_BYTES,
+    STACK_CHUNK, UNWIND_DWARF, UNWIND_TABLES,
 };
 
-use crate::maps::{
-    count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES, UNWIND_MODE,
+use crate::{
+    maps::{
+        count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES,
+        UNWIND_MODE,
+    },
+    walk::{walk, FRAMES_BUF},
 };
 
 #[inline(always)]
@@ -24,9 +30,10 @@ pub(crate) fn record_alloc(
     size: u64,
     role: Role,
 ) {
-    if tunable(&UNWIND_MODE) == UNWIND_DWARF {
-        record_alloc_sample(ctx, pid, tid, addr, size, role);
-        return;
+    match tunable(&UNWIND_MODE) {
+        UNWIND_DWARF => return record_alloc_sample(ctx, pid, tid, addr, size, role),
+        UNWIND_TABLES => return record_alloc_frames(ctx, pid, tid, addr, size, role),
+        _ => {}
     }
     // Reserve first: if the event cannot be sent, the block enters LIVE
     // marked unreported, so that its free is told from an unknown one and
@@ -122,6 +129,61 @@ fn insert_unreported(pid: u32, addr: u64, size: u64) {
     let key = LiveKey { pid, _pad: 0, addr };
     if LIVE.insert(key, live(size, 1), 0).is_err() {
         count(counter::LIVE_MAP_FULL);
+    }
+}
+
+/// Tables mode: the return addresses walked in the kernel (`walk.rs`); when
+/// the walk met an address user space has not described yet, also the
+/// registers there and a copy of the stack from there.
+#[inline(always)]
+fn record_alloc_frames(
+    ctx: &RetProbeContext,
+    pid: u32,
+    tid: u32,
+    addr: u64,
+    size: u64,
+    role: Role,
+) {
+    // SAFETY: the context is pt_regs, readable directly.
+    let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
+    let w = walk(pid, ip, sp, bp);
+    let Some(buf) = FRAMES_BUF.get_ptr_mut(0) else {
+        count(counter::STACK_LOST);
+        return;
+    };
+    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+    let sample = unsafe { &mut *buf };
+    let depth = (w.depth as usize).min(MAX_FRAMES);
+    let mut stack_len = 0;
+    let mut total = core::mem::size_of::<FramesHeader>() + 8 * depth;
+    if w.flags & FRAMES_RESUME != 0 {
+        stack_len = copy_stack(w.sp, &mut sample.stack);
+        total = core::mem::size_of::<FramesHeader>() + 8 * MAX_FRAMES + stack_len;
+    }
+    sample.header = FramesHeader {
+        event: event(EVENT_ALLOC_FRAMES, pid, tid, 0, addr, size, role),
+        depth: depth as u32,
+        flags: w.flags,
+        ip: w.ip,
+        sp: w.sp,
+        bp: if w.bp_known != 0 { w.bp } else { 0 },
+        stack_len: stack_len as u32,
+        _pad: 0,
+    };
+    if total > core::mem::size_of::<tracer_common::FramesSample>() {
+        return; // cannot happen: depth <= MAX_FRAMES, stack_len <= MAX_STACK_BYTES
+    }
+    let key = LiveKey { pid, _pad: 0, addr };
+    if LIVE.insert(key, live(size, 0), 0).is_err() {
+        count(counter::LIVE_MAP_FULL);
+        return;
+    }
+    // SAFETY: `total` is at most the size of `sample` (checked above).
+    let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
+    if EVENTS.output::<[u8]>(bytes, wakeup_flags()).is_err() {
+        // Not sent: the block stays, marked unreported (as in record_alloc).
+        count(counter::RINGBUF_FULL);
+        insert_unreported(pid, addr, size);
     }
 }
 

@@ -45,6 +45,7 @@ impl Cli {
                 sample_rate: self.sample_rate,
                 unwind: self.unwind,
                 stack_bytes: self.stack_bytes,
+                unwind_rows: self.unwind_rows,
                 placement: self.probe_placement,
                 sessions: self.uprobe_sessions == Sessions::Auto,
                 noop: self.noop_probes,

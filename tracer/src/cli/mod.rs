@@ -142,6 +142,13 @@ pub struct Cli {
     #[arg(long, default_value_t = 8192, value_name = "BYTES")]
     pub stack_bytes: u32,
 
+    /// `--unwind tables`: rows of unwind tables the kernel holds, 8 bytes
+    /// each, shared by all processes (a python3 process maps about 110,000).
+    /// A file whose table does not fit is walked by frame pointers and
+    /// counted.
+    #[arg(long, default_value_t = 1 << 21, value_name = "ROWS")]
+    pub unwind_rows: u32,
+
     /// Where probes sit on each allocator function (docs/design.md, "Probe placement").
     #[arg(long, value_enum, default_value_t = ProbePlacement::Emulated)]
     pub probe_placement: ProbePlacement,
@@ -286,6 +293,13 @@ impl Cli {
             return Err(format!(
                 "--stack-bytes must be a multiple of {chunk} from {chunk} to {max}, got {}",
                 self.stack_bytes
+            ));
+        }
+        if !(1024..=1 << 27).contains(&self.unwind_rows) {
+            return Err(format!(
+                "--unwind-rows must be from 1024 to {} (1 GiB of rows), got {}",
+                1u32 << 27,
+                self.unwind_rows
             ));
         }
         if self.sample_rate == 0 || self.sample_rate > MAX_SAMPLE_RATE {

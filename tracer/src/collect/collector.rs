@@ -10,8 +10,8 @@ use std::{
 
 use aya::maps::{MapData, StackTraceMap};
 use tracer_common::{
-    Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_SAMPLE, EVENT_EXEC,
-    EVENT_EXIT, EVENT_FORK, EVENT_FREE,
+    Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE,
+    EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE,
 };
 
 use crate::{
@@ -122,6 +122,7 @@ impl Collector {
             events,
             stacks: stack_map,
             live: live_map,
+            unwind: _,
         } = maps;
         Ok(Collector {
             events: Reader::start(events)?,
@@ -183,6 +184,18 @@ impl Collector {
     /// Processes with state here.
     pub fn tracked_processes(&self) -> usize {
         self.state.tracked_processes()
+    }
+
+    /// `--unwind tables`: the kernel walker's counters and the tables'.
+    pub fn kernel_unwind(
+        &self,
+        counters: &aya::maps::PerCpuArray<MapData, u64>,
+    ) -> Option<super::unwind_notes::KernelUnwind> {
+        let tables = self.state.modules.kernel.as_ref()?;
+        Some(super::unwind_notes::KernelUnwind::read(
+            counters,
+            tables.stats,
+        ))
     }
 
     /// The unwinders' counters (--verbose).
@@ -347,6 +360,14 @@ impl State {
                 let handle = self.intern_sample(ev.pid, process, &sample);
                 self.record(&ev, handle);
             }
+            EVENT_ALLOC_FRAMES => {
+                let process = self.processes.instance(ev.pid, started);
+                let Some(handle) = self.intern_frames_event(bytes, process) else {
+                    self.malformed_events += 1;
+                    return;
+                };
+                self.record(&ev, handle);
+            }
             EVENT_FREE => self.heap.free(ev.pid, ev.addr),
             EVENT_EXEC => {
                 self.heap.drop_process(ev.pid);
@@ -478,7 +499,7 @@ impl State {
 }
 
 /// Reads a Pod value from the start of `bytes`.
-fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+pub(super) fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     if bytes.len() < std::mem::size_of::<T>() {
         return None;
     }

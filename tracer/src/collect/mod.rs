@@ -11,5 +11,6 @@ mod profile_notes;
 pub mod reader;
 mod roots;
 pub mod stacks;
+pub mod unwind_notes;
 
 pub use changes::ProcessChange;

@@ -48,6 +48,8 @@ pub struct Meta {
     pub traced_from_start: bool,
     /// --min-age: in use counts only blocks live at least this long now.
     pub min_age: Option<Duration>,
+    /// `--unwind tables`: what the kernel's walker met.
+    pub kernel_unwind: Option<crate::collect::unwind_notes::KernelUnwind>,
 }
 
 /// The profile of what `collector` holds now; `names` keeps the frames

@@ -53,6 +53,12 @@ pub(super) fn notes(
                 });
             }
         }
+        UnwindMode::Tables => {
+            let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
+                .saturating_sub(unnamed.truncated);
+            let kernel = meta.kernel_unwind.unwrap_or_default();
+            notes.extend(kernel.notes(cut));
+        }
     }
     notes
 }

@@ -8,6 +8,8 @@ use std::{
     sync::Arc,
 };
 
+use tracer_common::{FramesHeader, FRAMES_ENDED, FRAMES_RESUME, FRAMES_TRUNCATED, MAX_FRAMES};
+
 use crate::{
     collect::{collector::State, processes::ProcessIndex},
     model::heap::StackHandle,
@@ -23,7 +25,7 @@ pub struct Stack {
     /// with these frames: the same code path in many processes of one
     /// program is kept once.
     pub frames: Option<Arc<[NormFrame]>>,
-    /// The walk stopped before the root (DWARF mode only).
+    /// The walk stopped before the root (DWARF and tables modes).
     pub truncated: bool,
 }
 
@@ -35,7 +37,7 @@ pub struct StackTable {
     /// Frame-pointer mode: the kernel's stack id, per running process
     /// (negative ids, failed captures, share one entry per process).
     by_id: HashMap<u32, HashMap<i32, StackHandle>>,
-    /// DWARF mode: the unwound addresses, per running process.
+    /// DWARF and tables modes: the unwound addresses, per running process.
     by_addrs: HashMap<u32, HashMap<(Vec<u64>, bool), StackHandle>>,
     /// The stacks of each process (by `ProcessIndex`) until it is folded.
     of_process: HashMap<ProcessIndex, Vec<StackHandle>>,
@@ -211,6 +213,65 @@ impl State {
         if sample.stack.is_empty() {
             return self.intern_stack_id(pid, process, -1);
         }
+        let unwound = self.unwind_sample(pid, sample);
+        self.intern_addrs(pid, process, unwound.addrs, unwound.truncated)
+    }
+
+    /// Tables mode: the return addresses the kernel walked; with a resume
+    /// copy (the walk met an address user space had not described), the
+    /// rest unwound here from the copy, and the process's maps read again
+    /// so that its next walks know them.
+    pub(super) fn intern_frames(
+        &mut self,
+        pid: u32,
+        process: ProcessIndex,
+        frames: Vec<u64>,
+        ended: bool,
+        resume: Option<&Sample<'_>>,
+    ) -> StackHandle {
+        let Some(sample) = resume else {
+            return self.intern_addrs(pid, process, frames, ended);
+        };
+        if sample.stack.is_empty() {
+            return self.intern_addrs(pid, process, frames, true);
+        }
+        self.unwinders.stats.resumed += 1;
+        let unwound = self.unwind_sample(pid, sample);
+        let mut addrs = frames;
+        addrs.extend(unwound.addrs);
+        self.intern_addrs(pid, process, addrs, unwound.truncated)
+    }
+
+    /// An EVENT_ALLOC_FRAMES (tracer_common::FramesHeader): its stack.
+    pub(super) fn intern_frames_event(
+        &mut self,
+        bytes: &[u8],
+        process: ProcessIndex,
+    ) -> Option<StackHandle> {
+        let h = super::collector::read_pod::<FramesHeader>(bytes)?;
+        let start = std::mem::size_of::<FramesHeader>();
+        let frames: Vec<u64> = bytes
+            .get(start..start + 8 * h.depth as usize)?
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        let ended = h.flags & (FRAMES_TRUNCATED | FRAMES_ENDED) != 0;
+        let pid = h.event.pid;
+        if h.flags & FRAMES_RESUME == 0 {
+            return Some(self.intern_frames(pid, process, frames, ended, None));
+        }
+        let at = start + 8 * MAX_FRAMES;
+        let sample = Sample {
+            ip: h.ip,
+            sp: h.sp,
+            bp: h.bp,
+            stack: bytes.get(at..at + h.stack_len as usize)?,
+        };
+        Some(self.intern_frames(pid, process, frames, ended, Some(&sample)))
+    }
+
+    /// Unwinds a copied stack in user space (framehop).
+    fn unwind_sample(&mut self, pid: u32, sample: &Sample<'_>) -> crate::stacks::unwind::Unwound {
         // A library loaded since the maps were read (dlopen): read them
         // again. Maps read since the unwinder was built (the first read of
         // a new process may predate its libraries): rebuild it.
@@ -232,7 +293,19 @@ impl State {
         if let Some(out) = &mut self.sample_log {
             crate::stacks::unwind::record_sample(out, maps, sample, &unwound);
         }
-        let key = (unwound.addrs, unwound.truncated);
+        unwound
+    }
+
+    /// The stack with these addresses (`addrs[0]` the caller's IP, then
+    /// return addresses), interned per process.
+    fn intern_addrs(
+        &mut self,
+        pid: u32,
+        process: ProcessIndex,
+        addrs: Vec<u64>,
+        truncated: bool,
+    ) -> StackHandle {
+        let key = (addrs, truncated);
         if let Some(&h) = self.stacks.by_addrs.get(&pid).and_then(|s| s.get(&key)) {
             return h;
         }

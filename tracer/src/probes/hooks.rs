@@ -90,6 +90,11 @@ impl Hooks {
         self.per_process.contains_key(&pid)
     }
 
+    /// Every allocator object of every process inspected (with repeats).
+    pub fn hooked_objects(&self) -> impl Iterator<Item = &Hooked> {
+        self.per_process.values().flat_map(|h| h.iter())
+    }
+
     /// `pid` is not a process of the trace (the tracer itself).
     pub fn forget(&mut self, pid: u32) {
         self.per_process.remove(&pid);

@@ -4,13 +4,14 @@ use std::{collections::HashMap, num::NonZeroU32, path::Path};
 
 use anyhow::Context as _;
 use aya::{
-    maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf, StackTraceMap},
+    maps::{Array, MapData, PerCpuArray, RingBuf, StackTraceMap},
     programs::{uprobe::UProbeScope, Program, RawTracePoint, UProbe},
     Ebpf, EbpfLoader,
 };
-use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
+use super::object_maps::{self, map_fds, raise_memlock_limit, seed_countdowns, take};
 use crate::{
     probes::plan::{self, HookFact, PlannedProbe},
     probes::roles,
@@ -43,6 +44,8 @@ pub struct Limits {
     pub ringbuf_bytes: u32,
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
+    /// Entries of UNWIND_ROWS (`--unwind tables`).
+    pub unwind_rows: u32,
     pub sample_rate: u64,
     /// tracer_common::FILTER_* and, for FILTER_ALL, the thread name.
     pub filter: u32,
@@ -79,6 +82,8 @@ pub struct EventMaps {
     pub stacks: StackTraceMap<MapData>,
     /// Recorded live blocks; user space deletes those of exited processes.
     pub live: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
+    /// `--unwind tables`: the rows and mappings the kernel walks with.
+    pub unwind: Option<crate::stacks::kernel_tables::BpfUnwindMaps>,
 }
 
 impl Loaded {
@@ -96,6 +101,16 @@ impl Loaded {
         self.traced
             .remove(&pid)
             .with_context(|| format!("removing pid {pid} from the process filter"))
+    }
+
+    /// Instructions the verifier processed for program `name` (--verbose:
+    /// the return program's walker is the largest).
+    pub fn verified_instructions(&self, name: &str) -> Option<u32> {
+        self.ebpf
+            .program(name)?
+            .info()
+            .ok()?
+            .verified_instruction_count()
     }
 
     pub fn stop(&mut self) -> anyhow::Result<()> {
@@ -126,7 +141,9 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         UnwindMode::Fp => (tracer_common::UNWIND_FP, limits.stack_storage_size),
         // The kernel stack map is not used: keep it minimal.
         UnwindMode::Dwarf => (tracer_common::UNWIND_DWARF, 1),
+        UnwindMode::Tables => (tracer_common::UNWIND_TABLES, 1),
     };
+    let (unwind_rows, unwind_mappings) = object_maps::unwind_sizes(limits);
     let table = crate::model::sampling::exp_table();
     let forks = fork_tunables(limits)?;
     let mut ebpf = EbpfLoader::new()
@@ -134,6 +151,8 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .map_max_entries("STACKS", stack_entries)
         .map_max_entries("TRACED", MAX_FILTERED_PIDS)
         .map_max_entries("EVENTS", limits.ringbuf_bytes)
+        .map_max_entries("UNWIND_ROWS", unwind_rows)
+        .map_max_entries("UNWIND_MAPPINGS", unwind_mappings)
         .override_global("UNWIND_MODE", &mode, true)
         .override_global("STACK_BYTES", &limits.stack_bytes, true)
         .override_global("SAMPLE_RATE", &limits.sample_rate, true)
@@ -152,6 +171,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
+    let unwind = object_maps::take_unwind(&mut ebpf, limits)?;
     let progs_fd = map_fds
         .get("PROGS")
         .context("BPF object has no map PROGS")?
@@ -184,6 +204,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             events,
             stacks,
             live,
+            unwind,
         },
     ))
 }
@@ -235,43 +256,6 @@ fn attach_tracepoint(ebpf: &mut Ebpf, program: &str, tracepoint: &str) -> anyhow
     prog.attach(tracepoint)
         .with_context(|| format!("attaching to the {tracepoint} tracepoint"))?;
     Ok(())
-}
-
-/// Each CPU starts with its own random distance to its first sample, so
-/// that the first allocation on every CPU is not recorded for certain.
-fn seed_countdowns(ebpf: &mut Ebpf, rate: u64, table: &[u32]) -> anyhow::Result<()> {
-    let mut countdown: PerCpuArray<_, i64> = PerCpuArray::try_from(
-        ebpf.map_mut("COUNTDOWN")
-            .context("BPF object has no map COUNTDOWN")?,
-    )?;
-    let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
-    let values: Vec<i64> = (0..cpus)
-        .map(|_| {
-            crate::model::sampling::draw_interval(table, rate, crate::model::sampling::random_u32())
-                as i64
-        })
-        .collect();
-    countdown
-        .set(0, PerCpuValues::try_from(values)?, 0)
-        .context("seeding the sampling countdowns")?;
-    Ok(())
-}
-
-fn take(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
-    ebpf.take_map(name)
-        .with_context(|| format!("BPF object has no map {name}"))
-}
-
-/// Locked-memory limits no longer apply to BPF on kernels >= 5.11 (memory is
-/// charged to the cgroup), and raising it needs CAP_SYS_RESOURCE, which this
-/// machine lacks: try, and ignore failure.
-fn raise_memlock_limit() {
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: setrlimit reads the struct we pass and nothing else.
-    let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
 /// Attaches the entry points of `object` for process `pid` (every process
@@ -371,27 +355,6 @@ fn attach_sessions(
     )?;
     loaded.session_links.push(link);
     loaded.set_control(CONTROL_SESSION)
-}
-
-/// Every map's fd, duplicated, by name (aya names data sections' maps
-/// `.rodata`, `.bss`...).
-fn map_fds(ebpf: &Ebpf) -> anyhow::Result<HashMap<String, OwnedFd>> {
-    use aya::maps::Map;
-    let mut fds = HashMap::new();
-    for (name, map) in ebpf.maps() {
-        let data = match map {
-            Map::Array(d)
-            | Map::PerCpuArray(d)
-            | Map::HashMap(d)
-            | Map::LruHashMap(d)
-            | Map::RingBuf(d)
-            | Map::StackTraceMap(d)
-            | Map::ProgramArray(d) => d,
-            _ => continue,
-        };
-        fds.insert(name.to_string(), data.fd().as_fd().try_clone_to_owned()?);
-    }
-    Ok(fds)
 }
 
 /// `--binary`: attaches `binary_entry` (tracer-ebpf) at the program's ELF

@@ -6,11 +6,13 @@ pub mod counters;
 pub mod hooks;
 pub mod kernel_btf;
 pub mod loader;
+mod object_maps;
 mod options;
 pub mod placement;
 pub mod plan;
 pub mod preflight;
 pub mod roles;
+mod session_btf;
 pub mod uprobe_session;
 
 pub use options::{ProbePlacement, Sessions, UnwindMode};

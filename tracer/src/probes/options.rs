@@ -12,6 +12,10 @@ pub enum UnwindMode {
     /// Frame-pointer walk in the kernel: cheaper, complete only through code
     /// built with frame pointers.
     Fp,
+    /// Walk in the kernel from unwind tables built from each file's
+    /// .eh_frame/.debug_frame: complete stacks without frame pointers and
+    /// without a stack-size window; events carry return addresses only.
+    Tables,
 }
 
 impl UnwindMode {
@@ -19,6 +23,7 @@ impl UnwindMode {
         match self {
             UnwindMode::Dwarf => "dwarf",
             UnwindMode::Fp => "fp",
+            UnwindMode::Tables => "tables",
         }
     }
 }

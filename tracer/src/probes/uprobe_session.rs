@@ -143,11 +143,19 @@ pub fn load_dispatcher(progs_fd: RawFd) -> anyhow::Result<OwnedFd> {
         &dispatcher(progs_fd, id),
         "memtrace_sess",
         BPF_TRACE_UPROBE_SESSION,
+        None,
     )
 }
 
 /// BPF_PROG_LOAD of a kprobe-type program with `expected_attach_type`.
-fn load_program(insns: &[Insn], name: &str, expected_attach_type: u32) -> anyhow::Result<OwnedFd> {
+/// `subprograms`: where each subprogram starts (0 first), when the program
+/// takes a function's address and so needs BTF function info.
+fn load_program(
+    insns: &[Insn],
+    name: &str,
+    expected_attach_type: u32,
+    subprograms: Option<&[usize]>,
+) -> anyhow::Result<OwnedFd> {
     let license = CString::new("Dual MIT/GPL").context("license")?;
     let mut log = vec![0u8; 1 << 20];
     let mut attr = [0u64; 16];
@@ -165,6 +173,14 @@ fn load_program(insns: &[Insn], name: &str, expected_attach_type: u32) -> anyhow
     attr[6] = u64::from_le_bytes(prog_name[..8].try_into().context("name")?);
     attr[7] = u64::from_le_bytes(prog_name[8..].try_into().context("name")?);
     attr[8] = u64::from(expected_attach_type) << 32;
+    // prog_btf_fd and func_info_rec_size at 72, func_info at 80,
+    // func_info_cnt at 88.
+    let func_info = subprograms.map(super::session_btf::load).transpose()?;
+    if let Some(info) = &func_info {
+        attr[9] = info.btf.as_raw_fd() as u64 | (8u64 << 32);
+        attr[10] = info.records.as_ptr() as u64;
+        attr[11] = info.records.len() as u64;
+    }
     match bpf(BPF_PROG_LOAD, &mut attr) {
         // SAFETY: a new fd that we own.
         Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
@@ -232,10 +248,15 @@ pub fn load_session_copies(
     let file = object::File::parse(object).context("parsing the BPF object")?;
     let mut loaded = HashMap::new();
     for &name in names {
-        let insns = relocated_program(&file, name, map_fds)
+        let (insns, subprograms) = relocated_program(&file, name, map_fds)
             .with_context(|| format!("relocating {name}"))?;
-        let fd = load_program(&insns, name, BPF_TRACE_UPROBE_SESSION)
-            .with_context(|| format!("loading {name} as a session program"))?;
+        let fd = load_program(
+            &insns,
+            name,
+            BPF_TRACE_UPROBE_SESSION,
+            subprograms.as_deref(),
+        )
+        .with_context(|| format!("loading {name} as a session program"))?;
         loaded.insert(name.to_string(), fd);
     }
     Ok(loaded)
@@ -254,12 +275,13 @@ fn insns_of(bytes: &[u8]) -> Vec<Insn> {
 }
 
 /// The instructions of function symbol `name`, relocated, with any `.text`
-/// callees appended.
+/// callees appended; and, when it takes a function's address (a bpf_loop
+/// callback), where its subprograms start, for their BTF function info.
 fn relocated_program(
     file: &object::File<'_>,
     name: &str,
     map_fds: &HashMap<String, OwnedFd>,
-) -> anyhow::Result<Vec<Insn>> {
+) -> anyhow::Result<(Vec<Insn>, Option<Vec<usize>>)> {
     let sym = file
         .symbols()
         .find(|s| s.name() == Ok(name) && s.kind() == object::SymbolKind::Text)
@@ -274,9 +296,11 @@ fn relocated_program(
         map_fds,
         &mut calls,
     )?;
-    // Append the callees (one level: compiler builtins call nothing).
+    // Append the callees (one level: compiler builtins and the bpf_loop
+    // callback call nothing).
+    let takes_address = calls.iter().any(|c| c.2);
     let mut appended: HashMap<String, usize> = HashMap::new();
-    for (at, callee) in calls {
+    for (at, callee, by_address) in calls {
         let start = match appended.get(&callee) {
             Some(&start) => start,
             None => {
@@ -305,25 +329,38 @@ fn relocated_program(
                 start
             }
         };
-        insns[at].regs = (BPF_PSEUDO_CALL << 4) | (insns[at].regs & 0x0f);
+        let kind = if by_address {
+            BPF_PSEUDO_FUNC
+        } else {
+            BPF_PSEUDO_CALL
+        };
+        insns[at].regs = (kind << 4) | (insns[at].regs & 0x0f);
         insns[at].imm = (start as i64 - at as i64 - 1) as i32;
     }
-    Ok(insns)
+    let subprograms = takes_address.then(|| {
+        let mut starts: Vec<usize> = std::iter::once(0).chain(appended.into_values()).collect();
+        starts.sort_unstable();
+        starts
+    });
+    Ok((insns, subprograms))
 }
 
 const BPF_PSEUDO_CALL: u8 = 1;
+/// A function's address loaded into a register (a bpf_loop callback).
+const BPF_PSEUDO_FUNC: u8 = 4;
 const BPF_PSEUDO_MAP_VALUE: u8 = 2;
 
 /// Instructions of [start, start + size) of `section` with map and global
 /// references relocated; calls into other functions are returned in `calls`
-/// as (instruction index, callee name).
+/// as (instruction index, callee name, whether the instruction loads the
+/// callee's address rather than calling it).
 fn relocate(
     file: &object::File<'_>,
     section: &object::Section<'_, '_>,
     start: u64,
     size: u64,
     map_fds: &HashMap<String, OwnedFd>,
-    calls: &mut Vec<(usize, String)>,
+    calls: &mut Vec<(usize, String, bool)>,
 ) -> anyhow::Result<Vec<Insn>> {
     let data = section.data()?;
     let bytes = data
@@ -346,7 +383,24 @@ fn relocate(
             .unwrap_or_default();
         let target_name = target.name().unwrap_or("").to_string();
         if insns[at].code == 0x85 {
-            calls.push((at, target_name));
+            calls.push((at, target_name, false));
+            continue;
+        }
+        if insns[at].code == 0x18 && target_section == ".text" && at + 1 < insns.len() {
+            // A function's address (bpf_loop's callback), against the
+            // section symbol: the byte offset in .text is in the immediate.
+            let addr = target.address() + insns[at].imm as u64;
+            let callee = file
+                .symbols()
+                .find(|s| {
+                    s.address() == addr
+                        && s.kind() == object::SymbolKind::Text
+                        && s.section_index() == target.section_index()
+                })
+                .and_then(|s| s.name().ok().map(str::to_string))
+                .with_context(|| format!("no function at .text+{addr:#x}"))?;
+            insns[at + 1].imm = 0;
+            calls.push((at, callee, true));
             continue;
         }
         if insns[at].code != 0x18 || at + 1 >= insns.len() {

@@ -66,6 +66,24 @@ pub enum Note {
     FramePointerStacks,
     /// Stacks marked truncated, with the --stack-bytes window.
     StacksCut { stacks: u64, stack_bytes: u32 },
+    /// --unwind tables: stacks the kernel's walk ended early, by reason
+    /// (walks cut at the frame limit, at rules it cannot follow, at
+    /// unreadable memory, at a frame with neither table nor frame pointer).
+    KernelWalksCut {
+        stacks: u64,
+        at_limit: u64,
+        unsupported: u64,
+        read_failed: u64,
+        bad_frame: u64,
+        max_frames: u64,
+    },
+    /// --unwind tables: files whose table did not fit in the rows map
+    /// (`rows_capacity`), and mappings the mapping map had no room for.
+    UnwindTablesFull {
+        files: u64,
+        rows_capacity: u64,
+        mappings: u64,
+    },
     /// -- CMD with --keep-running: the command outlived the trace.
     CommandLeftRunning { pid: u32 },
     /// -- CMD: the trace ended first; the command was sent `signal` and

@@ -70,6 +70,18 @@ impl fmt::Display for Note {
                 stacks,
                 stack_bytes,
             } => stacks_cut(f, *stacks, *stack_bytes),
+            Note::KernelWalksCut { .. } => kernel_walks_cut(f, self),
+            Note::UnwindTablesFull {
+                files,
+                rows_capacity,
+                mappings,
+            } => write!(
+                f,
+                "unwind tables that did not fit: {} (their frames follow frame pointers: raise \
+                 --unwind-rows from {rows_capacity}), {}",
+                counted(*files, "file", "files"),
+                counted(*mappings, "mapping", "mappings"),
+            ),
             Note::CommandLeftRunning { pid } => write!(
                 f,
                 "the command (pid {pid}) was left running, no longer traced (--keep-running)"
@@ -275,6 +287,43 @@ fn ringbuf_full(
 
 /// How many stacks end early, why, and what to do: a larger window only
 /// while one can be asked for.
+/// Why the kernel's walks ended early, the reasons that occurred only.
+fn kernel_walks_cut(f: &mut fmt::Formatter<'_>, note: &Note) -> fmt::Result {
+    let Note::KernelWalksCut {
+        stacks,
+        at_limit,
+        unsupported,
+        read_failed,
+        bad_frame,
+        max_frames,
+    } = *note
+    else {
+        return Ok(());
+    };
+    let reasons: Vec<String> = [
+        (at_limit, "deeper than the walker's frames limit"),
+        (unsupported, "at unwind rules the walker cannot follow"),
+        (read_failed, "at stack memory that could not be read"),
+        (
+            bad_frame,
+            "at a frame without unwind information or frame pointer",
+        ),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, why)| format!("{n} {why}"))
+    .collect();
+    let why = match reasons.is_empty() {
+        true => String::new(),
+        false => format!(" (kernel walks ended: {})", reasons.join(", ")),
+    };
+    write!(
+        f,
+        "{} early, marked [truncated]{why}; the walker stops at {max_frames} frames",
+        counted(stacks, "stack ends", "stacks end"),
+    )
+}
+
 fn stacks_cut(f: &mut fmt::Formatter<'_>, stacks: u64, stack_bytes: u32) -> fmt::Result {
     let max = tracer_common::MAX_STACK_BYTES;
     let remedy = if (stack_bytes as usize) < max {

@@ -46,6 +46,8 @@ pub struct ProbeChoice {
     pub sample_rate: u64,
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
+    /// `--unwind tables`: rows of unwind tables the kernel holds.
+    pub unwind_rows: u32,
     pub placement: ProbePlacement,
     /// Uprobe session programs where the kernel has them.
     pub sessions: bool,

@@ -2,6 +2,7 @@
 //! end of a started command, the notes about what was traced, and
 //! --verbose statistics.
 
+use crate::collect::unwind_notes::KernelUnwind;
 use crate::{
     collect::collector::Collector,
     console, escape,
@@ -130,7 +131,7 @@ pub fn scope_notes(
 }
 
 /// `--verbose`: what user space spent, for tuning and `cargo xtask bench`.
-pub fn print_stats(collector: &Collector) {
+pub fn print_stats(collector: &Collector, kernel: Option<KernelUnwind>) {
     let (live, purged) = collector.live_entries();
     console::say(format_args!(
         "LIVE map: {live} entries at the end; {purged} entries of exited processes deleted"
@@ -157,10 +158,44 @@ pub fn print_stats(collector: &Collector) {
             ));
         }
     }
+    if let Some(k) = kernel {
+        print_kernel_unwind(&k, collector);
+    }
     let u = crate::usage::own();
     console::say(format_args!(
         "tracer CPU {:.3} s user, {:.3} s system; peak RSS {} KiB",
         u.user_secs, u.system_secs, u.peak_rss_kib
+    ));
+}
+
+/// `--unwind tables`: the tables loaded and what the kernel's walker met.
+fn print_kernel_unwind(k: &KernelUnwind, collector: &Collector) {
+    let t = k.tables;
+    console::say(format_args!(
+        "unwind tables: {} files, {} of {} rows in use; built {} rows in {:.1} ms; \
+         no table: {} did not fit (--unwind-rows), {} without usable CFI; {} mappings did not fit; \
+         {} rows the walker cannot follow",
+        t.files,
+        t.rows_used,
+        t.rows_capacity,
+        t.rows_written,
+        t.build_nanos as f64 / 1e6,
+        t.rows_full,
+        t.table_errors,
+        t.mappings_full,
+        t.unsupported_rows,
+    ));
+    console::say(format_args!(
+        "kernel walks: {} frame-pointer steps; {} finished from a stack copy ({} here); \
+         ended early: {} at {} frames, {} at unsupported rows, {} at failed reads, {} at bad frames",
+        k.fp_steps,
+        k.resumed,
+        collector.unwind_stats().resumed,
+        k.truncated,
+        tracer_common::MAX_FRAMES,
+        k.unsupported,
+        k.read_failed,
+        k.bad_frame,
     ));
 }
 

@@ -122,13 +122,31 @@ impl<'a> Trace<'a> {
             mut scope,
             maps: initial_maps,
         } = Scope::start(config)?;
-        let (mut loaded, maps) = loader::load(&settings.limits(&scope))?;
+        let (mut loaded, mut maps) = loader::load(&settings.limits(&scope))?;
         let mut modules = Modules::default();
+        if let Some(unwind) = maps.unwind.take() {
+            modules.kernel = Some(crate::stacks::kernel_tables::KernelTables::new(Box::new(
+                unwind,
+            )));
+        }
         for (pid, mappings) in initial_maps {
             modules.set_maps(pid, mappings);
         }
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;
+        if let Some(kernel) = &mut modules.kernel {
+            // Tables built before a started command runs: its first
+            // allocations are walked in the kernel, not handed back.
+            let hooked = hooks.hooked_objects();
+            for path in scope
+                .command_path()
+                .into_iter()
+                .map(Into::into)
+                .chain(hooked.map(|h| h.host_path.clone()))
+            {
+                kernel.prepare(&path);
+            }
+        }
         if let (Some(why), true) = (&loaded.session_error, config.verbose) {
             console::say(format_args!(
                 "uprobe sessions unavailable, using uprobes + uretprobes: {}",
@@ -181,7 +199,13 @@ impl<'a> Trace<'a> {
         self.handle_execs(trace_loop::FINAL_EXEC_BUDGET);
         self.scope.let_go();
         if self.settings.config.verbose {
-            finish::print_stats(&self.collector);
+            let kernel = self.collector.kernel_unwind(&self.loaded.counters);
+            finish::print_stats(&self.collector, kernel);
+            if let Some(n) = self.loaded.verified_instructions("alloc_return") {
+                console::say(format_args!(
+                    "the return program verified in {n} instructions"
+                ));
+            }
         }
         Ok(())
     }
@@ -234,6 +258,7 @@ impl<'a> Trace<'a> {
             root_exit_kept: self.scope.root().is_some(),
             traced_from_start: self.scope.traced_from_start(),
             min_age,
+            kernel_unwind: self.collector.kernel_unwind(&self.loaded.counters),
         };
         let losses = read_losses(&self.loaded.counters);
         profile::build(meta, &self.collector, losses, &mut self.names)

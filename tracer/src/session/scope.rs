@@ -140,6 +140,14 @@ impl Scope {
         }
     }
 
+    /// The program of a started command (-- CMD), before it runs.
+    pub fn command_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Scope::Single(single) => single.command_path(),
+            Scope::Binary(_) | Scope::SystemWide => None,
+        }
+    }
+
     /// Readable when the single traced process exits.
     pub fn exit_fd(&self) -> Option<&PidFd> {
         match self {

@@ -76,6 +76,7 @@ impl<'a> Settings<'a> {
             unwind: probes.unwind,
             stack_bytes: probes.stack_bytes,
             sample_rate: probes.sample_rate,
+            unwind_rows: probes.unwind_rows,
             filter: scope.filter(),
             comm: self.comm,
             follow_forks: scope.follows_forks(),

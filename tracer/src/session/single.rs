@@ -153,6 +153,11 @@ impl Single {
     }
 
     /// What is traced, for stderr: escaped already.
+    /// The program of a started command.
+    pub fn command_path(&self) -> Option<&std::path::Path> {
+        self.launched.as_ref().map(|(l, _)| l.path.as_path())
+    }
+
     pub fn label(&self) -> String {
         match &self.launched {
             Some((_, argv_shown)) => format!("pid {} ({argv_shown})", self.pid),

@@ -40,13 +40,7 @@ impl Sections {
             Some((s.address()..s.address() + s.size(), Data::from(&*bytes)))
         };
         Some(Sections {
-            loads: file
-                .segments()
-                .map(|seg| {
-                    let (off, size) = seg.file_range();
-                    (off..off + size, seg.address())
-                })
-                .collect(),
+            loads: load_segments(&file),
             text: section(".text"),
             eh_frame: section(".eh_frame"),
             eh_frame_hdr: section(".eh_frame_hdr"),
@@ -62,13 +56,7 @@ impl Sections {
     /// Rust, puts the text segment at file offset 0x14500, vaddr 0x15500,
     /// mapped from offset 0x14000): match on the page-aligned offsets.
     pub(super) fn bias(&self, m: &Mapping) -> Option<u64> {
-        let (range, vaddr) = self
-            .loads
-            .iter()
-            .find(|(r, _)| r.start & !0xfff == m.offset)
-            .or_else(|| self.loads.iter().find(|(r, _)| r.contains(&m.offset)))?;
-        let svma = (vaddr & !0xfff) + (m.offset - (range.start & !0xfff));
-        Some(m.start.wrapping_sub(svma))
+        load_bias(&self.loads, m)
     }
 
     pub(super) fn module_info(&self) -> ExplicitModuleSectionInfo<Data> {
@@ -85,6 +73,27 @@ impl Sections {
             ..Default::default()
         }
     }
+}
+
+/// An ELF file's PT_LOAD segments: (file offset range, vaddr).
+pub(super) fn load_segments(file: &object::File<'_>) -> Vec<(Range<u64>, u64)> {
+    file.segments()
+        .map(|seg| {
+            let (off, size) = seg.file_range();
+            (off..off + size, seg.address())
+        })
+        .collect()
+}
+
+/// Load bias of a mapping of a file with these load segments: actual
+/// address - stated address (see `Sections::bias`).
+pub(super) fn load_bias(loads: &[(Range<u64>, u64)], m: &Mapping) -> Option<u64> {
+    let (range, vaddr) = loads
+        .iter()
+        .find(|(r, _)| r.start & !0xfff == m.offset)
+        .or_else(|| loads.iter().find(|(r, _)| r.contains(&m.offset)))?;
+    let svma = (vaddr & !0xfff) + (m.offset - (range.start & !0xfff));
+    Some(m.start.wrapping_sub(svma))
 }
 
 /// A parsed file no unwinder uses any more is kept this long, so that a

@@ -70,6 +70,8 @@ pub struct Modules {
     unread: std::collections::BTreeSet<u32>,
     /// (path, shown): the file at path is shown under another name (--binary LINK).
     pub shown_as: Option<(String, String)>,
+    /// `--unwind tables`: every process's maps described to the kernel.
+    pub kernel: Option<super::kernel_tables::KernelTables>,
 }
 
 /// Else each event at an address in no mapped file (JIT code) re-reads maps.
@@ -79,6 +81,11 @@ const MIN_REREAD_INTERVAL: Duration = Duration::from_millis(100);
 /// soon after its exec must not block the next few: this many are free of
 /// MIN_REREAD_INTERVAL (a short-lived process is gone 100 ms later).
 const QUICK_READS: u32 = 8;
+
+/// A path that opens the very file `file` has open.
+fn fd_path(file: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
 
 /// The path a mapping shows (one place to adapt if its type changes).
 fn map_path(m: &Mapping) -> &str {
@@ -186,11 +193,40 @@ impl Modules {
             quick_reads: 0,
             generation,
         });
+        let changed = maps != old_maps || objects != old_objects;
         p.maps = maps;
         p.objects = objects;
         p.last_read = Some(Instant::now());
         p.generation = generation;
         self.unread.remove(&pid);
+        if changed {
+            self.describe_to_kernel(pid);
+        }
+    }
+
+    /// `--unwind tables`: tells the kernel's walker about `pid`'s maps.
+    fn describe_to_kernel(&mut self, pid: u32) {
+        let Modules {
+            kernel: Some(kernel),
+            procs,
+            objects,
+            ..
+        } = self
+        else {
+            return;
+        };
+        let Some(p) = procs.get(&pid) else {
+            return;
+        };
+        let open = |o: u32| match objects.get(o as usize) {
+            Some(Some(Object {
+                key: ObjectKey::File { dev, ino },
+                file: Some(file),
+                ..
+            })) => Some(((*dev, *ino), fd_path(file))),
+            _ => None,
+        };
+        kernel.sync(pid, &p.maps, &p.objects, open);
     }
 
     /// The object a mapping of `pid` shows: opened through
@@ -271,6 +307,9 @@ impl Modules {
     /// (objects its interned frames refer to stay, for stacks of the old
     /// image).
     pub fn forget(&mut self, pid: u32) {
+        if let Some(kernel) = &mut self.kernel {
+            kernel.drop_process(pid);
+        }
         if let Some(p) = self.procs.get_mut(&pid) {
             let objects = std::mem::take(&mut p.objects);
             p.maps.clear();
@@ -285,6 +324,9 @@ impl Modules {
     /// The process exited and its events are handled: everything kept
     /// for it goes; the objects its frames refer to stay.
     pub fn drop_process(&mut self, pid: u32) {
+        if let Some(kernel) = &mut self.kernel {
+            kernel.drop_process(pid);
+        }
         if let Some(p) = self.procs.remove(&pid) {
             for o in p.objects {
                 self.release_object(o);
@@ -372,78 +414,9 @@ impl Modules {
         let Some(Some(o)) = self.objects.get(module as usize) else {
             return None;
         };
-        let file = o.file.as_ref()?;
-        Some(PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())))
+        Some(fd_path(o.file.as_ref()?))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A pid that no process has (above the kernel's pid_max limit):
-    /// files are then opened by their path.
-    const NO_SUCH_PID: u32 = 1 << 23;
-
-    /// This test process's own executable mapping, moved to `shift`.
-    fn exe_mapping(shift: u64) -> Mapping {
-        let text = std::fs::read("/proc/self/maps").expect("own maps");
-        let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
-        let mut m = crate::tracee::process::parse_maps(&text)
-            .into_iter()
-            .find(|m| m.executable && std::path::Path::new(&m.path) == exe)
-            .expect("an executable mapping of the test binary");
-        m.start += shift;
-        m.end += shift;
-        m
-    }
-
-    #[test]
-    fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
-        let mut modules = Modules::default();
-        let me = std::process::id();
-        let a = exe_mapping(0);
-        let b = exe_mapping(0x1000_0000);
-        modules.set_maps(me, vec![a.clone()]);
-        modules.set_maps(NO_SUCH_PID, vec![b.clone()]);
-        assert_eq!(modules.held(), (2, 1), "two processes, one file");
-        // The same code at different addresses: the same (object, offset).
-        let fa = modules.normalize(me, &[a.start + 0x101]);
-        let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x101]);
-        assert_eq!(fa, fb);
-        assert!(fa[0].module.is_some());
-        modules.drop_process(me);
-        modules.drop_process(NO_SUCH_PID);
-        assert_eq!(modules.held(), (0, 1), "an interned frame refers to it");
-        assert_eq!(modules.path(fa[0].module.expect("module")), a.path);
-        assert!(modules.open_path(fa[0].module.expect("module")).is_some());
-    }
-
-    #[test]
-    fn an_object_no_process_maps_and_no_frame_refers_to_is_closed() {
-        let mut modules = Modules::default();
-        modules.set_maps(NO_SUCH_PID, vec![exe_mapping(0)]);
-        assert_eq!(modules.held(), (1, 1));
-        modules.drop_process(NO_SUCH_PID);
-        assert_eq!(modules.held(), (0, 0));
-        // Its slot is reused by the next file.
-        modules.set_maps(NO_SUCH_PID + 1, vec![exe_mapping(0)]);
-        assert_eq!(modules.objects.len(), 1);
-    }
-
-    #[test]
-    fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation() {
-        let mut modules = Modules::default();
-        let m = exe_mapping(0);
-        modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
-        let old = modules.normalize(NO_SUCH_PID, &[m.start + 0x11]);
-        modules.forget(NO_SUCH_PID);
-        assert!(modules.maps(NO_SUCH_PID).is_empty());
-        assert_eq!(modules.held().1, 1, "the old image's frame keeps it");
-        modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
-        let generation = modules.generation(NO_SUCH_PID);
-        modules.merge_maps(NO_SUCH_PID, vec![m.clone()]);
-        assert_eq!(modules.generation(NO_SUCH_PID), generation);
-        assert_eq!(modules.normalize(NO_SUCH_PID, &[m.start + 0x11]), old);
-    }
-}
+mod tests;

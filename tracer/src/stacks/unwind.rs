@@ -51,6 +51,8 @@ pub struct Unwound {
 #[derive(Debug, Clone, Copy)]
 pub struct UnwindStats {
     pub stacks: u64,
+    /// Tables mode: kernel walks finished here from a stack copy.
+    pub resumed: u64,
     pub frames: u64,
     pub truncated: u64,
     pub nanos: u64,
@@ -66,6 +68,7 @@ impl Default for UnwindStats {
     fn default() -> Self {
         UnwindStats {
             stacks: 0,
+            resumed: 0,
             frames: 0,
             truncated: 0,
             nanos: 0,

@@ -1,7 +1,9 @@
 //! The 8-byte row encoding the BPF walker reads (docs/unwind-tables.md,
 //! "Row encoding"): `(pc - base) << 32 | rule word`.
 
-use super::{Cfa, Fp, Rule, Unsupported, CFA_OFF_BITS, FP_OFF_BITS};
+#[cfg(test)]
+use super::Unsupported;
+use super::{Cfa, Fp, Rule, CFA_OFF_BITS, FP_OFF_BITS};
 
 /// Rule kinds as stored in a row's low 4 bits.
 const KIND_SP: u32 = 0;
@@ -44,7 +46,9 @@ pub(super) fn encode_rule(rule: Rule) -> u32 {
     kind | fp << 4 | fp_off << 6 | cfa_off << 12
 }
 
-/// The inverse of `encode_rule`, as the BPF walker will read a row.
+/// The inverse of `encode_rule`, as the BPF walker reads a row
+/// (tracer-ebpf/src/walk.rs); the tests check the encoding with it.
+#[cfg(test)]
 pub(crate) fn decode_rule(word: u32) -> Option<Rule> {
     // Sign-extends the `bits`-bit field at `shift` and scales it by 8.
     let signed = |shift: u32, bits: u32| ((word << (32 - shift - bits)) as i32 >> (32 - bits)) * 8;

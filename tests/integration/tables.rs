@@ -1,0 +1,178 @@
+//! `--unwind tables`: the kernel walks stacks from unwind tables, so stacks
+//! are complete whatever their frame sizes and depth; code without unwind
+//! information that keeps a frame pointer is crossed; exact mode loses
+//! nothing with 32 threads allocating through deep frames. Targets are
+//! built without frame pointers.
+
+use serde_json::Value;
+
+use crate::harness::{
+    compile_c, compile_rust,
+    sites::{assert_no_losses, assert_site_stacks_complete, assert_sites_exact, O2_FLAGS},
+    JsonTracer, Target,
+};
+
+/// Function names of a stack, leaf first.
+fn names(stack: &Value) -> Vec<&str> {
+    stack["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .map(|f| f["function"].as_str().unwrap_or(""))
+        .collect()
+}
+
+fn stacks(report: &Value) -> &[Value] {
+    report["stacks"].as_array().expect("stacks array")
+}
+
+/// Every stack, for failure messages.
+fn describe(report: &Value) -> String {
+    let mut out = String::new();
+    for s in stacks(report) {
+        out.push_str(&format!(
+            "inuse {} B / {} objs, alloc {} objs, truncated {}: {:?}\n",
+            s["inuse_bytes"],
+            s["inuse_objects"],
+            s["alloc_objects"],
+            s["truncated"],
+            names(s)
+        ));
+    }
+    out.push_str(&format!(
+        "notes: {}\nlosses: {}\n",
+        report["notes"], report["losses"]
+    ));
+    out
+}
+
+/// The stacks whose leaf frame is `leaf`.
+fn with_leaf<'a>(report: &'a Value, leaf: &str) -> Vec<&'a Value> {
+    stacks(report)
+        .iter()
+        .filter(|s| names(s).first() == Some(&leaf))
+        .collect()
+}
+
+fn n(stack: &Value, key: &str) -> u64 {
+    stack[key].as_u64().expect("a count")
+}
+
+/// Traces `bin` (ready/go/done protocol) by pid with `--unwind tables` and
+/// `extra` arguments; returns the JSON report.
+fn trace(bin: &std::path::Path, target_args: &[&str], tag: &str, extra: &[&str]) -> Value {
+    let mut target = Target::start(bin, target_args);
+    let pid = target.pid().to_string();
+    let args = [&["--pid", pid.as_str(), "--unwind", "tables"], extra].concat();
+    let tracer = JsonTracer::start(tag, &args);
+    target.run_sites();
+    let (report, _) = tracer.stop();
+    assert_eq!(report["unwind"], "tables");
+    report
+}
+
+/// A 64 KiB stack frame, assembly without CFI (frame-pointer step), and 32
+/// threads making 2000 malloc/free pairs each through a 20 KiB frame: exact
+/// numbers, complete stacks, no loss at the default ring buffer size.
+#[test]
+fn tables_walk_big_frames_assembly_and_32_busy_threads_exactly() {
+    let bin = compile_c("big_frames", "O2", O2_FLAGS);
+    let report = trace(
+        &bin,
+        &["2000"],
+        "tables-big-frames",
+        &["--ringbuf-mb", "16"],
+    );
+    let all = describe(&report);
+    assert_no_losses(&report);
+
+    let big = with_leaf(&report, "site_big_frame");
+    assert_eq!(big.len(), 1, "{all}");
+    assert_eq!(names(big[0])[1..3], ["run_sites", "main"][..], "{all}");
+    assert_eq!(names(big[0]).last(), Some(&"_start"), "{all}");
+    assert_eq!(
+        (n(big[0], "inuse_bytes"), n(big[0], "inuse_objects")),
+        (1111, 1)
+    );
+    assert_eq!(big[0]["truncated"], false, "{all}");
+
+    let asm = with_leaf(&report, "site_asm");
+    assert_eq!(asm.len(), 1, "{all}");
+    assert_eq!(
+        names(asm[0])[1..4],
+        ["asm_trampoline", "run_sites", "main"][..],
+        "{all}"
+    );
+    assert_eq!(names(asm[0]).last(), Some(&"_start"), "{all}");
+    assert_eq!(
+        (n(asm[0], "inuse_bytes"), n(asm[0], "inuse_objects")),
+        (2222, 1)
+    );
+    assert_eq!(asm[0]["truncated"], false, "{all}");
+
+    // Each thread keeps its last 10 blocks of 100 + t bytes; 2000 made.
+    let threads = with_leaf(&report, "site_thread_frame");
+    let inuse: u64 = threads.iter().map(|s| n(s, "inuse_bytes")).sum();
+    let objects: u64 = threads.iter().map(|s| n(s, "inuse_objects")).sum();
+    let made: u64 = threads.iter().map(|s| n(s, "alloc_objects")).sum();
+    let want: u64 = (0..32).map(|t| 10 * (100 + t)).sum();
+    assert_eq!((inuse, objects, made), (want, 320, 32 * 2000), "{all}");
+    for s in &threads {
+        assert_eq!(
+            names(s)[1..],
+            ["worker", "start_thread", "clone3"][..],
+            "{all}"
+        );
+        assert_eq!(s["truncated"], false, "{all}");
+    }
+}
+
+/// A malloc 300 calls deep (96-byte frames, 29 KiB of stack): every level,
+/// then main, not truncated.
+#[test]
+fn tables_walk_a_300_deep_recursion_to_main() {
+    let bin = compile_c("recurse", "O2-tables", O2_FLAGS);
+    let report = trace(&bin, &["300"], "tables-recurse-300", &[]);
+    let all = describe(&report);
+    let mine = with_leaf(&report, "recurse");
+    assert_eq!(mine.len(), 1, "{all}");
+    let names = names(mine[0]);
+    assert_eq!(mine[0]["truncated"], false, "{all}");
+    assert!(names[..300].iter().all(|f| *f == "recurse"), "{names:?}");
+    assert_eq!(names.get(300), Some(&"main"), "{names:?}");
+    assert_eq!(
+        (n(mine[0], "inuse_bytes"), n(mine[0], "inuse_objects")),
+        (777, 1)
+    );
+}
+
+/// The sites test (every allocator function, a worker thread, exact
+/// numbers) in tables mode: the same numbers and complete stacks as DWARF.
+#[test]
+fn tables_sites_are_exact_and_complete() {
+    let bin = compile_c("sites", "O2", O2_FLAGS);
+    let report = trace(&bin, &[], "tables-sites", &[]);
+    assert_sites_exact(&report);
+    assert_site_stacks_complete(&report);
+    assert_no_losses(&report);
+}
+
+/// A Rust release build (no frame pointers) through std to main.
+#[test]
+fn tables_walk_a_rust_release_build_to_main() {
+    let bin = compile_rust("rust_allocs", &["-C", "opt-level=3"]);
+    let report = trace(&bin, &[], "tables-rust", &[]);
+    let all = describe(&report);
+    for func in ["make_vec", "make_box", "make_string", "fill_map"] {
+        let suffix = format!("::{func}");
+        let mine: Vec<&Value> = stacks(&report)
+            .iter()
+            .filter(|s| names(s).iter().any(|n| n.ends_with(&suffix)))
+            .collect();
+        assert!(!mine.is_empty(), "no stack through *{suffix}:\n{all}");
+        for s in mine {
+            assert!(names(s).contains(&"main"), "{func}:\n{all}");
+            assert_eq!(s["truncated"], false, "{func}:\n{all}");
+        }
+    }
+}

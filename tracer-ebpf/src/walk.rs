@@ -1,0 +1,279 @@
+//! Tables mode (`UNWIND_TABLES`): the kernel walks the user stack from the
+//! unwind rows user space loaded (docs/unwind-tables.md) and the event
+//! carries return addresses only.
+//!
+//! One frame per `bpf_loop` iteration: the verifier checks the callback
+//! once, whatever the depth. A frame: find the mapping of (tgid, pc) in
+//! UNWIND_MAPPINGS (longest prefix match), binary-search its file's rows in
+//! UNWIND_ROWS for the last row at or below the pc, apply the row (CFA,
+//! return address at CFA - 8, caller's RBP); where no row covers the pc,
+//! take a frame-pointer step. An address in no mapping user space
+//! described stops the walk with FRAMES_RESUME: the registers there and a
+//! copy of the stack go to user space, which unwinds the rest as in DWARF
+//! mode and describes the process's new mappings for the next walks.
+
+use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
+    helpers::bpf_probe_read_user,
+    macros::map,
+    maps::{lpm_trie::Key, Array, LpmTrie, PerCpuArray},
+};
+use tracer_common::{
+    counter, FramesSample, MappingKey, MappingValue, FRAMES_ENDED, FRAMES_RESUME, FRAMES_TRUNCATED,
+    MAPPING_KEY_BITS, MAPPING_TABLE, MAX_FRAMES,
+};
+
+use crate::maps::count;
+
+/// Every loaded file's rows, each file in its own extent (user space
+/// allocates them; sizes set at load time from --unwind-rows). Mmapable:
+/// user space writes a table with memcpy, not a syscall per row.
+#[map]
+pub(crate) static UNWIND_ROWS: Array<u64> = Array::with_max_entries(1 << 21, BPF_F_MMAPABLE);
+/// (tgid, address) → table and load address of each executable mapping.
+#[map]
+pub(crate) static UNWIND_MAPPINGS: LpmTrie<MappingKey, MappingValue> =
+    LpmTrie::with_max_entries(1 << 16, 0);
+/// Per-CPU buffer where an EVENT_ALLOC_FRAMES is assembled.
+#[map]
+pub(crate) static FRAMES_BUF: PerCpuArray<FramesSample> = PerCpuArray::with_max_entries(1, 0);
+
+/// Rule kinds and RBP rules of a row's low 32 bits (the encoding in
+/// tracer/src/stacks/unwind_table/encode.rs).
+const KIND_SP: u32 = 0;
+const KIND_FP: u32 = 1;
+const KIND_DEREF_SP: u32 = 2;
+const KIND_DEREF_FP: u32 = 3;
+const KIND_PLT: u32 = 4;
+const KIND_SIGNAL: u32 = 5;
+const KIND_OUTERMOST: u32 = 6;
+const KIND_NO_INFO: u32 = 7;
+const FP_AT_CFA: u32 = 1;
+const FP_LOST: u32 = 2;
+
+/// Steps of the binary search: log2 of the largest table (4 Mi rows) + 1.
+const SEARCH_STEPS: u32 = 23;
+/// A frame pointer farther than this above SP is not one (the default
+/// stack limit is 8 MiB).
+const MAX_FP_DISTANCE: u64 = 8 << 20;
+
+/// The walk's state, on the caller's stack (bpf_loop's context).
+#[repr(C)]
+pub(crate) struct Walk {
+    pub(crate) ip: u64,
+    pub(crate) sp: u64,
+    pub(crate) bp: u64,
+    pub(crate) pid: u32,
+    pub(crate) depth: u32,
+    /// FRAMES_* bits.
+    pub(crate) flags: u32,
+    pub(crate) bp_known: u32,
+    /// The frame came from a signal frame: `ip` is where the code was
+    /// interrupted, not a return address.
+    pub(crate) signal: u32,
+    pub(crate) _pad: u32,
+}
+
+/// Walks from the caller's registers; the addresses land in
+/// `FRAMES_BUF.frames`. Returns the state at the end.
+#[inline(always)]
+pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Walk {
+    let mut w = Walk {
+        ip,
+        sp,
+        bp,
+        pid,
+        depth: 0,
+        flags: 0,
+        bp_known: 1,
+        signal: 0,
+        _pad: 0,
+    };
+    // SAFETY: `step` is a BPF subprogram taking (index, context) and
+    // returning 0 or 1, as bpf_loop requires; the context is `w`, on this
+    // program's stack, alive for the call.
+    let done = unsafe {
+        aya_ebpf::helpers::generated::bpf_loop(
+            MAX_FRAMES as u32 + 1,
+            step as *mut core::ffi::c_void,
+            (&mut w as *mut Walk).cast(),
+            0,
+        )
+    };
+    if done < 0 {
+        w.flags |= FRAMES_ENDED;
+    }
+    w
+}
+
+#[inline(never)]
+extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
+    // SAFETY: bpf_loop passes back the `Walk` that `walk` gave it.
+    let w = unsafe { &mut *ctx.cast::<Walk>() };
+    // bpf_loop goes on at 0 and stops at 1.
+    i64::from(!step_frame(w))
+}
+
+/// One frame; false when the walk is over.
+#[inline(always)]
+fn step_frame(w: &mut Walk) -> bool {
+    let Some(buf) = FRAMES_BUF.get_ptr_mut(0) else {
+        w.flags |= FRAMES_ENDED;
+        return false;
+    };
+    let depth = w.depth as usize;
+    if depth >= MAX_FRAMES {
+        w.flags |= FRAMES_TRUNCATED;
+        count(counter::UNWIND_TRUNCATED);
+        return false;
+    }
+    let pc = if w.signal != 0 { w.ip } else { w.ip - 1 };
+    let key = Key::new(MAPPING_KEY_BITS, MappingKey::new(w.pid, pc));
+    let Some(mapping) = UNWIND_MAPPINGS.get(&key) else {
+        w.flags |= FRAMES_RESUME;
+        count(counter::UNWIND_RESUMED);
+        return false;
+    };
+    let mapping = *mapping;
+    // SAFETY: this CPU's buffer; programs do not migrate or nest on a CPU.
+    unsafe { (*buf).frames[depth & (MAX_FRAMES - 1)] = w.ip };
+    w.depth += 1;
+    let row = if mapping.kind == MAPPING_TABLE {
+        find_row(&mapping, pc)
+    } else {
+        None
+    };
+    match row {
+        Some(rule) => apply(w, rule, pc),
+        None => fp_step(w),
+    }
+}
+
+/// The rule word of the last row at or below `pc`, if a row covers it.
+#[inline(always)]
+fn find_row(m: &MappingValue, pc: u64) -> Option<u32> {
+    let rel = pc.checked_sub(m.load_base)?;
+    if rel >> 32 != 0 {
+        return None;
+    }
+    let rel = rel as u32;
+    // `lo` ends as the number of rows at or below `rel`.
+    let (mut lo, mut hi) = (0u32, m.rows);
+    let mut i = 0;
+    while i < SEARCH_STEPS {
+        if lo >= hi {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2;
+        let row = *UNWIND_ROWS.get(m.first_row.wrapping_add(mid))?;
+        if (row >> 32) as u32 <= rel {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+        i += 1;
+    }
+    let row = *UNWIND_ROWS.get(m.first_row.wrapping_add(lo.checked_sub(1)?))?;
+    Some(row as u32)
+}
+
+#[inline(always)]
+fn read(addr: u64) -> Option<u64> {
+    // SAFETY: the helper checks the user address and fails instead of
+    // faulting.
+    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+}
+
+/// Ends the walk before the root, counted under `why`.
+#[inline(always)]
+fn end(w: &mut Walk, why: u32) -> bool {
+    w.flags |= FRAMES_ENDED;
+    count(why);
+    false
+}
+
+/// Applies one row's rule at `pc` (docs/unwind-tables.md, "What a row says").
+#[inline(always)]
+fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
+    // Fields: kind (0-3), RBP rule (4-5), RBP offset / 8 (6-11, signed),
+    // CFA offset / 8 (12-31, signed).
+    let cfa_off = (((rule as i32) >> 12) as i64 * 8) as u64;
+    let fp_off = ((((rule << 20) as i32) >> 26) as i64 * 8) as u64;
+    let cfa = match rule & 0xf {
+        KIND_SP => w.sp.wrapping_add(cfa_off),
+        KIND_FP if w.bp_known != 0 => w.bp.wrapping_add(cfa_off),
+        KIND_DEREF_SP => match read(w.sp.wrapping_add(cfa_off)) {
+            Some(v) => v,
+            None => return end(w, counter::UNWIND_READ_FAILED),
+        },
+        KIND_DEREF_FP if w.bp_known != 0 => match read(w.bp.wrapping_add(cfa_off)) {
+            Some(v) => v,
+            None => return end(w, counter::UNWIND_READ_FAILED),
+        },
+        KIND_FP | KIND_DEREF_FP => return end(w, counter::UNWIND_BAD_FRAME),
+        KIND_PLT => {
+            let past_push = (pc & 15) as u32 >= rule >> 12;
+            w.sp + 8 + if past_push { 8 } else { 0 }
+        }
+        KIND_SIGNAL => return signal_frame(w),
+        KIND_OUTERMOST => return false,
+        KIND_NO_INFO => return fp_step(w),
+        _ => return end(w, counter::UNWIND_UNSUPPORTED),
+    };
+    if cfa <= w.sp {
+        return end(w, counter::UNWIND_BAD_FRAME);
+    }
+    let Some(ra) = read(cfa - 8) else {
+        return end(w, counter::UNWIND_READ_FAILED);
+    };
+    match (rule >> 4) & 3 {
+        FP_AT_CFA => match read(cfa.wrapping_add(fp_off)) {
+            Some(bp) => {
+                w.bp = bp;
+                w.bp_known = 1;
+            }
+            None => return end(w, counter::UNWIND_READ_FAILED),
+        },
+        FP_LOST => w.bp_known = 0,
+        _ => {}
+    }
+    w.sp = cfa;
+    w.ip = ra;
+    w.signal = 0;
+    ra != 0
+}
+
+/// `__restore_rt`: the interrupted code's RIP, RSP and RBP are in the
+/// `ucontext_t` at RSP (uc_mcontext.gregs at +40: RBP, RSP, RIP).
+#[inline(always)]
+fn signal_frame(w: &mut Walk) -> bool {
+    let (Some(ip), Some(sp), Some(bp)) = (read(w.sp + 168), read(w.sp + 160), read(w.sp + 120))
+    else {
+        return end(w, counter::UNWIND_READ_FAILED);
+    };
+    w.ip = ip;
+    w.sp = sp;
+    w.bp = bp;
+    w.bp_known = 1;
+    w.signal = 1;
+    ip != 0
+}
+
+/// No row for this address: follow the frame-pointer chain one frame
+/// (hand-written assembly, JIT code, files without CFI).
+#[inline(always)]
+fn fp_step(w: &mut Walk) -> bool {
+    let bp = w.bp;
+    if w.bp_known == 0 || bp < w.sp || bp - w.sp > MAX_FP_DISTANCE || bp & 7 != 0 {
+        return end(w, counter::UNWIND_BAD_FRAME);
+    }
+    let (Some(caller_bp), Some(ra)) = (read(bp), read(bp + 8)) else {
+        return end(w, counter::UNWIND_READ_FAILED);
+    };
+    count(counter::UNWIND_FP_STEPS);
+    w.sp = bp + 16;
+    w.bp = caller_bp;
+    w.ip = ra;
+    w.signal = 0;
+    ra != 0
+}

@@ -1,0 +1,69 @@
+//! Objects shared by file identity, kept while frames refer to them.
+
+use super::*;
+
+/// A pid that no process has (above the kernel's pid_max limit):
+/// files are then opened by their path.
+const NO_SUCH_PID: u32 = 1 << 23;
+
+/// This test process's own executable mapping, moved to `shift`.
+fn exe_mapping(shift: u64) -> Mapping {
+    let text = std::fs::read("/proc/self/maps").expect("own maps");
+    let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
+    let mut m = crate::tracee::process::parse_maps(&text)
+        .into_iter()
+        .find(|m| m.executable && std::path::Path::new(&m.path) == exe)
+        .expect("an executable mapping of the test binary");
+    m.start += shift;
+    m.end += shift;
+    m
+}
+
+#[test]
+fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
+    let mut modules = Modules::default();
+    let me = std::process::id();
+    let a = exe_mapping(0);
+    let b = exe_mapping(0x1000_0000);
+    modules.set_maps(me, vec![a.clone()]);
+    modules.set_maps(NO_SUCH_PID, vec![b.clone()]);
+    assert_eq!(modules.held(), (2, 1), "two processes, one file");
+    // The same code at different addresses: the same (object, offset).
+    let fa = modules.normalize(me, &[a.start + 0x101]);
+    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x101]);
+    assert_eq!(fa, fb);
+    assert!(fa[0].module.is_some());
+    modules.drop_process(me);
+    modules.drop_process(NO_SUCH_PID);
+    assert_eq!(modules.held(), (0, 1), "an interned frame refers to it");
+    assert_eq!(modules.path(fa[0].module.expect("module")), a.path);
+    assert!(modules.open_path(fa[0].module.expect("module")).is_some());
+}
+
+#[test]
+fn an_object_no_process_maps_and_no_frame_refers_to_is_closed() {
+    let mut modules = Modules::default();
+    modules.set_maps(NO_SUCH_PID, vec![exe_mapping(0)]);
+    assert_eq!(modules.held(), (1, 1));
+    modules.drop_process(NO_SUCH_PID);
+    assert_eq!(modules.held(), (0, 0));
+    // Its slot is reused by the next file.
+    modules.set_maps(NO_SUCH_PID + 1, vec![exe_mapping(0)]);
+    assert_eq!(modules.objects.len(), 1);
+}
+
+#[test]
+fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation() {
+    let mut modules = Modules::default();
+    let m = exe_mapping(0);
+    modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
+    let old = modules.normalize(NO_SUCH_PID, &[m.start + 0x11]);
+    modules.forget(NO_SUCH_PID);
+    assert!(modules.maps(NO_SUCH_PID).is_empty());
+    assert_eq!(modules.held().1, 1, "the old image's frame keeps it");
+    modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
+    let generation = modules.generation(NO_SUCH_PID);
+    modules.merge_maps(NO_SUCH_PID, vec![m.clone()]);
+    assert_eq!(modules.generation(NO_SUCH_PID), generation);
+    assert_eq!(modules.normalize(NO_SUCH_PID, &[m.start + 0x11]), old);
+}
