@@ -5,6 +5,7 @@
 mod changes;
 pub mod collector;
 mod event_notes;
+mod meta;
 pub mod processes;
 pub mod profile;
 mod profile_notes;

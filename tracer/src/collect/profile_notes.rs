@@ -5,7 +5,7 @@
 use crate::{
     collect::{
         collector::Collector,
-        profile::{Meta, Unnamed},
+        meta::{Meta, Unnamed},
     },
     probes::UnwindMode,
     profile::{Losses, NotFreedAtExit, Note, StackReport},
