@@ -46,4 +46,3 @@ pub(crate) struct Unnamed {
     pub(crate) truncated: u64,
     pub(crate) pids: std::collections::BTreeSet<u32>,
 }
-

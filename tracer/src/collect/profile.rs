@@ -17,10 +17,9 @@ use crate::{
         history::{self, History},
         trend,
     },
-    probes::UnwindMode,
     profile::{
-        Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, ProcessInfo, Profile,
-        SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
+        Counts, ExitStack, Frame, Losses, NotFreedAtExit, Profile, SnapshotPoint, StackReport,
+        Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
     stacks::symbolize::Names,
