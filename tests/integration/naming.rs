@@ -125,6 +125,18 @@ fn quick_re_execs_are_counted_and_their_unnamed_frames_explained() {
     let stacks = report["stacks"].as_array().expect("stacks");
     let sum = |key: &str| -> u64 { stacks.iter().map(|s| s[key].as_u64().expect("count")).sum() };
     assert_eq!((sum("alloc_objects"), sum("alloc_bytes")), (101, 101 * 777));
+    // The same site in 101 images (other addresses in each) is not 101
+    // stacks: stacks that name the same frames are one.
+    let mut printed = BTreeSet::new();
+    for s in stacks {
+        let names: Vec<&str> = s["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|f| f["function"].as_str().unwrap_or(""))
+            .collect();
+        assert!(printed.insert(names.clone()), "{names:?} twice: {stacks:?}");
+    }
     let notes: Vec<&str> = report["notes"]
         .as_array()
         .expect("notes")
