@@ -1,0 +1,169 @@
+//! Stacks that print alike, merged at report time (see `same_frames`).
+
+use std::{collections::HashMap, sync::Arc};
+
+use crate::profile::{Frame, StackReport};
+
+/// A frame at an address in no mapped file (`[unknown]`, its offset the
+/// raw address): the image it ran in was gone before its maps were read,
+/// or it is JIT code.
+fn is_unknown(f: &Frame) -> bool {
+    f.module == "[unknown]"
+}
+
+/// Stacks of one process that name the same frames are one stack. The
+/// collector keeps a stack per set of return addresses, and a process that
+/// re-execs runs the same code at other addresses in each image (ASLR):
+/// 101 quick images of one program gave 101 stacks, mostly hidden. Frames
+/// at addresses in no mapped file (`[unknown]`: an image gone before its
+/// maps were read, or JIT code) name nothing, so their addresses do not
+/// keep stacks apart; a merged stack shows them without one. Counts,
+/// series and rates add up.
+pub(super) fn same_frames(stacks: Vec<StackReport>) -> Vec<StackReport> {
+    // Named frames are shared Arcs (one per file and offset): compared by
+    // pointer, cheap for 100 k stacks.
+    type Key = (u32, Option<u64>, Option<String>, bool, Vec<usize>);
+    let mut out: Vec<StackReport> = Vec::with_capacity(stacks.len());
+    let mut seen: HashMap<Key, usize> = HashMap::with_capacity(stacks.len());
+    let mut merged = Vec::new();
+    for stack in stacks {
+        let frames = stack
+            .frames
+            .iter()
+            .map(|f| match is_unknown(f) {
+                true => 0,
+                false => Arc::as_ptr(f) as usize,
+            })
+            .collect();
+        let key = (
+            stack.pid,
+            stack.start_time,
+            stack.exited_group.clone(),
+            stack.truncated,
+            frames,
+        );
+        match seen.get(&key) {
+            Some(&i) => {
+                add_stack(&mut out[i], &stack);
+                merged.push(i);
+            }
+            None => {
+                seen.insert(key, out.len());
+                out.push(stack);
+            }
+        }
+    }
+    for i in merged {
+        let stack = &mut out[i];
+        if stack.frames.iter().any(|f| is_unknown(f) && f.offset != 0) {
+            stack.frames = stack
+                .frames
+                .iter()
+                .map(|f| match is_unknown(f) {
+                    true => Arc::new(Frame {
+                        offset: 0,
+                        ..Frame::clone(f)
+                    }),
+                    false => f.clone(),
+                })
+                .collect();
+        }
+    }
+    out
+}
+
+/// `from`'s numbers added to `into`'s (same stack, merged).
+fn add_stack(into: &mut StackReport, from: &StackReport) {
+    let (a, b) = (&mut into.counts, &from.counts);
+    a.inuse_bytes += b.inuse_bytes;
+    a.inuse_objects += b.inuse_objects;
+    a.alloc_bytes += b.alloc_bytes;
+    a.alloc_objects += b.alloc_objects;
+    for (a, b) in into.series.iter_mut().zip(&from.series) {
+        *a = a.saturating_add(*b);
+    }
+    into.growth_bytes_per_sec = match (into.growth_bytes_per_sec, from.growth_bytes_per_sec) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    if from.counts.inuse_bytes
+        > into
+            .counts
+            .inuse_bytes
+            .saturating_sub(from.counts.inuse_bytes)
+    {
+        into.trend = from.trend.or(into.trend);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::Counts;
+
+    /// Frames as the names table gives them: one Arc per named frame.
+    #[derive(Default)]
+    struct Table(HashMap<(String, u64), Arc<Frame>>);
+
+    impl Table {
+        fn stack(&mut self, pid: u32, frames: &[(&str, u64)], bytes: u64) -> StackReport {
+            let frames = frames
+                .iter()
+                .map(|&(function, offset)| {
+                    let module = if function == "[unknown]" {
+                        "[unknown]"
+                    } else {
+                        "/bin/p"
+                    };
+                    self.0
+                        .entry((function.into(), offset))
+                        .or_insert_with(|| {
+                            Arc::new(Frame {
+                                function: function.into(),
+                                module: module.into(),
+                                offset,
+                                ..Frame::default()
+                            })
+                        })
+                        .clone()
+                })
+                .collect();
+            StackReport {
+                pid,
+                counts: Counts {
+                    inuse_bytes: bytes,
+                    inuse_objects: 1,
+                    alloc_bytes: bytes,
+                    alloc_objects: 1,
+                },
+                frames,
+                ..StackReport::default()
+            }
+        }
+    }
+
+    #[test]
+    fn stacks_of_a_process_that_name_the_same_frames_are_one() {
+        let mut t = Table::default();
+        let stacks = vec![
+            t.stack(7, &[("[unknown]", 0x5555_1000), ("main", 0x10)], 777),
+            t.stack(7, &[("[unknown]", 0x5566_1000), ("main", 0x10)], 777),
+            // Another process: kept apart.
+            t.stack(8, &[("[unknown]", 0x5577_1000), ("main", 0x10)], 777),
+            // Named, at two call sites: kept apart; the same site again
+            // (another image): one.
+            t.stack(7, &[("site", 0x20), ("main", 0x10)], 5),
+            t.stack(7, &[("site", 0x24), ("main", 0x10)], 5),
+            t.stack(7, &[("site", 0x20), ("main", 0x10)], 6),
+        ];
+        let merged = same_frames(stacks);
+        assert_eq!(merged.len(), 4);
+        assert_eq!(merged[0].counts.alloc_bytes, 2 * 777);
+        assert_eq!(merged[0].counts.alloc_objects, 2);
+        assert_eq!(merged[0].frames[0].offset, 0, "no meaningless address");
+        assert_eq!(merged[1].pid, 8);
+        assert_eq!(merged[1].frames[0].offset, 0x5577_1000, "alone: as it was");
+        assert_eq!(merged[2].counts.alloc_bytes, 11);
+        assert_eq!(merged[3].frames[0].offset, 0x24);
+    }
+}
