@@ -8,23 +8,24 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, StackTraceMap};
+use aya::maps::MapData;
 use tracer_common::{
     Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE,
     EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE,
 };
 
 use crate::{
-    collect::{processes::ProcessTable, reader::Reader, stacks::StackTable},
+    collect::{
+        processes::ProcessTable,
+        reader::{read_pod, Reader},
+        stacks::StackInterner,
+    },
     model::{
         heap::{Heap, StackHandle},
         history::History,
     },
     probes::loader::EventMaps,
-    stacks::{
-        modules::Modules,
-        unwind::{Sample, Unwinders},
-    },
+    stacks::{modules::Modules, unwind::Sample},
     trace_stats::TraceStats,
     tracee::liveness::{has_exited_since, start_time},
 };
@@ -37,7 +38,6 @@ const PURGE_PER_DRAIN: usize = 4096;
 /// Everything the events update; separate from the ring buffer so that a
 /// ring-buffer item (which borrows the buffer) can be handled in place.
 pub struct State {
-    pub(super) stack_map: StackTraceMap<MapData>,
     /// BPF's LIVE map: entries of exited processes are deleted from here.
     live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
     /// LIVE entries of exited processes not deleted yet (see `purge`).
@@ -47,9 +47,9 @@ pub struct State {
     pub heap: Heap,
     /// The heap's history (--interval, --serve): None without ticks.
     pub history: Option<History>,
-    pub stacks: StackTable,
+    /// The interned stacks, and what turns events into them.
+    pub stacks: StackInterner,
     pub modules: Modules,
-    pub unwinders: Unwinders,
     /// Mean sampling interval in bytes; 1 = every allocation.
     sample_rate: u64,
     /// Every process an allocation came from, with its command line as
@@ -76,15 +76,10 @@ pub struct State {
     /// Processes that forked, exec'ed or exited since the session last
     /// looked, in order.
     process_changes: Vec<ProcessChange>,
-    /// The maps generation each process's unwinder was last rebuilt for.
-    pub(super) unwinder_maps: HashMap<u32, u64>,
     /// Every process with state here, with its start time (/proc/PID/stat
     /// field 22) when first seen: a pid reused by a newer process differs.
     tracked: HashMap<u32, Option<u64>>,
     last_reap: Instant,
-    /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
-    /// with its unwound addresses as a JSON line (unwinder test fixtures).
-    pub(super) sample_log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// Turns the BPF programs' events into the heap model and interned stacks.
@@ -127,15 +122,13 @@ impl Collector {
         Ok(Collector {
             events: Reader::start(events)?,
             state: State {
-                stack_map,
                 live_map,
                 stale_live: Vec::new(),
                 purged_live: 0,
                 heap: Heap::default(),
                 history: None,
-                stacks: StackTable::default(),
+                stacks: StackInterner::new(stack_map),
                 modules,
-                unwinders: Unwinders::default(),
                 sample_rate,
                 processes: ProcessTable::new(program_hint),
                 trace_root,
@@ -146,12 +139,8 @@ impl Collector {
                 execs: std::collections::VecDeque::new(),
                 execs_skipped: 0,
                 process_changes: Vec::new(),
-                unwinder_maps: HashMap::new(),
                 tracked: HashMap::new(),
                 last_reap: Instant::now(),
-                sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
-                    .and_then(|path| std::fs::File::create(path).ok())
-                    .map(std::io::BufWriter::new),
             },
         })
     }
@@ -200,7 +189,7 @@ impl Collector {
 
     /// The unwinders' counters (--verbose).
     pub fn unwind_stats(&self) -> crate::stacks::unwind::UnwindStats {
-        self.state.unwinders.stats
+        self.state.stacks.unwinders.stats
     }
 
     /// What happened to processes since the last call: forks, execs and
@@ -246,7 +235,7 @@ impl Collector {
     /// time they can be, and its events are handled with them.
     pub fn drain_exiting(&mut self, pid: u32) {
         if self.state.modules.refresh_now(pid) {
-            self.state.unwinders.invalidate(pid);
+            self.state.stacks.unwinders.invalidate(pid);
         }
         self.drain_all();
     }
@@ -306,7 +295,7 @@ impl Collector {
             // was lost (ring buffer full).
             self.state.process_gone(pid);
         }
-        self.state.unwinders.evict_unused();
+        self.state.stacks.unwinders.evict_unused();
     }
 }
 
@@ -338,7 +327,9 @@ impl State {
         match ev.kind {
             EVENT_ALLOC => {
                 let process = self.processes.instance(ev.pid, started);
-                let stack = self.intern_stack_id(ev.pid, process, ev.stack_id);
+                let stack =
+                    self.stacks
+                        .intern_stack_id(&mut self.modules, ev.pid, process, ev.stack_id);
                 self.record(&ev, stack);
             }
             EVENT_ALLOC_SAMPLE => {
@@ -357,12 +348,17 @@ impl State {
                     stack,
                 };
                 let process = self.processes.instance(ev.pid, started);
-                let handle = self.intern_sample(ev.pid, process, &sample);
+                let handle = self
+                    .stacks
+                    .intern_sample(&mut self.modules, ev.pid, process, &sample);
                 self.record(&ev, handle);
             }
             EVENT_ALLOC_FRAMES => {
                 let process = self.processes.instance(ev.pid, started);
-                let Some(handle) = self.intern_frames_event(bytes, process) else {
+                let Some(handle) =
+                    self.stacks
+                        .intern_frames_event(&mut self.modules, bytes, process)
+                else {
                     self.malformed_events += 1;
                     return;
                 };
@@ -372,7 +368,6 @@ impl State {
             EVENT_EXEC => {
                 self.heap.drop_process(ev.pid);
                 self.stacks.forget_process(ev.pid);
-                self.unwinders.invalidate(ev.pid);
                 self.modules.forget(ev.pid);
                 // Now, not at its first allocation: a short-lived process
                 // may be gone by then. The EXEC event wakes us at once; the
@@ -446,7 +441,6 @@ impl State {
     /// pid seen before is a new process now.
     fn forked(&mut self, child: u32, parent: u32) {
         self.stacks.forget_process(child);
-        self.unwinders.invalidate(child);
         self.modules.forget(child);
         let maps = self.modules.maps(parent).to_vec();
         if !maps.is_empty() {
@@ -472,7 +466,8 @@ impl State {
                 break;
             };
             if let Some(group) = self.processes.fold(oldest) {
-                let (stacks, heap, history) = (&mut self.stacks, &mut self.heap, &mut self.history);
+                let (stacks, heap, history) =
+                    (&mut self.stacks.table, &mut self.heap, &mut self.history);
                 stacks.fold(oldest, group, |from, into| {
                     heap.merge(from, into);
                     if let Some(history) = history.as_mut() {
@@ -485,9 +480,7 @@ impl State {
 
     fn drop_process(&mut self, pid: u32) {
         self.tracked.remove(&pid);
-        self.stacks.forget_process(pid);
-        self.unwinders.invalidate(pid);
-        self.unwinder_maps.remove(&pid);
+        self.stacks.drop_process(pid);
         self.modules.drop_process(pid);
     }
 
@@ -496,14 +489,4 @@ impl State {
         self.heap
             .alloc(ev.pid, ev.addr, ev.size, weight, stack, ev.timestamp_ns);
     }
-}
-
-/// Reads a Pod value from the start of `bytes`.
-pub(super) fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
-    if bytes.len() < std::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: T is Pod (any bit pattern is valid) and the length was
-    // checked; read_unaligned makes no alignment assumption.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }

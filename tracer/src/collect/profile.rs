@@ -56,7 +56,7 @@ pub struct Meta {
 /// named for earlier snapshots.
 pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
     let state = &collector.state;
-    names.add(&state.modules, state.stacks.all_frames());
+    names.add(&state.modules, state.stacks.table.all_frames());
     let names = &*names;
     let timeline = state
         .history
@@ -127,7 +127,7 @@ fn stack_reports(
         .stacks()
         .filter(|(_, c)| c.alloc_objects > 0)
         .filter_map(|(h, mut counts)| {
-            let stack = state.stacks.get(h)?;
+            let stack = state.stacks.table.get(h)?;
             // History and growth follow the whole heap: --min-age filters
             // only what the report counts as in use now.
             let growth = timeline
@@ -288,7 +288,7 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
     let state = &collector.state;
     let mut groups: HashMap<Key<'_>, (Unfreed, StackHandle)> = HashMap::new();
     for (h, unfreed) in state.heap.unfreed_at_exit() {
-        let Some(stack) = state.stacks.get(h) else {
+        let Some(stack) = state.stacks.table.get(h) else {
             continue;
         };
         let program = state
@@ -325,7 +325,7 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
             out.stacks_left_out += 1;
             continue;
         }
-        let frames = match state.stacks.get(h).and_then(|s| s.frames.as_ref()) {
+        let frames = match state.stacks.table.get(h).and_then(|s| s.frames.as_ref()) {
             Some(frames) => frames.iter().flat_map(|f| names.get(f)).cloned().collect(),
             None => vec![stack_lost_frame()],
         };
