@@ -4,7 +4,7 @@
 
 use crate::profile::{Losses, Note};
 
-use super::{collector::Collector, profile::Meta};
+use super::{collector::Collector, meta::Meta};
 
 /// Frees of older blocks, and what lost or malformed events left behind.
 pub(super) fn event_notes(meta: &Meta, collector: &Collector, losses: &Losses) -> Vec<Note> {

@@ -5,12 +5,14 @@
 mod changes;
 pub mod collector;
 mod event_notes;
+mod meta;
 pub mod processes;
 pub mod profile;
 mod profile_notes;
 pub mod reader;
 mod roots;
 pub mod stacks;
+mod state;
 pub mod unwind_notes;
 
 pub use changes::ProcessChange;

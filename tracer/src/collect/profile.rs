@@ -7,50 +7,22 @@ use std::{
     time::Duration,
 };
 
+pub use super::meta::Meta;
 use crate::{
-    collect::collector::{Collector, State},
     collect::stacks::Stack,
+    collect::{collector::Collector, profile_notes::Unnamed, state::State},
     model::{
         heap::{StackHandle, Unfreed},
         history::{self, History},
         trend,
     },
-    probes::UnwindMode,
     profile::{
-        Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, ProcessInfo, Profile,
-        SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
+        Counts, ExitStack, Frame, Losses, NotFreedAtExit, Profile, SnapshotPoint, StackReport,
+        Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
     stacks::symbolize::Names,
 };
-
-/// What the session knows about the trace besides the collected data.
-pub struct Meta {
-    pub target: String,
-    /// Every process traced, by pid.
-    pub processes: Vec<ProcessInfo>,
-    pub duration: Duration,
-    pub end_reason: String,
-    pub hooks: Vec<Hook>,
-    pub unwind: UnwindMode,
-    pub stack_bytes: u32,
-    pub sample_rate: u64,
-    /// Why not, when they were wanted.
-    pub session_error: Option<String>,
-    /// The allocator objects hooked, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
-    pub allocators: Vec<String>,
-    /// Remarks about what was traced (see `Scope::notes`).
-    pub scope_notes: Vec<Note>,
-    /// `processes[0]` is the process whose exit ends the trace (--pid,
-    /// -- CMD): its unfreed blocks stay in in-use.
-    pub root_exit_kept: bool,
-    /// `-- CMD`: traced from its first instruction (see `unknown_frees_note`).
-    pub traced_from_start: bool,
-    /// --min-age: in use counts only blocks live at least this long now.
-    pub min_age: Option<Duration>,
-    /// `--unwind tables`: what the kernel's walker met.
-    pub kernel_unwind: Option<crate::collect::unwind_notes::KernelUnwind>,
-}
 
 /// The profile of what `collector` holds now; `names` keeps the frames
 /// named for earlier snapshots.
@@ -339,16 +311,6 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
         });
     }
     out
-}
-
-/// Stacks of processes that exited before their maps could be read (in
-/// full): their addresses outside the maps read have no names.
-#[derive(Default)]
-pub(super) struct Unnamed {
-    pub(super) stacks: u64,
-    /// Of those, marked truncated (the unwinder had no module to go on).
-    pub(super) truncated: u64,
-    pub(super) pids: std::collections::BTreeSet<u32>,
 }
 
 /// Compared lazily: ties on the numbers are common (every stack of a

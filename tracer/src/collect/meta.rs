@@ -1,0 +1,38 @@
+//! What the session tells the profile builder about the trace, besides
+//! what the collector holds.
+
+use std::time::Duration;
+
+use crate::{
+    collect::unwind_notes::KernelUnwind,
+    probes::UnwindMode,
+    profile::{Hook, Note, ProcessInfo},
+};
+
+/// What the session knows about the trace besides the collected data.
+pub struct Meta {
+    pub target: String,
+    /// Every process traced, by pid.
+    pub processes: Vec<ProcessInfo>,
+    pub duration: Duration,
+    pub end_reason: String,
+    pub hooks: Vec<Hook>,
+    pub unwind: UnwindMode,
+    pub stack_bytes: u32,
+    pub sample_rate: u64,
+    /// Why not, when they were wanted.
+    pub session_error: Option<String>,
+    /// The allocator objects hooked, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
+    pub allocators: Vec<String>,
+    /// Remarks about what was traced (see `Scope::notes`).
+    pub scope_notes: Vec<Note>,
+    /// `processes[0]` is the process whose exit ends the trace (--pid,
+    /// -- CMD): its unfreed blocks stay in in-use.
+    pub root_exit_kept: bool,
+    /// `-- CMD`: traced from its first instruction (see `unknown_frees_note`).
+    pub traced_from_start: bool,
+    /// --min-age: in use counts only blocks live at least this long now.
+    pub min_age: Option<Duration>,
+    /// `--unwind tables`: what the kernel's walker met.
+    pub kernel_unwind: Option<KernelUnwind>,
+}
