@@ -16,7 +16,7 @@ use crate::{
     probes::plan::{self, HookFact, PlannedProbe},
     probes::roles,
     probes::uprobe_session,
-    probes::{ProbePlacement, UnwindMode},
+    probes::{Limits, ProbePlacement, UnwindMode},
     tracee::allocators::Hooked,
 };
 
@@ -36,23 +36,6 @@ const TRACEPOINTS: [(&str, &str); 4] = [
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
 pub const MAX_FILTERED_PIDS: u32 = 8192;
-
-/// Map sizes and tunables chosen on the command line.
-pub struct Limits {
-    pub max_live: u32,
-    pub stack_storage_size: u32,
-    pub ringbuf_bytes: u32,
-    pub unwind: UnwindMode,
-    pub stack_bytes: u32,
-    /// Entries of UNWIND_ROWS (`--unwind tables`).
-    pub unwind_rows: u32,
-    pub sample_rate: u64,
-    /// tracer_common::FILTER_* and, for FILTER_ALL, the thread name.
-    pub filter: u32,
-    pub comm: [u8; 16],
-    /// --follow-forks: children of traced processes join the traced set.
-    pub follow_forks: bool,
-}
 
 /// The loaded object with its probes and control maps.
 pub struct Loaded {

@@ -13,7 +13,10 @@ use aya::{
     Ebpf,
 };
 
-use crate::{probes::loader::Limits, probes::UnwindMode, stacks::kernel_tables::BpfUnwindMaps};
+use crate::{
+    probes::{Limits, UnwindMode},
+    stacks::kernel_tables::BpfUnwindMaps,
+};
 
 /// Entries of the UNWIND_MAPPINGS trie (tracer-ebpf sets the same size):
 /// about 20 per executable mapping.
