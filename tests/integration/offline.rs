@@ -1,14 +1,14 @@
 //! Saved profiles: `report FILE` and `diff OLD NEW`, run as an unprivileged
 //! user (`nobody`) on snapshots of a real trace: the diff gives the leak's
-//! growth exactly in exact mode, `report` re-renders a saved JSON with the
-//! numbers of the original, pprof files (ours) diff against JSON ones, and
-//! bad files give clear errors.
+//! growth exactly in exact mode, and `report` re-renders a saved JSON with
+//! the numbers of the original; pprof files (ours) diff against JSON ones.
+//! Go's own heap profiles: offline_go.rs; bad files: offline_errors.rs.
 
 use std::{
     collections::BTreeMap,
     ffi::OsStr,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -16,22 +16,15 @@ use serde_json::Value;
 
 use crate::harness::{
     compile_c,
-    offline::{as_nobody, open_dir, share},
+    offline::{as_nobody, collapsed_by_leaf, ok, open_dir, share},
+    pprof::go,
     read_json, scratch,
     sites::{per_site, O2_FLAGS},
-    Target, Tracer, TRACER,
+    Target, Tracer,
 };
 
 /// What each "l" step of leak_steps.c leaks from leaky().
 const LEAK_PER_STEP: u64 = 25 * 1000;
-
-/// stdout of a run that must succeed with nothing alarming on stderr.
-fn ok(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?}): {stderr}", out.status);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn snapshot_path(dir: &Path, n: u32) -> PathBuf {
     dir.join(format!("heap-{n}.json"))
@@ -93,28 +86,6 @@ fn two_snapshots(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
     )
 }
 
-/// Sums collapsed lines (signed) by their leaf frame.
-fn collapsed_by_leaf(text: &str) -> BTreeMap<String, i64> {
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let (stack, value) = line.rsplit_once(' ').expect("STACK VALUE");
-        let leaf = stack.rsplit(';').next().expect("a frame").to_string();
-        *out.entry(leaf).or_default() += value.parse::<i64>().expect("a number");
-    }
-    out
-}
-
-/// `go`, as tests/integration/pprof.rs finds it.
-fn go() -> PathBuf {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .chain([PathBuf::from("/usr/lib/go/bin")])
-        .map(|dir| dir.join("go"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("`go` not found: run `cargo xtask setup` (Debian's golang-go)"))
-}
-
 /// `go tool pprof -raw FILE`: each sample's values (alloc objects, alloc
 /// space, inuse objects, inuse space, signed) summed by leaf function.
 fn pprof_raw_by_leaf(file: &Path) -> BTreeMap<String, [i64; 4]> {
@@ -174,6 +145,13 @@ fn pprof_raw_by_leaf(file: &Path) -> BTreeMap<String, [i64; 4]> {
 fn diff_of_two_snapshots_gives_the_leak_exactly_as_nobody() {
     let (dir, old, new) = two_snapshots("offline-diff");
     let growth = 2 * LEAK_PER_STEP as i64;
+    diff_collapsed_and_text(&old, &new, growth);
+    diff_pprof_both_ways(&dir, &old, &new, growth);
+    diff_json_and_flamegraph(&dir, &old, &new, growth);
+}
+
+/// `diff` as collapsed stacks and as text.
+fn diff_collapsed_and_text(old: &Path, new: &Path, growth: i64) {
     // Collapsed: signed, the leak's growth exactly; churn keeps nothing.
     let collapsed = ok(&as_nobody(&[
         OsStr::new("diff"),
@@ -221,6 +199,10 @@ fn diff_of_two_snapshots_gives_the_leak_exactly_as_nobody() {
         first.lines().nth(1).is_some_and(|l| l.trim() == "leaky"),
         "{text}"
     );
+}
+
+/// `diff -f pprof`, read by go tool pprof, both ways round.
+fn diff_pprof_both_ways(dir: &Path, old: &Path, new: &Path, growth: i64) {
     // pprof: NEW − OLD, read by go tool pprof.
     let pb = dir.join("diff.pb.gz");
     ok(&as_nobody(&[
@@ -248,6 +230,10 @@ fn diff_of_two_snapshots_gives_the_leak_exactly_as_nobody() {
         pprof_raw_by_leaf(&pb).get("leaky"),
         Some(&[-50, -growth, -50, -growth])
     );
+}
+
+/// `diff -f json` and `diff -f flamegraph`.
+fn diff_json_and_flamegraph(dir: &Path, old: &Path, new: &Path, growth: i64) {
     // JSON document and flamegraph.
     let json: Value = serde_json::from_str(&ok(&as_nobody(&[
         OsStr::new("diff"),
@@ -355,174 +341,5 @@ fn report_rerenders_a_saved_profile_and_pprof_diffs_against_json_as_nobody() {
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("--interval"), "{err}");
-    }
-}
-
-/// Runs memtrace-bpf ARGS as nobody and returns stderr, asserting failure.
-fn fails(args: &[&OsStr]) -> String {
-    let out = as_nobody(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-    assert!(
-        err.starts_with("memtrace-bpf: error: ") && !err.contains("panicked"),
-        "{err}"
-    );
-    err
-}
-
-#[test]
-fn bad_saved_files_give_clear_errors_as_nobody() {
-    let dir = open_dir("offline-bad");
-    let write = |name: &str, bytes: &[u8]| {
-        let path = dir.join(name);
-        std::fs::write(&path, bytes).expect("write");
-        path
-    };
-    // A valid profile whose function name holds a terminal escape.
-    let good = write(
-        "good.json",
-        br#"{"format":"memtrace-bpf/2","target":"t","totals":{"inuse_bytes":5},
-            "stacks":[{"pid":1,"inuse_bytes":5,"inuse_objects":1,"frames":[0]}],
-            "frames":[{"function":"evil\u001b[2J","module":"/bin/x"}]}"#,
-    );
-    let text = ok(&as_nobody(&[OsStr::new("report"), good.as_os_str()]));
-    assert!(
-        text.contains("evil\\x1b[2J") && !text.contains('\u{1b}'),
-        "{text}"
-    );
-    let pb = dir.join("good.pb.gz");
-    ok(&as_nobody(&[
-        OsStr::new("report"),
-        good.as_os_str(),
-        OsStr::new("-f"),
-        OsStr::new("pprof"),
-        OsStr::new("-o"),
-        pb.as_os_str(),
-    ]));
-    let gz = std::fs::read(&pb).expect("pprof");
-    let cases: [(&str, Vec<u8>, &str); 6] = [
-        (
-            "malformed.json",
-            b"{\"format\": \"memtrace-bpf/2\", \"stacks\": [".to_vec(),
-            "malformed",
-        ),
-        (
-            "future.json",
-            br#"{"format":"memtrace-bpf/3","stacks":[]}"#.to_vec(),
-            "memtrace-bpf/3",
-        ),
-        (
-            "range.json",
-            br#"{"format":"memtrace-bpf/2","stacks":[{"frames":[7]}],"frames":[]}"#.to_vec(),
-            "frame index 7 is out of range",
-        ),
-        ("cut.pb.gz", gz[..gz.len() / 2].to_vec(), "gzip"),
-        ("noise.bin", vec![0xff; 64], "malformed"),
-        ("empty.json", Vec::new(), "it is empty (0 bytes)"),
-    ];
-    for (name, bytes, says) in cases {
-        let path = write(name, &bytes);
-        let err = fails(&[OsStr::new("report"), path.as_os_str()]);
-        assert!(err.contains(name) && err.contains(says), "{name}: {err}");
-        let err = fails(&[OsStr::new("diff"), good.as_os_str(), path.as_os_str()]);
-        assert!(err.contains(name) && err.contains(says), "{name}: {err}");
-    }
-    let err = fails(&[OsStr::new("report"), dir.join("missing.json").as_os_str()]);
-    assert!(
-        err.contains("missing.json") && err.contains("cannot open"),
-        "{err}"
-    );
-    let err = fails(&[
-        OsStr::new("report"),
-        good.as_os_str(),
-        OsStr::new("--sort"),
-        OsStr::new("growth"),
-    ]);
-    assert!(
-        err.contains("no history") && err.contains("--interval"),
-        "{err}"
-    );
-}
-
-#[test]
-fn a_go_heap_profile_reports_and_diffs_as_nobody() {
-    let dir = open_dir("offline-go");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/targets/goheap.go");
-    let bin = dir.join("goheap");
-    let built = Command::new(go())
-        .arg("build")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .env("GOCACHE", scratch("go-cache"))
-        .output()
-        .expect("run go build");
-    assert!(
-        built.status.success(),
-        "go build: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let ran = Command::new(&bin)
-        .arg(&dir)
-        .output()
-        .expect("run the Go target");
-    assert!(
-        ran.status.success(),
-        "goheap: {}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
-    share(&dir);
-    let (h1, h2) = (dir.join("h1.pb.gz"), dir.join("h2.pb.gz"));
-    // Go's sample types by name; functions from its locations.
-    let collapsed = ok(&as_nobody(&[
-        OsStr::new("report"),
-        h2.as_os_str(),
-        OsStr::new("-f"),
-        OsStr::new("collapsed"),
-    ]));
-    assert_eq!(
-        collapsed_by_leaf(&collapsed).get("main.leak"),
-        Some(&(400 * 4096)),
-        "{collapsed}"
-    );
-    let diff = ok(&as_nobody(&[
-        OsStr::new("diff"),
-        h1.as_os_str(),
-        h2.as_os_str(),
-        OsStr::new("-f"),
-        OsStr::new("collapsed"),
-    ]));
-    assert_eq!(
-        collapsed_by_leaf(&diff).get("main.leak"),
-        Some(&(300 * 4096)),
-        "{diff}"
-    );
-    let objects = ok(&as_nobody(&[
-        OsStr::new("diff"),
-        h1.as_os_str(),
-        h2.as_os_str(),
-        OsStr::new("-f"),
-        OsStr::new("collapsed"),
-        OsStr::new("--view"),
-        OsStr::new("inuse-objects"),
-    ]));
-    assert_eq!(
-        collapsed_by_leaf(&objects).get("main.leak"),
-        Some(&300),
-        "{objects}"
-    );
-}
-
-#[test]
-fn bad_command_lines_of_report_and_diff_exit_with_status_2() {
-    for args in [
-        &["diff", "only-one.json"][..],
-        &["report", "x.json", "--top", "0"],
-        &["report", "x.json", "--format", "nonsense"],
-    ] {
-        let out = Command::new(TRACER).args(args).output().expect("run");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains("error"), "{args:?}: {err}");
     }
 }

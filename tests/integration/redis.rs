@@ -6,17 +6,18 @@
 
 use std::{
     fs::{self, File},
-    io::Read,
     net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Child, Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 
-use crate::harness::{read_json, scratch, sites::assert_no_losses, JsonTracer};
+use crate::harness::{
+    process::run_timeout, read_json, scratch, sites::assert_no_losses, JsonTracer,
+};
 
 /// A symlink to redis-check-rdb in Debian's package; the tracer names the
 /// program (and its frames' module) as given.
@@ -72,46 +73,6 @@ const REDIS_CALLERS: &[&str] = &[
     "lpNew",
     "lpInsert",
 ];
-
-/// Runs `cmd` to completion with piped output; panics if it takes longer
-/// than `timeout` (after killing it).
-fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {what}: {e} (install it: cargo xtask setup)"));
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for child") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish within {timeout:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    }
-}
 
 /// A redis-server on a free local port with no persistence, in its own
 /// scratch directory; killed (and the directory removed) on drop, panics
@@ -331,6 +292,70 @@ fn assert_top_stacks_are_redis(report: &Value, pid: u32, exe: &Path) {
     );
 }
 
+/// The report is of `--binary`, holds redis' process `pid` still running,
+/// and counts no missing data. Returns its notes.
+fn assert_redis_traced_without_losses(report: &Value, pid: u32) -> String {
+    assert!(
+        report["target"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("binary ")),
+        "{}",
+        report["target"]
+    );
+    let process = report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| {
+            panic!(
+                "redis pid {} is not in processes: {}",
+                pid, report["processes"]
+            )
+        });
+    assert_eq!(process["exited"], false, "{process}");
+    // Every counter of missing data: all but unknown_frees and
+    // return_without_entry.
+    assert_no_losses(report);
+    let notes = report["notes"].to_string();
+    assert!(
+        !notes.contains("reused an address") && !notes.contains("malformed"),
+        "{notes}"
+    );
+    notes
+}
+
+/// libjemalloc.so.2 is hooked and every total counts something.
+fn assert_jemalloc_hooked_with_totals(report: &Value, notes: &str) {
+    // Redis allocates through libjemalloc.so.2, so that is what must be
+    // hooked for its allocations to be seen.
+    let jemalloc_hooked = report["hooks"].as_array().expect("hooks").iter().any(|h| {
+        h["module"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("/libjemalloc.so.2"))
+            && h["status"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("attached"))
+    });
+    assert!(
+        jemalloc_hooked,
+        "redis-server allocates through libjemalloc.so.2, which is not hooked: {}; notes: {notes}",
+        report["hooks"]
+    );
+    let totals = &report["totals"];
+    for key in [
+        "alloc_objects",
+        "alloc_bytes",
+        "inuse_objects",
+        "inuse_bytes",
+    ] {
+        assert!(
+            totals[key].as_u64().is_some_and(|v| v > 0),
+            "{key} in {totals}"
+        );
+    }
+}
+
 #[test]
 fn redis_server_under_benchmark_is_traced_by_binary_and_keeps_serving() {
     fs::canonicalize(REDIS_SERVER).unwrap_or_else(|e| {
@@ -376,62 +401,8 @@ fn redis_server_under_benchmark_is_traced_by_binary_and_keeps_serving() {
     assert!(errors.is_empty(), "error lines on stderr: {errors:#?}");
     redis.assert_serving("after the trace");
     let report = read_json(&path);
-    assert!(
-        report["target"]
-            .as_str()
-            .is_some_and(|t| t.starts_with("binary ")),
-        "{}",
-        report["target"]
-    );
-    let process = report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == redis.pid())
-        .unwrap_or_else(|| {
-            panic!(
-                "redis pid {} is not in processes: {}",
-                redis.pid(),
-                report["processes"]
-            )
-        });
-    assert_eq!(process["exited"], false, "{process}");
-    // Every counter of missing data: all but unknown_frees and
-    // return_without_entry.
-    assert_no_losses(&report);
-    let notes = report["notes"].to_string();
-    assert!(
-        !notes.contains("reused an address") && !notes.contains("malformed"),
-        "{notes}"
-    );
-
-    // Redis allocates through libjemalloc.so.2, so that is what must be
-    // hooked for its allocations to be seen.
-    let jemalloc_hooked = report["hooks"].as_array().expect("hooks").iter().any(|h| {
-        h["module"]
-            .as_str()
-            .is_some_and(|m| m.ends_with("/libjemalloc.so.2"))
-            && h["status"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("attached"))
-    });
-    assert!(
-        jemalloc_hooked,
-        "redis-server allocates through libjemalloc.so.2, which is not hooked: {}; notes: {notes}",
-        report["hooks"]
-    );
-    let totals = &report["totals"];
-    for key in [
-        "alloc_objects",
-        "alloc_bytes",
-        "inuse_objects",
-        "inuse_bytes",
-    ] {
-        assert!(
-            totals[key].as_u64().is_some_and(|v| v > 0),
-            "{key} in {totals}"
-        );
-    }
+    let notes = assert_redis_traced_without_losses(&report, redis.pid());
+    assert_jemalloc_hooked_with_totals(&report, &notes);
     assert_top_stacks_are_redis(&report, redis.pid(), exe);
     assert!(
         !out.stderr.contains("warning"),

@@ -11,10 +11,10 @@
 
 use std::{
     fs,
-    io::{BufRead, BufReader, Write},
+    io::Write,
     path::{Path, PathBuf},
-    process::{Child, ChildStdin, Command, Stdio},
-    sync::mpsc::{self, Receiver},
+    process::Command,
+    sync::mpsc,
     thread,
     time::Duration,
 };
@@ -22,6 +22,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use crate::{
+    bench_proc::{json_u64, median_by, peak_rss_kib, Proc},
     cmd::{repo_root, run as run_cmd, target_dir},
     cpu::cpu_secs,
 };
@@ -30,7 +31,6 @@ const REPEATS: usize = 3;
 const PAIRS: u64 = 400_000;
 const LONG_PAIRS: u64 = 8 * PAIRS;
 const THREADS: u64 = 2;
-const TIMEOUT: Duration = Duration::from_secs(300);
 
 struct Mode {
     name: &'static str,
@@ -163,14 +163,6 @@ pub fn run() -> Result<()> {
         })
         .collect();
     report(&med, &dir)
-}
-
-/// The item whose key is the median of the keys (the upper one of the two
-/// middle items of an even count), or None for no items.
-pub(crate) fn median_by<T>(items: &[T], key: impl Fn(&T) -> f64) -> Option<&T> {
-    let mut sorted: Vec<&T> = items.iter().collect();
-    sorted.sort_by(|a, b| key(a).total_cmp(&key(b)));
-    sorted.get(sorted.len() / 2).copied()
 }
 
 fn report(med: &[RunResult], dir: &Path) -> Result<()> {
@@ -395,123 +387,4 @@ fn scrape(addr: &str, path: &str) -> Result<()> {
         bail!("GET {path}: {head}");
     }
     Ok(())
-}
-
-/// The tracer's peak RSS from its --verbose line
-/// "tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB".
-pub(crate) fn peak_rss_kib(stderr: &[String]) -> Option<u64> {
-    let line = stderr.iter().find(|l| l.contains("tracer CPU"))?;
-    let nums: Vec<f64> = line
-        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    match nums[..] {
-        [_user, _sys, rss, ..] => Some(rss as u64),
-        _ => None,
-    }
-}
-
-/// The first integer after `key:` in a JSON text (the report's field names
-/// are unique where used here, totals come before stacks).
-pub(crate) fn json_u64(text: &str, key: &str) -> Option<u64> {
-    let rest = &text[text.find(key)? + key.len()..];
-    let digits: String = rest
-        .trim_start_matches([':', ' '])
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-/// A child whose stdout (target) or stderr (tracer) lines arrive on a channel.
-pub(crate) struct Proc {
-    pub(crate) child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
-
-impl Proc {
-    pub(crate) fn spawn(mut cmd: Command, stdout: bool) -> Result<Proc> {
-        cmd.stdin(Stdio::piped());
-        if stdout {
-            cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
-        } else {
-            cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-        }
-        let mut child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
-        let pipe: Box<dyn std::io::Read + Send> = if stdout {
-            Box::new(child.stdout.take().context("stdout")?)
-        } else {
-            Box::new(child.stderr.take().context("stderr")?)
-        };
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Ok(Proc {
-            stdin: child.stdin.take(),
-            child,
-            lines: rx,
-        })
-    }
-
-    pub(crate) fn wait_line(&mut self, needle: &str) -> Result<String> {
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(TIMEOUT)
-                .with_context(|| format!("no line containing {needle:?}"))?;
-            if line.contains(needle) {
-                return Ok(line);
-            }
-        }
-    }
-
-    fn send(&mut self, s: &str) -> Result<()> {
-        let stdin = self.stdin.as_mut().context("stdin")?;
-        stdin.write_all(s.as_bytes())?;
-        stdin.flush()?;
-        Ok(())
-    }
-
-    pub(crate) fn rest(&mut self) -> Vec<String> {
-        self.lines.try_iter().collect()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn peak_rss_comes_from_the_verbose_cpu_line() {
-        let stderr = vec![
-            "memtrace-bpf: tracing pid 1".to_string(),
-            "memtrace-bpf: tracer CPU 0.383 s user, 0.082 s system; peak RSS 47924 KiB".to_string(),
-        ];
-        assert_eq!(peak_rss_kib(&stderr), Some(47924));
-        assert_eq!(peak_rss_kib(&stderr[..1]), None);
-        assert_eq!(
-            json_u64(r#"{"alloc_objects": 12, "x": 3}"#, "\"alloc_objects\""),
-            Some(12)
-        );
-    }
-
-    #[test]
-    fn median_by_takes_the_middle_key_and_the_upper_middle_of_an_even_count() {
-        let odd = [(3.0, 'a'), (1.0, 'b'), (2.0, 'c')];
-        assert_eq!(median_by(&odd, |x| x.0), Some(&(2.0, 'c')));
-        let even = [(4.0, 'a'), (1.0, 'b'), (3.0, 'c'), (2.0, 'd')];
-        assert_eq!(median_by(&even, |x| x.0), Some(&(3.0, 'c')));
-        assert_eq!(median_by(&[] as &[(f64, char)], |x| x.0), None);
-    }
 }

@@ -5,6 +5,7 @@
 //! `cargo build`; nothing here builds it a second time.
 
 mod bench;
+mod bench_proc;
 mod bench_redis;
 mod bench_report;
 mod cmd;

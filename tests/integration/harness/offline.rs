@@ -1,6 +1,7 @@
 //! Running `report` and `diff` as the unprivileged user `nobody`.
 
 use std::{
+    collections::BTreeMap,
     ffi::OsStr,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
@@ -34,4 +35,23 @@ pub(crate) fn as_nobody<A: AsRef<OsStr>>(args: &[A]) -> Output {
         .args(args)
         .output()
         .expect("run setpriv (util-linux)")
+}
+
+/// stdout of a run that must succeed with nothing alarming on stderr.
+pub(crate) fn ok(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?}): {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Sums collapsed lines (signed) by their leaf frame.
+pub(crate) fn collapsed_by_leaf(text: &str) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let (stack, value) = line.rsplit_once(' ').expect("STACK VALUE");
+        let leaf = stack.rsplit(';').next().expect("a frame").to_string();
+        *out.entry(leaf).or_default() += value.parse::<i64>().expect("a number");
+    }
+    out
 }

@@ -1,8 +1,12 @@
 //! Watching and signalling a traced process (its state file, its
-//! /proc state) and finding one stack in a report.
+//! /proc state), running a command with a time limit, and finding one
+//! stack in a report.
 
 use std::{
+    io::Read,
     path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    thread,
     time::{Duration, Instant},
 };
 
@@ -64,4 +68,44 @@ pub fn stack_from<'a>(report: &'a Value, function: &str) -> Option<&'a Value> {
         .expect("stacks")
         .iter()
         .find(|s| s["frames"][1]["function"] == function)
+}
+
+/// Runs `cmd` to completion with piped output; panics if it takes longer
+/// than `timeout` (after killing it).
+pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e} (install it: cargo xtask setup)"));
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within {timeout:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
 }

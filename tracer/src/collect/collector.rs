@@ -1,91 +1,21 @@
-//! Drains the ring buffer, turns raw events into heap-model updates, and
-//! interns call stacks (read from the stack map or unwound from copied stack
-//! bytes, and normalized while the process is alive).
+//! Drains the ring buffer into the events' `State` (the heap model, the
+//! interned stacks), and about once a second drops what is kept for
+//! processes that exited. The session reads it through methods.
 
-use super::ProcessChange;
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use aya::maps::{MapData, StackTraceMap};
-use tracer_common::{
-    Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE,
-    EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE,
-};
+use aya::maps::MapData;
 
 use crate::{
-    collect::{processes::ProcessTable, reader::Reader, stacks::StackTable},
-    model::{
-        heap::{Heap, StackHandle},
-        history::History,
+    collect::{
+        processes::ProcessTable, reader::Reader, stacks::StackInterner, state::State, ProcessChange,
     },
+    model::heap::Heap,
     probes::loader::EventMaps,
-    stacks::{
-        modules::Modules,
-        unwind::{Sample, Unwinders},
-    },
+    stacks::modules::Modules,
     trace_stats::TraceStats,
     tracee::liveness::{has_exited_since, start_time},
 };
-
-/// Most execs waiting for the session (see `State::execs`).
-const MAX_PENDING_EXECS: usize = 1 << 16;
-/// LIVE entries deleted per drain (about 1 µs each).
-const PURGE_PER_DRAIN: usize = 4096;
-
-/// Everything the events update; separate from the ring buffer so that a
-/// ring-buffer item (which borrows the buffer) can be handled in place.
-pub struct State {
-    pub(super) stack_map: StackTraceMap<MapData>,
-    /// BPF's LIVE map: entries of exited processes are deleted from here.
-    live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
-    /// LIVE entries of exited processes not deleted yet (see `purge`).
-    stale_live: Vec<LiveKey>,
-    /// LIVE entries of exited processes deleted so far.
-    pub purged_live: u64,
-    pub heap: Heap,
-    /// The heap's history (--interval, --serve): None without ticks.
-    pub history: Option<History>,
-    pub stacks: StackTable,
-    pub modules: Modules,
-    pub unwinders: Unwinders,
-    /// Mean sampling interval in bytes; 1 = every allocation.
-    sample_rate: u64,
-    /// Every process an allocation came from, with its command line as
-    /// read when its first event arrived.
-    pub processes: ProcessTable,
-    /// The process whose exit ends the trace (--pid, -- CMD): what it had
-    /// not freed stays in-use (the heap at the end is its heap at exit).
-    /// Other processes' unfreed blocks go to "not freed at exit".
-    trace_root: Option<u32>,
-    /// Exited processes whose stacks are still their own, oldest first.
-    /// Beyond `keep_exited`, the oldest is folded into its program's group,
-    /// so that what the tracer keeps is bounded by programs and stacks, not
-    /// by how many processes ran.
-    exited: std::collections::VecDeque<crate::collect::processes::ProcessIndex>,
-    pub keep_exited: usize,
-    /// Events that could not be decoded (should never happen).
-    pub malformed_events: u64,
-    /// Events handled since the trace started, by any drain.
-    events: u64,
-    /// Processes that called exec, not handled by the session yet.
-    execs: std::collections::VecDeque<u32>,
-    /// Execs dropped from a full backlog (their new objects not inspected).
-    execs_skipped: u64,
-    /// Processes that forked, exec'ed or exited since the session last
-    /// looked, in order.
-    process_changes: Vec<ProcessChange>,
-    /// The maps generation each process's unwinder was last rebuilt for.
-    pub(super) unwinder_maps: HashMap<u32, u64>,
-    /// Every process with state here, with its start time (/proc/PID/stat
-    /// field 22) when first seen: a pid reused by a newer process differs.
-    tracked: HashMap<u32, Option<u64>>,
-    last_reap: Instant,
-    /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
-    /// with its unwound addresses as a JSON line (unwinder test fixtures).
-    pub(super) sample_log: Option<std::io::BufWriter<std::fs::File>>,
-}
 
 /// Turns the BPF programs' events into the heap model and interned stacks.
 /// The session reads it through methods; its state is collect/'s own.
@@ -126,33 +56,15 @@ impl Collector {
         } = maps;
         Ok(Collector {
             events: Reader::start(events)?,
-            state: State {
-                stack_map,
+            state: State::new(
+                StackInterner::new(stack_map),
                 live_map,
-                stale_live: Vec::new(),
-                purged_live: 0,
-                heap: Heap::default(),
-                history: None,
-                stacks: StackTable::default(),
                 modules,
-                unwinders: Unwinders::default(),
+                ProcessTable::new(program_hint),
                 sample_rate,
-                processes: ProcessTable::new(program_hint),
                 trace_root,
-                exited: std::collections::VecDeque::new(),
                 keep_exited,
-                malformed_events: 0,
-                events: 0,
-                execs: std::collections::VecDeque::new(),
-                execs_skipped: 0,
-                process_changes: Vec::new(),
-                unwinder_maps: HashMap::new(),
-                tracked: HashMap::new(),
-                last_reap: Instant::now(),
-                sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
-                    .and_then(|path| std::fs::File::create(path).ok())
-                    .map(std::io::BufWriter::new),
-            },
+            ),
         })
     }
 
@@ -200,7 +112,7 @@ impl Collector {
 
     /// The unwinders' counters (--verbose).
     pub fn unwind_stats(&self) -> crate::stacks::unwind::UnwindStats {
-        self.state.unwinders.stats
+        self.state.stacks.unwinders.stats
     }
 
     /// What happened to processes since the last call: forks, execs and
@@ -246,7 +158,7 @@ impl Collector {
     /// time they can be, and its events are handled with them.
     pub fn drain_exiting(&mut self, pid: u32) {
         if self.state.modules.refresh_now(pid) {
-            self.state.unwinders.invalidate(pid);
+            self.state.stacks.unwinders.invalidate(pid);
         }
         self.drain_all();
     }
@@ -306,204 +218,9 @@ impl Collector {
             // was lost (ring buffer full).
             self.state.process_gone(pid);
         }
-        self.state.unwinders.evict_unused();
+        self.state.stacks.unwinders.evict_unused();
     }
 }
 
 /// How often `drain` looks for processes that exited.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
-
-impl State {
-    fn handle_batches(&mut self, batches: Vec<Vec<u8>>) -> usize {
-        let mut n = 0;
-        for batch in batches {
-            for item in crate::collect::reader::events(&batch) {
-                self.handle(item);
-                n += 1;
-            }
-        }
-        self.events += n as u64;
-        n
-    }
-
-    fn handle(&mut self, bytes: &[u8]) {
-        let Some(ev) = read_pod::<Event>(bytes) else {
-            self.malformed_events += 1;
-            return;
-        };
-        let started = *self
-            .tracked
-            .entry(ev.pid)
-            .or_insert_with(|| start_time(ev.pid));
-        match ev.kind {
-            EVENT_ALLOC => {
-                let process = self.processes.instance(ev.pid, started);
-                let stack = self.intern_stack_id(ev.pid, process, ev.stack_id);
-                self.record(&ev, stack);
-            }
-            EVENT_ALLOC_SAMPLE => {
-                let Some(h) = read_pod::<SampleHeader>(bytes) else {
-                    self.malformed_events += 1;
-                    return;
-                };
-                let start = std::mem::size_of::<SampleHeader>();
-                let stack = bytes
-                    .get(start..start + h.stack_len as usize)
-                    .unwrap_or_default();
-                let sample = Sample {
-                    ip: h.ip,
-                    sp: h.sp,
-                    bp: h.bp,
-                    stack,
-                };
-                let process = self.processes.instance(ev.pid, started);
-                let handle = self.intern_sample(ev.pid, process, &sample);
-                self.record(&ev, handle);
-            }
-            EVENT_ALLOC_FRAMES => {
-                let process = self.processes.instance(ev.pid, started);
-                let Some(handle) = self.intern_frames_event(bytes, process) else {
-                    self.malformed_events += 1;
-                    return;
-                };
-                self.record(&ev, handle);
-            }
-            EVENT_FREE => self.heap.free(ev.pid, ev.addr),
-            EVENT_EXEC => {
-                self.heap.drop_process(ev.pid);
-                self.stacks.forget_process(ev.pid);
-                self.unwinders.invalidate(ev.pid);
-                self.modules.forget(ev.pid);
-                // Now, not at its first allocation: a short-lived process
-                // may be gone by then. The EXEC event wakes us at once; the
-                // program and its loader are mapped, the libraries follow
-                // (read again when an address falls outside these).
-                self.modules.refresh_now(ev.pid);
-                let comm = tracer_common::exec_comm(&ev);
-                let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-                let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
-                self.processes.executed(ev.pid, &comm);
-                // Bounded: a backlog beyond this (a host starting programs
-                // faster than their objects can be read) loses its oldest,
-                // counted and reported.
-                if self.execs.len() >= MAX_PENDING_EXECS {
-                    self.execs.pop_front();
-                    self.execs_skipped += 1;
-                }
-                self.execs.push_back(ev.pid);
-                self.process_changes
-                    .push(ProcessChange::Executed { pid: ev.pid, comm });
-            }
-            EVENT_FORK => {
-                self.forked(ev.pid, ev.tid);
-                self.process_changes.push(ProcessChange::Forked {
-                    child: ev.pid,
-                    parent: ev.tid,
-                });
-            }
-            EVENT_EXIT => {
-                // Its events all came before this one.
-                self.process_gone(ev.pid);
-                self.process_changes
-                    .push(ProcessChange::Exited { pid: ev.pid });
-            }
-            _ => self.malformed_events += 1,
-        }
-    }
-
-    /// A history tick at `secs` since the trace started: the heap's
-    /// per-stack sums now (no symbolization).
-    pub fn tick_history(&mut self, secs: f64) {
-        let history = self.history.get_or_insert_with(History::default);
-        history.tick(secs, self.heap.stacks());
-    }
-
-    /// Entries in BPF's LIVE map now (reads every key: for --verbose).
-    pub fn live_entries(&self) -> usize {
-        self.live_map.keys().filter(Result::is_ok).count()
-    }
-
-    /// Processes with per-process state here (dropped when they exit).
-    pub fn tracked_processes(&self) -> usize {
-        self.tracked.len()
-    }
-
-    /// Deletes LIVE entries of exited processes, a bounded number per
-    /// drain (one syscall each) so that the reader is never held up long;
-    /// the kernel map then holds only blocks of processes that still run.
-    fn purge(&mut self) {
-        let from = self.stale_live.len().saturating_sub(PURGE_PER_DRAIN);
-        for key in self.stale_live.drain(from..) {
-            // Already gone when a late FREE raced the exit: nothing to do.
-            if self.live_map.remove(&key).is_ok() {
-                self.purged_live += 1;
-            }
-        }
-    }
-
-    /// Until it execs, a forked child has its parent's mappings: a child
-    /// that exits before its own maps are read still gets named frames. A
-    /// pid seen before is a new process now.
-    fn forked(&mut self, child: u32, parent: u32) {
-        self.stacks.forget_process(child);
-        self.unwinders.invalidate(child);
-        self.modules.forget(child);
-        let maps = self.modules.maps(parent).to_vec();
-        if !maps.is_empty() {
-            self.modules.set_maps(child, maps);
-        }
-    }
-
-    /// Process `pid` exited and its events are handled: its blocks leave
-    /// the heap model and the kernel's LIVE map, and what is kept to
-    /// resolve its stacks is dropped.
-    fn process_gone(&mut self, pid: u32) {
-        let root = self.trace_root == Some(pid);
-        let addrs = self.heap.exited(pid, root);
-        self.stale_live
-            .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
-        if let Some(i) = self.processes.current(pid).filter(|_| !root) {
-            self.exited.push_back(i);
-        }
-        self.processes.exited(pid);
-        self.drop_process(pid);
-        while self.exited.len() > self.keep_exited {
-            let Some(oldest) = self.exited.pop_front() else {
-                break;
-            };
-            if let Some(group) = self.processes.fold(oldest) {
-                let (stacks, heap, history) = (&mut self.stacks, &mut self.heap, &mut self.history);
-                stacks.fold(oldest, group, |from, into| {
-                    heap.merge(from, into);
-                    if let Some(history) = history.as_mut() {
-                        history.merge(from, into);
-                    }
-                });
-            }
-        }
-    }
-
-    fn drop_process(&mut self, pid: u32) {
-        self.tracked.remove(&pid);
-        self.stacks.forget_process(pid);
-        self.unwinders.invalidate(pid);
-        self.unwinder_maps.remove(&pid);
-        self.modules.drop_process(pid);
-    }
-
-    fn record(&mut self, ev: &Event, stack: StackHandle) {
-        let weight = crate::model::sampling::weight(ev.size, self.sample_rate);
-        self.heap
-            .alloc(ev.pid, ev.addr, ev.size, weight, stack, ev.timestamp_ns);
-    }
-}
-
-/// Reads a Pod value from the start of `bytes`.
-pub(super) fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
-    if bytes.len() < std::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: T is Pod (any bit pattern is valid) and the length was
-    // checked; read_unaligned makes no alignment assumption.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-}

@@ -1,10 +1,10 @@
-//! What a profile is built from besides the collected data: the session's
-//! facts (`Meta`), and what building found (`Unnamed`). Below profile.rs
-//! and the notes, which both read them.
+//! What the session tells the profile builder about the trace, besides
+//! what the collector holds.
 
 use std::time::Duration;
 
 use crate::{
+    collect::unwind_notes::KernelUnwind,
     probes::UnwindMode,
     profile::{Hook, Note, ProcessInfo},
 };
@@ -34,15 +34,5 @@ pub struct Meta {
     /// --min-age: in use counts only blocks live at least this long now.
     pub min_age: Option<Duration>,
     /// `--unwind tables`: what the kernel's walker met.
-    pub kernel_unwind: Option<crate::collect::unwind_notes::KernelUnwind>,
-}
-
-/// Stacks of processes that exited before their maps could be read (in
-/// full): their addresses outside the maps read have no names.
-#[derive(Default)]
-pub(crate) struct Unnamed {
-    pub(crate) stacks: u64,
-    /// Of those, marked truncated (the unwinder had no module to go on).
-    pub(crate) truncated: u64,
-    pub(crate) pids: std::collections::BTreeSet<u32>,
+    pub kernel_unwind: Option<KernelUnwind>,
 }

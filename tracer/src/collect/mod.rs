@@ -13,6 +13,7 @@ mod profile_notes;
 pub mod reader;
 mod roots;
 pub mod stacks;
+mod state;
 pub mod unwind_notes;
 
 pub use changes::ProcessChange;

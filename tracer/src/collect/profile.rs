@@ -8,10 +8,9 @@ use std::{
 };
 
 pub use super::meta::Meta;
-use super::meta::Unnamed;
 use crate::{
-    collect::collector::{Collector, State},
     collect::stacks::Stack,
+    collect::{collector::Collector, profile_notes::Unnamed, state::State},
     model::{
         heap::{StackHandle, Unfreed},
         history::{self, History},
@@ -29,7 +28,7 @@ use crate::{
 /// named for earlier snapshots.
 pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
     let state = &collector.state;
-    names.add(&state.modules, state.stacks.all_frames());
+    names.add(&state.modules, state.stacks.table.all_frames());
     let names = &*names;
     let timeline = state
         .history
@@ -100,7 +99,7 @@ fn stack_reports(
         .stacks()
         .filter(|(_, c)| c.alloc_objects > 0)
         .filter_map(|(h, mut counts)| {
-            let stack = state.stacks.get(h)?;
+            let stack = state.stacks.table.get(h)?;
             // History and growth follow the whole heap: --min-age filters
             // only what the report counts as in use now.
             let growth = timeline
@@ -262,7 +261,7 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
     let state = &collector.state;
     let mut groups: HashMap<Key<'_>, (Unfreed, StackHandle)> = HashMap::new();
     for (h, unfreed) in state.heap.unfreed_at_exit() {
-        let Some(stack) = state.stacks.get(h) else {
+        let Some(stack) = state.stacks.table.get(h) else {
             continue;
         };
         let program = state
@@ -299,7 +298,7 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
             out.stacks_left_out += 1;
             continue;
         }
-        let frames = match state.stacks.get(h).and_then(|s| s.frames.as_ref()) {
+        let frames = match state.stacks.table.get(h).and_then(|s| s.frames.as_ref()) {
             Some(frames) => frames.iter().flat_map(|f| names.get(f)).cloned().collect(),
             None => vec![stack_lost_frame()],
         };

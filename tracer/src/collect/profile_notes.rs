@@ -3,13 +3,20 @@
 //! end early.
 
 use crate::{
-    collect::{
-        collector::Collector,
-        meta::{Meta, Unnamed},
-    },
+    collect::{collector::Collector, meta::Meta},
     probes::UnwindMode,
     profile::{Losses, NotFreedAtExit, Note, StackReport},
 };
+
+/// Stacks of processes that exited before their maps could be read (in
+/// full): their addresses outside the maps read have no names.
+#[derive(Default)]
+pub(super) struct Unnamed {
+    pub(super) stacks: u64,
+    /// Of those, marked truncated (the unwinder had no module to go on).
+    pub(super) truncated: u64,
+    pub(super) pids: std::collections::BTreeSet<u32>,
+}
 
 pub(super) fn notes(
     meta: &Meta,

@@ -209,6 +209,16 @@ pub fn events(batch: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
+/// Reads a Pod value from the start of `bytes`.
+pub(super) fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: T is Pod (any bit pattern is valid) and the length was
+    // checked; read_unaligned makes no alignment assumption.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,16 +10,21 @@ use std::{
 
 use tracer_common::{FramesHeader, FRAMES_ENDED, FRAMES_RESUME, FRAMES_TRUNCATED, MAX_FRAMES};
 
+use aya::maps::{MapData, StackTraceMap};
+
 use crate::{
-    collect::{collector::State, processes::ProcessIndex},
+    collect::{processes::ProcessIndex, reader::read_pod},
     model::heap::StackHandle,
-    stacks::{modules::NormFrame, unwind::Sample},
+    stacks::{
+        modules::{Modules, NormFrame},
+        unwind::{Sample, Unwinders, Unwound},
+    },
 };
 
 /// An interned stack: the process it belongs to and its frames, leaf first.
 pub struct Stack {
     pub pid: u32,
-    /// The process (pid and start time) in `State::processes`.
+    /// The process (pid and start time) in the collector's `ProcessTable`.
     pub process: ProcessIndex,
     /// None when the stack could not be captured. Shared by every stack
     /// with these frames: the same code path in many processes of one
@@ -163,15 +168,56 @@ impl StackTable {
     }
 }
 
-impl State {
+/// Turns what an event carries (a kernel stack id, a copied stack, the
+/// frames the kernel walked) into an interned stack: owns the kernel's
+/// stack map, the stack table and the unwinders; the processes' maps
+/// (`Modules`) stay the collector's and are lent to each call.
+pub struct StackInterner {
+    stack_map: StackTraceMap<MapData>,
+    pub table: StackTable,
+    pub unwinders: Unwinders,
+    /// The maps generation each process's unwinder was last rebuilt for.
+    unwinder_maps: HashMap<u32, u64>,
+    /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
+    /// with its unwound addresses as a JSON line (unwinder test fixtures).
+    sample_log: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl StackInterner {
+    pub(super) fn new(stack_map: StackTraceMap<MapData>) -> Self {
+        StackInterner {
+            stack_map,
+            table: StackTable::default(),
+            unwinders: Unwinders::default(),
+            unwinder_maps: HashMap::new(),
+            sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
+                .and_then(|path| std::fs::File::create(path).ok())
+                .map(std::io::BufWriter::new),
+        }
+    }
+
+    /// Process `pid` has a new image, or is a new process: its stacks are
+    /// not reused and its unwinder is rebuilt.
+    pub(super) fn forget_process(&mut self, pid: u32) {
+        self.table.forget_process(pid);
+        self.unwinders.invalidate(pid);
+    }
+
+    /// Process `pid` is gone: also what its unwinder was built for.
+    pub(super) fn drop_process(&mut self, pid: u32) {
+        self.forget_process(pid);
+        self.unwinder_maps.remove(&pid);
+    }
+
     pub(super) fn intern_stack_id(
         &mut self,
+        modules: &mut Modules,
         pid: u32,
         process: ProcessIndex,
         stack_id: i32,
     ) -> StackHandle {
         let id = if stack_id < 0 { -1 } else { stack_id };
-        if let Some(&h) = self.stacks.by_id.get(&pid).and_then(|ids| ids.get(&id)) {
+        if let Some(&h) = self.table.by_id.get(&pid).and_then(|ids| ids.get(&id)) {
             return h;
         }
         let frames = if stack_id < 0 {
@@ -181,40 +227,41 @@ impl State {
                 .get(&(stack_id as u32), 0)
                 .ok()
                 .map(|st| st.frames().iter().map(|f| f.ip).collect::<Vec<_>>())
-                .map(|ips| self.modules.normalize(pid, &ips))
-                .map(|frames| self.stacks.intern_frames(frames))
+                .map(|ips| modules.normalize(pid, &ips))
+                .map(|frames| self.table.intern_frames(frames))
         };
-        let h = self.stacks.push(Stack {
+        let h = self.table.push(Stack {
             pid,
             process,
             frames,
             truncated: false,
         });
-        self.stacks.by_id.entry(pid).or_default().insert(id, h);
+        self.table.by_id.entry(pid).or_default().insert(id, h);
         h
     }
 
     /// Unwinds with the process's unwinder, rebuilt first if its maps were
     /// read since it was built.
-    fn unwind(&mut self, pid: u32, sample: &Sample<'_>) -> crate::stacks::unwind::Unwound {
-        let now = self.modules.generation(pid);
+    fn unwind(&mut self, modules: &Modules, pid: u32, sample: &Sample<'_>) -> Unwound {
+        let now = modules.generation(pid);
         if self.unwinder_maps.insert(pid, now) != Some(now) {
             self.unwinders.invalidate(pid);
         }
-        self.unwinders.unwind(pid, self.modules.maps(pid), sample)
+        self.unwinders.unwind(pid, modules.maps(pid), sample)
     }
 
     pub(super) fn intern_sample(
         &mut self,
+        modules: &mut Modules,
         pid: u32,
         process: ProcessIndex,
         sample: &Sample<'_>,
     ) -> StackHandle {
         if sample.stack.is_empty() {
-            return self.intern_stack_id(pid, process, -1);
+            return self.intern_stack_id(modules, pid, process, -1);
         }
-        let unwound = self.unwind_sample(pid, sample);
-        self.intern_addrs(pid, process, unwound.addrs, unwound.truncated)
+        let unwound = self.unwind_sample(modules, pid, sample);
+        self.intern_addrs(modules, pid, process, unwound.addrs, unwound.truncated)
     }
 
     /// Tables mode: the return addresses the kernel walked; with a resume
@@ -223,6 +270,7 @@ impl State {
     /// so that its next walks know them.
     pub(super) fn intern_frames(
         &mut self,
+        modules: &mut Modules,
         pid: u32,
         process: ProcessIndex,
         frames: Vec<u64>,
@@ -230,25 +278,26 @@ impl State {
         resume: Option<&Sample<'_>>,
     ) -> StackHandle {
         let Some(sample) = resume else {
-            return self.intern_addrs(pid, process, frames, ended);
+            return self.intern_addrs(modules, pid, process, frames, ended);
         };
         if sample.stack.is_empty() {
-            return self.intern_addrs(pid, process, frames, true);
+            return self.intern_addrs(modules, pid, process, frames, true);
         }
         self.unwinders.stats.resumed += 1;
-        let unwound = self.unwind_sample(pid, sample);
+        let unwound = self.unwind_sample(modules, pid, sample);
         let mut addrs = frames;
         addrs.extend(unwound.addrs);
-        self.intern_addrs(pid, process, addrs, unwound.truncated)
+        self.intern_addrs(modules, pid, process, addrs, unwound.truncated)
     }
 
     /// An EVENT_ALLOC_FRAMES (tracer_common::FramesHeader): its stack.
     pub(super) fn intern_frames_event(
         &mut self,
+        modules: &mut Modules,
         bytes: &[u8],
         process: ProcessIndex,
     ) -> Option<StackHandle> {
-        let h = super::collector::read_pod::<FramesHeader>(bytes)?;
+        let h = read_pod::<FramesHeader>(bytes)?;
         let start = std::mem::size_of::<FramesHeader>();
         let frames: Vec<u64> = bytes
             .get(start..start + 8 * h.depth as usize)?
@@ -258,7 +307,7 @@ impl State {
         let ended = h.flags & (FRAMES_TRUNCATED | FRAMES_ENDED) != 0;
         let pid = h.event.pid;
         if h.flags & FRAMES_RESUME == 0 {
-            return Some(self.intern_frames(pid, process, frames, ended, None));
+            return Some(self.intern_frames(modules, pid, process, frames, ended, None));
         }
         let at = start + 8 * MAX_FRAMES;
         let sample = Sample {
@@ -267,29 +316,29 @@ impl State {
             bp: h.bp,
             stack: bytes.get(at..at + h.stack_len as usize)?,
         };
-        Some(self.intern_frames(pid, process, frames, ended, Some(&sample)))
+        Some(self.intern_frames(modules, pid, process, frames, ended, Some(&sample)))
     }
 
     /// Unwinds a copied stack in user space (framehop).
-    fn unwind_sample(&mut self, pid: u32, sample: &Sample<'_>) -> crate::stacks::unwind::Unwound {
+    fn unwind_sample(&mut self, modules: &mut Modules, pid: u32, sample: &Sample<'_>) -> Unwound {
         // A library loaded since the maps were read (dlopen): read them
         // again. Maps read since the unwinder was built (the first read of
         // a new process may predate its libraries): rebuild it.
-        if !self.modules.covers(pid, sample.ip) {
-            self.modules.refresh(pid);
+        if !modules.covers(pid, sample.ip) {
+            modules.refresh(pid);
         }
-        let mut unwound = self.unwind(pid, sample);
+        let mut unwound = self.unwind(modules, pid, sample);
         // The walk stopped early: maybe at a library mapped since the maps
         // were read (a new process's first read may catch its loader half
         // way). Read them again (rate-limited) and, if they changed, walk
         // again.
         if unwound.truncated {
-            let before = self.modules.generation(pid);
-            if self.modules.refresh(pid) && self.modules.generation(pid) != before {
-                unwound = self.unwind(pid, sample);
+            let before = modules.generation(pid);
+            if modules.refresh(pid) && modules.generation(pid) != before {
+                unwound = self.unwind(modules, pid, sample);
             }
         }
-        let maps = self.modules.maps(pid);
+        let maps = modules.maps(pid);
         if let Some(out) = &mut self.sample_log {
             crate::stacks::unwind::record_sample(out, maps, sample, &unwound);
         }
@@ -300,24 +349,25 @@ impl State {
     /// return addresses), interned per process.
     fn intern_addrs(
         &mut self,
+        modules: &mut Modules,
         pid: u32,
         process: ProcessIndex,
         addrs: Vec<u64>,
         truncated: bool,
     ) -> StackHandle {
         let key = (addrs, truncated);
-        if let Some(&h) = self.stacks.by_addrs.get(&pid).and_then(|s| s.get(&key)) {
+        if let Some(&h) = self.table.by_addrs.get(&pid).and_then(|s| s.get(&key)) {
             return h;
         }
-        let frames = self.modules.normalize(pid, &key.0);
-        let frames = self.stacks.intern_frames(frames);
-        let h = self.stacks.push(Stack {
+        let frames = modules.normalize(pid, &key.0);
+        let frames = self.table.intern_frames(frames);
+        let h = self.table.push(Stack {
             pid,
             process,
             frames: Some(frames),
             truncated: key.1,
         });
-        self.stacks.by_addrs.entry(pid).or_default().insert(key, h);
+        self.table.by_addrs.entry(pid).or_default().insert(key, h);
         h
     }
 }

@@ -16,7 +16,7 @@ use crate::{
     probes::plan::{self, HookFact, PlannedProbe},
     probes::roles,
     probes::uprobe_session,
-    probes::{ProbePlacement, UnwindMode},
+    probes::{Limits, ProbePlacement, UnwindMode},
     tracee::allocators::Hooked,
 };
 
@@ -36,8 +36,6 @@ const TRACEPOINTS: [(&str, &str); 4] = [
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
 pub const MAX_FILTERED_PIDS: u32 = 8192;
-
-pub use super::object_maps::Limits;
 
 /// The loaded object with its probes and control maps.
 pub struct Loaded {

@@ -13,24 +13,10 @@ use aya::{
     Ebpf,
 };
 
-use crate::{probes::UnwindMode, stacks::kernel_tables::BpfUnwindMaps};
-
-/// Map sizes and tunables chosen on the command line.
-pub struct Limits {
-    pub max_live: u32,
-    pub stack_storage_size: u32,
-    pub ringbuf_bytes: u32,
-    pub unwind: UnwindMode,
-    pub stack_bytes: u32,
-    /// Entries of UNWIND_ROWS (`--unwind tables`).
-    pub unwind_rows: u32,
-    pub sample_rate: u64,
-    /// tracer_common::FILTER_* and, for FILTER_ALL, the thread name.
-    pub filter: u32,
-    pub comm: [u8; 16],
-    /// --follow-forks: children of traced processes join the traced set.
-    pub follow_forks: bool,
-}
+use crate::{
+    probes::{Limits, UnwindMode},
+    stacks::kernel_tables::BpfUnwindMaps,
+};
 
 /// Entries of the UNWIND_MAPPINGS trie (tracer-ebpf sets the same size):
 /// about 20 per executable mapping.

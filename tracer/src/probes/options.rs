@@ -1,5 +1,5 @@
-//! How stacks are captured and probes attached: chosen on the command line,
-//! read by the loader, the attach plan and the report.
+//! How stacks are captured and probes attached, and the maps' sizes: chosen
+//! on the command line, read by the loader, the attach plan and the report.
 
 use clap::ValueEnum;
 
@@ -43,4 +43,21 @@ pub enum Sessions {
     #[default]
     Auto,
     Off,
+}
+
+/// Map sizes and tunables chosen on the command line.
+pub struct Limits {
+    pub max_live: u32,
+    pub stack_storage_size: u32,
+    pub ringbuf_bytes: u32,
+    pub unwind: UnwindMode,
+    pub stack_bytes: u32,
+    /// Entries of UNWIND_ROWS (`--unwind tables`).
+    pub unwind_rows: u32,
+    pub sample_rate: u64,
+    /// tracer_common::FILTER_* and, for FILTER_ALL, the thread name.
+    pub filter: u32,
+    pub comm: [u8; 16],
+    /// --follow-forks: children of traced processes join the traced set.
+    pub follow_forks: bool,
 }

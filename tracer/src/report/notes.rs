@@ -25,12 +25,9 @@ impl fmt::Display for Note {
                 counted(*children, "child process", "child processes"),
                 plural(*children, "was", "were"),
             ),
-            Note::ChildrenNotFollowed { children, max_pids } => write!(
-                f,
-                "{} could not be followed: {}",
-                super::counted(*children, "child process", "child processes"),
-                filter_map_full(*max_pids)
-            ),
+            Note::ChildrenNotFollowed { children, max_pids } => {
+                children_not_followed(f, *children, *max_pids)
+            }
             Note::BinaryProcessesNotTraced {
                 processes,
                 path,
@@ -75,13 +72,7 @@ impl fmt::Display for Note {
                 files,
                 rows_capacity,
                 mappings,
-            } => write!(
-                f,
-                "unwind tables that did not fit: {} (their frames follow frame pointers: raise \
-                 --unwind-rows from {rows_capacity}), {}",
-                counted(*files, "file", "files"),
-                counted(*mappings, "mapping", "mappings"),
-            ),
+            } => unwind_tables_full(f, *files, *rows_capacity, *mappings),
             Note::CommandLeftRunning { pid } => write!(
                 f,
                 "the command (pid {pid}) was left running, no longer traced (--keep-running)"
@@ -109,6 +100,30 @@ const FRAME_POINTER_STACKS: &str = "stacks are frame-pointer walks: code built w
 
 const READ_FROM_PPROF: &str =
     "read from a pprof file: it has no process list, hooks or loss counters (shown as none)";
+
+fn children_not_followed(f: &mut fmt::Formatter<'_>, children: u64, max_pids: u32) -> fmt::Result {
+    write!(
+        f,
+        "{} could not be followed: {}",
+        counted(children, "child process", "child processes"),
+        filter_map_full(max_pids)
+    )
+}
+
+fn unwind_tables_full(
+    f: &mut fmt::Formatter<'_>,
+    files: u64,
+    rows_capacity: u64,
+    mappings: u64,
+) -> fmt::Result {
+    write!(
+        f,
+        "unwind tables that did not fit: {} (their frames follow frame pointers: raise \
+         --unwind-rows from {rows_capacity}), {}",
+        counted(files, "file", "files"),
+        counted(mappings, "mapping", "mappings"),
+    )
+}
 
 /// Why processes or children were not traced: the BPF filter map's size.
 fn filter_map_full(max_pids: u32) -> String {

@@ -422,5 +422,4 @@ impl<'a> Builder<'a> {
 }
 
 #[cfg(test)]
-#[path = "pprof_tests.rs"]
 mod tests;

@@ -16,8 +16,6 @@ mod metrics;
 mod page;
 mod page_flame;
 mod page_parts;
-#[cfg(test)]
-mod page_tests;
 mod routes;
 
 use std::{net::SocketAddr, sync::Arc, thread::JoinHandle, time::Duration};

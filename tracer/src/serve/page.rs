@@ -220,3 +220,6 @@ fn write_endpoints(endpoints: &str, w: &mut impl Write) -> std::io::Result<()> {
     }
     writeln!(w, "</table>")
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     limits::SNAPSHOT_NUMBER,
-    probes::loader::{AttachOptions, Limits},
+    probes::{loader::AttachOptions, Limits},
     report::{self, Output, Profile},
     session::{config::TraceConfig, scope::Scope},
     tracee::allocators::Choice,

@@ -62,32 +62,70 @@ enum Next {
     End(String),
 }
 
-impl Trace<'_> {
-    /// Drains events until the phase ends (see `Phase`). Returns why it ended.
-    pub async fn collect(&mut self, phase: Phase) -> anyhow::Result<String> {
-        let (exit, events) = self.watch()?;
+/// The loop's periodic wake-ups.
+struct Ticks {
+    /// --binary's look for new processes (`POLL_INTERVAL`).
+    poll: tokio::time::Interval,
+    /// The ring buffer's drain (`DRAIN_INTERVAL`).
+    tick: tokio::time::Interval,
+    /// --verbose: a stats line every STATS_INTERVAL (not at the start).
+    stats_tick: tokio::time::Interval,
+    /// The progress line.
+    progress_tick: tokio::time::Interval,
+}
+
+impl Ticks {
+    fn start(now: tokio::time::Instant) -> Ticks {
         let mut poll = tokio::time::interval(POLL_INTERVAL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut tick = tokio::time::interval(DRAIN_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut stats_tick = tokio::time::interval_at(
+            now + super::stats::STATS_INTERVAL,
+            super::stats::STATS_INTERVAL,
+        );
+        stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut progress_tick = tokio::time::interval(super::progress::PROGRESS_INTERVAL);
+        progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        Ticks {
+            poll,
+            tick,
+            stats_tick,
+            progress_tick,
+        }
+    }
+}
+
+/// Why the phase ended when the target exited (`killed`: why the command
+/// was killed, in the wind-down).
+fn exit_reason(phase: Phase, killed: Option<String>) -> String {
+    match (phase, killed) {
+        (Phase::Trace { .. }, _) => "target exited".into(),
+        (Phase::WindDown, Some(why)) => format!("was killed (SIGKILL) {why}"),
+        (Phase::WindDown, None) => "exited".into(),
+    }
+}
+
+impl Trace<'_> {
+    /// Drains events until the phase ends (see `Phase`). Returns why it ended.
+    pub async fn collect(&mut self, phase: Phase) -> anyhow::Result<String> {
+        let (exit, events) = self.watch()?;
         let now = tokio::time::Instant::now();
+        let Ticks {
+            mut poll,
+            mut tick,
+            mut stats_tick,
+            mut progress_tick,
+        } = Ticks::start(now);
         let mut deadline = match phase {
             Phase::Trace { duration } => duration.map(|d| now + Duration::from_secs_f64(d)),
             Phase::WindDown => Some(now + COMMAND_GRACE),
         };
         // Why the command was killed, in the wind-down.
         let mut killed: Option<String> = None;
-        // --verbose: a stats line every STATS_INTERVAL (not at the start).
-        let mut stats_tick = tokio::time::interval_at(
-            now + super::stats::STATS_INTERVAL,
-            super::stats::STATS_INTERVAL,
-        );
-        stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let verbose = self.settings.config.verbose;
         // Dropped (the line cleared) however the loop ends.
         let mut progress = super::progress::Progress::new(self.settings.config.quiet, self.started);
-        let mut progress_tick = tokio::time::interval(super::progress::PROGRESS_INTERVAL);
-        progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             let snapshot_due = self.next_snapshot();
             let next = tokio::select! {
@@ -97,11 +135,7 @@ impl Trace<'_> {
                 _ = self.signals.sigterm.recv() => {
                     self.on_signal(phase, "SIGTERM", &mut killed, &mut deadline)
                 }
-                _ = exited(exit.as_ref()) => Next::End(match (phase, killed.take()) {
-                    (Phase::Trace { .. }, _) => "target exited".into(),
-                    (Phase::WindDown, Some(why)) => format!("was killed (SIGKILL) {why}"),
-                    (Phase::WindDown, None) => "exited".into(),
-                }),
+                _ = exited(exit.as_ref()) => Next::End(exit_reason(phase, killed.take())),
                 _ = sleep_until(deadline) => match phase {
                     Phase::Trace { .. } => Next::End("duration elapsed".into()),
                     Phase::WindDown => {

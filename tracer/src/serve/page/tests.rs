@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::page::{write_page, Flame, Page};
+use super::{write_page, Flame, Page};
 use crate::report::{Counts, Frame, ProcessInfo, Profile, SnapshotPoint, StackReport, Trend};
 
 const ENDPOINTS: &str = "\
