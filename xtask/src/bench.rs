@@ -165,6 +165,36 @@ pub fn run() -> Result<()> {
     report(&med, &dir)
 }
 
+/// What scraping /debug/pprof/heap costs: the target's ns per pair, and the
+/// tracer's own CPU.
+fn report_scraping(med: &[RunResult], ns: &dyn Fn(&str) -> f64) {
+    let scraped = &med[MODES
+        .iter()
+        .position(|m| m.name == "default-scraped")
+        .unwrap_or(0)];
+    println!(
+        "scraping /debug/pprof/heap every second ({} scrapes in the median run, {} lost): {:+.1}% ns per pair (target < 3%)",
+        scraped.scrapes,
+        scraped.lost,
+        100.0 * (ns("default-scraped") / ns("default-long") - 1.0)
+    );
+    // The target's ns per pair moves more with this machine's noise than
+    // with a scrape; what a scrape costs is the tracer's CPU, which takes
+    // from the target's.
+    let cpu = |name: &str| {
+        MODES
+            .iter()
+            .position(|m| m.name == name)
+            .and_then(|i| med[i].tracer_cpu_secs)
+            .map_or(f64::NAN, |c| 100.0 * c)
+    };
+    println!(
+        "scraping's own cost: tracer CPU {:.1}% -> {:.1}% of a core",
+        cpu("default-long"),
+        cpu("default-scraped")
+    );
+}
+
 fn report(med: &[RunResult], dir: &Path) -> Result<()> {
     let ns = |name: &str| -> f64 {
         MODES
@@ -218,31 +248,7 @@ fn report(med: &[RunResult], dir: &Path) -> Result<()> {
         "dwarf vs fp, exact: {:+.0} ns per recorded allocation",
         ns("dwarf-exact") - ns("fp-exact")
     );
-    let scraped = &med[MODES
-        .iter()
-        .position(|m| m.name == "default-scraped")
-        .unwrap_or(0)];
-    println!(
-        "scraping /debug/pprof/heap every second ({} scrapes in the median run, {} lost): {:+.1}% ns per pair (target < 3%)",
-        scraped.scrapes,
-        scraped.lost,
-        100.0 * (ns("default-scraped") / ns("default-long") - 1.0)
-    );
-    // The target's ns per pair moves more with this machine's noise than
-    // with a scrape; what a scrape costs is the tracer's CPU, which takes
-    // from the target's.
-    let cpu = |name: &str| {
-        MODES
-            .iter()
-            .position(|m| m.name == name)
-            .and_then(|i| med[i].tracer_cpu_secs)
-            .map_or(f64::NAN, |c| 100.0 * c)
-    };
-    println!(
-        "scraping's own cost: tracer CPU {:.1}% -> {:.1}% of a core",
-        cpu("default-long"),
-        cpu("default-scraped")
-    );
+    report_scraping(med, &ns);
     let dwarf = &med[MODES
         .iter()
         .position(|m| m.name == "dwarf-exact")

@@ -119,6 +119,32 @@ impl State {
         n
     }
 
+    /// Process `ev.pid` called exec: its old image's blocks and stacks go.
+    fn executed(&mut self, ev: &Event) {
+        self.heap.drop_process(ev.pid);
+        self.stacks.forget_process(ev.pid);
+        self.modules.forget(ev.pid);
+        // Now, not at its first allocation: a short-lived process may be
+        // gone by then. The EXEC event wakes us at once; the program and
+        // its loader are mapped, the libraries follow (read again when an
+        // address falls outside these).
+        self.modules.refresh_now(ev.pid);
+        let comm = tracer_common::exec_comm(ev);
+        let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+        let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
+        self.processes.executed(ev.pid, &comm);
+        // Bounded: a backlog beyond this (a host starting programs faster
+        // than their objects can be read) loses its oldest, counted and
+        // reported.
+        if self.execs.len() >= MAX_PENDING_EXECS {
+            self.execs.pop_front();
+            self.execs_skipped += 1;
+        }
+        self.execs.push_back(ev.pid);
+        self.process_changes
+            .push(ProcessChange::Executed { pid: ev.pid, comm });
+    }
+
     fn handle(&mut self, bytes: &[u8]) {
         let Some(ev) = read_pod::<Event>(bytes) else {
             self.malformed_events += 1;
@@ -169,30 +195,7 @@ impl State {
                 self.record(&ev, handle);
             }
             EVENT_FREE => self.heap.free(ev.pid, ev.addr),
-            EVENT_EXEC => {
-                self.heap.drop_process(ev.pid);
-                self.stacks.forget_process(ev.pid);
-                self.modules.forget(ev.pid);
-                // Now, not at its first allocation: a short-lived process
-                // may be gone by then. The EXEC event wakes us at once; the
-                // program and its loader are mapped, the libraries follow
-                // (read again when an address falls outside these).
-                self.modules.refresh_now(ev.pid);
-                let comm = tracer_common::exec_comm(&ev);
-                let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-                let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
-                self.processes.executed(ev.pid, &comm);
-                // Bounded: a backlog beyond this (a host starting programs
-                // faster than their objects can be read) loses its oldest,
-                // counted and reported.
-                if self.execs.len() >= MAX_PENDING_EXECS {
-                    self.execs.pop_front();
-                    self.execs_skipped += 1;
-                }
-                self.execs.push_back(ev.pid);
-                self.process_changes
-                    .push(ProcessChange::Executed { pid: ev.pid, comm });
-            }
+            EVENT_EXEC => self.executed(&ev),
             EVENT_FORK => {
                 self.forked(ev.pid, ev.tid);
                 self.process_changes.push(ProcessChange::Forked {
