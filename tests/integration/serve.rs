@@ -15,7 +15,7 @@ use std::{
 
 use crate::harness::{
     compile_c,
-    http::{get, get_text, phases_served, served_addr, site_values},
+    http::{get, get_text, parse_prometheus, phases_served, served_addr, site_values},
     scratch,
     sites::{assert_no_losses, per_site},
     JsonTracer, Target, TRACER,
@@ -67,34 +67,9 @@ fn metrics_parse_as_prometheus_text_and_match_the_live_heap() {
     target.wait_for("did a");
     let (status, text) = get_text(&addr, "/metrics");
     assert_eq!(status, 200, "{text}");
-    // The Prometheus client library's own parser (Debian's
-    // python3-prometheus-client): every sample, as name{labels} value.
-    let parser = "import sys\n\
-        from prometheus_client.parser import text_string_to_metric_families\n\
-        for f in text_string_to_metric_families(sys.stdin.read()):\n\
-        \x20   for s in f.samples:\n\
-        \x20       labels = ','.join(f'{k}={v}' for k, v in sorted(s.labels.items()))\n\
-        \x20       print(f'{s.name}{{{labels}}} {s.value:.0f}')\n";
-    let mut child = Command::new("/usr/bin/python3")
-        .args(["-c", parser])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run python3 (cargo xtask setup installs python3-prometheus-client)");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("feed the parser");
-    let out = child.wait_with_output().expect("parser output");
-    let parsed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "not Prometheus text: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Every sample, as name{labels} value, by the Prometheus client
+    // library's own parser.
+    let parsed = parse_prometheus(&text);
     let pid = target.pid();
     for expected in [
         "memtrace_inuse_bytes{} 10000".to_string(),

@@ -4,6 +4,7 @@
 use std::{
     io::{Read as _, Write as _},
     net::TcpStream,
+    process::Command,
     time::Duration,
 };
 
@@ -99,4 +100,35 @@ pub(crate) fn site_values(raw: &str, function: &str) -> [u64; 4] {
         }
     }
     sum
+}
+
+/// Samples as `name{k=v,...} value` lines, from the Prometheus client
+/// library's own parser (Debian's python3-prometheus-client).
+pub(crate) fn parse_prometheus(text: &str) -> String {
+    let parser = "import sys\n\
+        from prometheus_client.parser import text_string_to_metric_families\n\
+        for f in text_string_to_metric_families(sys.stdin.read()):\n\
+        \x20   for s in f.samples:\n\
+        \x20       labels = ','.join(f'{k}={v}' for k, v in sorted(s.labels.items()))\n\
+        \x20       print(f'{s.name}{{{labels}}} {s.value:.0f}')\n";
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", parser])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3 (cargo xtask setup installs python3-prometheus-client)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed the parser");
+    let out = child.wait_with_output().expect("parser output");
+    assert!(
+        out.status.success(),
+        "not Prometheus text: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
 }
