@@ -215,7 +215,7 @@ fn go_tool_pprof_reads_exact_site_numbers_without_frame_pointers() {
     assert_exact(
         &leaf(&samples),
         EXPECTED_PER_THREAD,
-        "-O2 build, DWARF unwinding",
+        "-O2 build, the default unwinding (tables)",
     );
     assert_labels_and_stacks(&samples, pid);
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::Cli;
 use crate::{
-    probes::Sessions,
+    probes::{Sessions, UnwindMode},
     session::config::{min_age, ProbeChoice, RenderChoice, Target, TraceConfig},
 };
 
@@ -43,7 +43,7 @@ impl Cli {
             },
             probes: ProbeChoice {
                 sample_rate: self.sample_rate,
-                unwind: self.unwind,
+                unwind: self.unwind.unwrap_or_else(default_unwind),
                 stack_bytes: self.stack_bytes,
                 unwind_rows: self.unwind_rows,
                 placement: self.probe_placement,
@@ -58,4 +58,24 @@ impl Cli {
             quiet: self.quiet,
         }
     }
+}
+
+/// `--unwind` not given: tables, where the kernel has `bpf_loop` (5.17);
+/// before that, DWARF unwinding of stack copies, said once.
+fn default_unwind() -> UnwindMode {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut numbers = release.split(['.', '-']).map(|n| n.trim().parse::<u32>());
+    let version = match (numbers.next(), numbers.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
+        _ => return UnwindMode::Tables, // unknown: try; a failed load says why
+    };
+    if version >= (5, 17) {
+        return UnwindMode::Tables;
+    }
+    crate::console::say(format_args!(
+        "kernel {} has no bpf_loop (5.17+): stacks are unwound from stack copies \
+         in user space (--unwind dwarf, cut at --stack-bytes)",
+        release.trim()
+    ));
+    UnwindMode::Dwarf
 }

@@ -133,9 +133,10 @@ pub struct Cli {
     #[arg(long, default_value_t = 65536, value_name = "BYTES")]
     pub sample_rate: u64,
 
-    /// How call stacks are captured.
-    #[arg(long, value_enum, default_value_t = UnwindMode::Dwarf)]
-    pub unwind: UnwindMode,
+    /// How call stacks are captured [default: tables; dwarf on kernels
+    /// without bpf_loop (before 5.17)].
+    #[arg(long, value_enum)]
+    pub unwind: Option<UnwindMode>,
 
     /// Bytes of stack copied per allocation for DWARF unwinding (4096, 8192,
     /// 12288 or 16384): deeper stacks are cut short and marked [truncated].

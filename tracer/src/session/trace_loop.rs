@@ -255,14 +255,19 @@ impl Trace<'_> {
     /// its exit; at an exec, what the new image will load is hooked before
     /// it runs (in a chroot or another mount namespace these are other
     /// files than the host's).
+    /// With `--unwind tables` it stays held until its new maps (and the
+    /// tables of the allocator libraries it will map) are in the kernel.
     pub fn service_child(&mut self) {
         let attach_only = !self.scope.follows_forks();
-        let (collector, loaded, hooks) = (&mut self.collector, &mut self.loaded, &mut self.hooks);
+        let collector = std::cell::RefCell::new(&mut self.collector);
+        let (loaded, hooks) = (&mut self.loaded, &mut self.hooks);
         self.scope.service_child(
-            |pid| collector.drain_exiting(pid),
+            |pid| collector.borrow_mut().drain_exiting(pid),
             |pid| {
                 let program = crate::tracee::search::Program::just_executed(pid);
                 hooks.hook_running(loaded, pid, program, attach_only.then_some(pid));
+                let libraries = hooks.hooked_objects().map(|h| h.host_path.as_path());
+                collector.borrow_mut().describe_at_exec(pid, libraries);
             },
         );
     }

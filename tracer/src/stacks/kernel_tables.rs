@@ -127,14 +127,21 @@ impl KernelTables {
     /// Describes `pid`'s executable mappings to the walker: `maps` and
     /// `objects` as `Modules` holds them (same index), `open` gives an
     /// object's identity and a path to read it from (None: no table).
+    /// `jit`: anonymous executable ranges, walked by frame pointers.
     pub fn sync(
         &mut self,
         pid: u32,
         maps: &[Mapping],
         objects: &[u32],
+        jit: &[Range<u64>],
         open: impl Fn(u32) -> Option<(FileId, PathBuf)>,
     ) {
         let mut want: HashMap<PrefixKey, MappingValue> = HashMap::new();
+        for r in jit.iter().filter(|r| r.start < r.end) {
+            for key in prefixes(pid, r.start, r.end) {
+                want.insert(key, fp_only());
+            }
+        }
         let mut used = BTreeSet::new();
         for (m, &object) in maps.iter().zip(objects) {
             if !m.executable || m.start >= m.end {
@@ -319,12 +326,17 @@ impl FileTable {
     }
 }
 
-/// The walker's view of one executable mapping of `file`.
-fn mapping_value(file: &FileTable, m: &Mapping) -> MappingValue {
-    let fp_only = MappingValue {
+/// A range walked by the frame-pointer chain (JIT code, files without CFI).
+fn fp_only() -> MappingValue {
+    MappingValue {
         kind: MAPPING_FP_ONLY,
         ..MappingValue::default()
-    };
+    }
+}
+
+/// The walker's view of one executable mapping of `file`.
+fn mapping_value(file: &FileTable, m: &Mapping) -> MappingValue {
+    let fp_only = fp_only();
     let (Some((first_row, rows, base)), Some(bias)) = (file.rows, load_bias(&file.loads, m)) else {
         return fp_only;
     };

@@ -55,6 +55,8 @@ struct Proc {
     /// Reads inside MIN_REREAD_INTERVAL so far (see `refresh`).
     quick_reads: u32,
     generation: u64,
+    /// Anonymous executable mappings (JIT code), for the kernel's walker.
+    jit: Vec<std::ops::Range<u64>>,
 }
 
 #[derive(Default)]
@@ -117,6 +119,11 @@ impl Modules {
             return false; // a zombie: keep what we had
         }
         self.merge_maps(pid, maps);
+        let jit = crate::tracee::process::parse_jit(&text);
+        if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.jit != jit) {
+            p.jit = jit;
+            self.describe_to_kernel(pid);
+        }
         true
     }
 
@@ -192,6 +199,7 @@ impl Modules {
             last_read: None,
             quick_reads: 0,
             generation,
+            jit: Vec::new(),
         });
         let changed = maps != old_maps || objects != old_objects;
         p.maps = maps;
@@ -226,7 +234,7 @@ impl Modules {
             })) => Some(((*dev, *ino), fd_path(file))),
             _ => None,
         };
-        kernel.sync(pid, &p.maps, &p.objects, open);
+        kernel.sync(pid, &p.maps, &p.objects, &p.jit, open);
     }
 
     /// The object a mapping of `pid` shows: opened through

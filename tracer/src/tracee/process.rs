@@ -42,6 +42,26 @@ pub fn parse_maps_files(text: &[u8]) -> Vec<(Mapping, PathBuf)> {
         .collect()
 }
 
+/// Anonymous executable mappings (JIT code): no file, no unwind table;
+/// the kernel walker takes frame-pointer steps there. The vDSO (which has
+/// CFI of its own), vsyscall and the uprobes trampoline page are left out.
+pub fn parse_jit(text: &[u8]) -> Vec<std::ops::Range<u64>> {
+    let jit = |line: &[u8]| {
+        let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
+        let range = std::str::from_utf8(fields.next()?).ok()?;
+        let perms = fields.next()?;
+        let inode = fields.nth(2)?;
+        let name = fields.next().unwrap_or_default();
+        let special = name.starts_with(b"[v") || name == b"[uprobes]";
+        if perms.get(2) != Some(&b'x') || inode != b"0" || special {
+            return None;
+        }
+        let (start, end) = range.split_once('-')?;
+        Some(u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?)
+    };
+    text.split(|&b| b == b'\n').filter_map(jit).collect()
+}
+
 fn parse_maps_line(line: &[u8]) -> Option<(Mapping, PathBuf)> {
     let mut fields = line.splitn(6, |&b| b == b' ');
     let mut next = || std::str::from_utf8(fields.next()?).ok();
@@ -408,5 +428,20 @@ mod tests {
         let user = "1234 (my prog) (x) S 1 1234 1234 0 -1 4194560 100 0";
         assert!(is_kernel_thread(kthread));
         assert!(!is_kernel_thread(user));
+    }
+
+    #[test]
+    fn jit_is_anonymous_executable_memory_only() {
+        let text = b"7f0000000000-7f0000002000 r-xp 00000000 00:00 0 \n\
+7f0000002000-7f0000003000 rwxp 00000000 00:00 0                  [anon:jit]\n\
+7f0000004000-7f0000005000 r-xp 00000000 00:00 0                  [vdso]\n\
+7f0000006000-7f0000007000 r-xp 00000000 00:00 0                  [uprobes]\n\
+7f0000008000-7f0000009000 rw-p 00000000 00:00 0 \n\
+55d000000000-55d000001000 r-xp 00001000 08:01 1234               /usr/bin/x\n";
+        let want = [
+            0x7f00_0000_0000..0x7f00_0000_2000,
+            0x7f00_0000_2000..0x7f00_0000_3000,
+        ];
+        assert_eq!(parse_jit(text), want);
     }
 }

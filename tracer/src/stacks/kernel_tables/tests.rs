@@ -106,10 +106,10 @@ fn a_file_mapped_by_two_processes_is_loaded_once_and_freed_with_the_last() {
     let (a, path) = own_text(0);
     let (b, _) = own_text(0x1000_0000);
     let open = |_| Some(((1, 1), path.clone()));
-    tables.sync(1, std::slice::from_ref(&a), &[5], open);
+    tables.sync(1, std::slice::from_ref(&a), &[5], &[], open);
     let rows = tables.stats.rows_used;
     assert!(rows > 100, "the test binary has CFI: {rows} rows");
-    tables.sync(2, std::slice::from_ref(&b), &[5], open);
+    tables.sync(2, std::slice::from_ref(&b), &[5], &[], open);
     assert_eq!(tables.stats.rows_used, rows, "shared, not loaded twice");
     assert_eq!(tables.stats.files, 1);
     {
@@ -138,7 +138,7 @@ fn a_file_mapped_by_two_processes_is_loaded_once_and_freed_with_the_last() {
 fn a_table_too_large_for_the_rows_is_counted_and_its_frames_use_frame_pointers() {
     let (shared, mut tables) = fake(16, 1 << 16);
     let (a, path) = own_text(0);
-    tables.sync(1, std::slice::from_ref(&a), &[0], |_| {
+    tables.sync(1, std::slice::from_ref(&a), &[0], &[], |_| {
         Some(((1, 1), path.clone()))
     });
     assert_eq!(tables.stats.rows_full, 1);
@@ -150,7 +150,7 @@ fn a_table_too_large_for_the_rows_is_counted_and_its_frames_use_frame_pointers()
 fn mappings_the_trie_has_no_room_for_are_counted() {
     let (_, mut tables) = fake(1 << 20, 1);
     let (a, path) = own_text(0x1234_5000);
-    tables.sync(1, std::slice::from_ref(&a), &[0], |_| {
+    tables.sync(1, std::slice::from_ref(&a), &[0], &[], |_| {
         Some(((1, 1), path.clone()))
     });
     assert!(tables.stats.mappings_full > 0);
@@ -161,9 +161,9 @@ fn a_resync_changes_only_what_changed_and_exec_drops_everything() {
     let (shared, mut tables) = fake(1 << 20, 1 << 16);
     let (a, path) = own_text(0);
     let open = |_| Some(((1, 1), path.clone()));
-    tables.sync(1, std::slice::from_ref(&a), &[0], open);
+    tables.sync(1, std::slice::from_ref(&a), &[0], &[], open);
     let before = shared.0.borrow().mappings.len();
-    tables.sync(1, std::slice::from_ref(&a), &[0], open);
+    tables.sync(1, std::slice::from_ref(&a), &[0], &[], open);
     assert_eq!(shared.0.borrow().mappings.len(), before);
     assert_eq!(
         tables.stats.rows_written, tables.stats.rows_used,
@@ -172,7 +172,7 @@ fn a_resync_changes_only_what_changed_and_exec_drops_everything() {
     // A file that cannot be read: described as frame-pointer only.
     let (b, _) = own_text(0x4000_0000);
     let missing = std::path::PathBuf::from("/nonexistent/file");
-    tables.sync(1, &[a.clone(), b.clone()], &[0, 1], |o| {
+    tables.sync(1, &[a.clone(), b.clone()], &[0, 1], &[], |o| {
         Some(if o == 0 {
             ((1, 1), path.clone())
         } else {
@@ -198,9 +198,9 @@ fn a_prepared_table_is_built_once_kept_until_used_and_freed_after() {
     );
     tables.prepare(&path);
     assert_eq!(tables.stats.files, 1);
-    tables.sync(9, &[], &[], |_| None);
+    tables.sync(9, &[], &[], &[], |_| None);
     assert_eq!(tables.stats.files, 1, "kept while unused");
-    tables.sync(1, std::slice::from_ref(&a), &[0], |_| {
+    tables.sync(1, std::slice::from_ref(&a), &[0], &[], |_| {
         Some((id, path.clone()))
     });
     assert_eq!(
