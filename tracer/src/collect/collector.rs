@@ -54,6 +54,7 @@ impl Collector {
             live: live_map,
             unwind: _,
         } = maps;
+        let maps_at_exec = program_hint.is_none();
         Ok(Collector {
             events: Reader::start(events)?,
             state: State::new(
@@ -64,6 +65,7 @@ impl Collector {
                 sample_rate,
                 trace_root,
                 keep_exited,
+                maps_at_exec,
             ),
         })
     }
@@ -81,6 +83,30 @@ impl Collector {
     /// Records the heap's per-stack sums as a history point at `secs`.
     pub fn tick_history(&mut self, secs: f64) {
         self.state.tick_history(secs);
+    }
+
+    /// `--unwind tables`, a started command held at its exec stop: its
+    /// events so far are handled (the EXEC event drops the old image's
+    /// mappings and reads the new ones: program and loader), the maps are
+    /// read again in case that event was not there, and the tables of the
+    /// libraries it will map (`libraries`) are built now, so that its first
+    /// allocations are walked in the kernel. Libraries are described when
+    /// their addresses first come back unknown (the maps are read again).
+    pub fn describe_at_exec<'p>(
+        &mut self,
+        pid: u32,
+        libraries: impl Iterator<Item = &'p std::path::Path>,
+    ) {
+        if self.state.modules.kernel.is_none() {
+            return;
+        }
+        self.drain_all();
+        self.state.modules.refresh_now(pid);
+        if let Some(kernel) = &mut self.state.modules.kernel {
+            for path in libraries {
+                kernel.prepare(path);
+            }
+        }
     }
 
     /// Reads `pid`'s memory maps now (a process the scope just found).

@@ -68,6 +68,13 @@ pub struct State {
     /// Processes that forked, exec'ed or exited since the session last
     /// looked, in order.
     pub(super) process_changes: Vec<ProcessChange>,
+    /// Read a process's maps at its exec event (and, with `--unwind
+    /// tables`, describe them to the kernel). False under `--binary`, where
+    /// every exec on the host is reported and the session reads the maps
+    /// only of those that run the binary (`Collector::refresh_maps`):
+    /// building tables for every program the host starts would keep the
+    /// loop from draining events (seconds for a compiler's libraries).
+    pub(super) maps_at_exec: bool,
     /// Every process with state here, with its start time (/proc/PID/stat
     /// field 22) when first seen: a pid reused by a newer process differs.
     pub(super) tracked: HashMap<u32, Option<u64>>,
@@ -83,6 +90,7 @@ impl State {
         sample_rate: u64,
         trace_root: Option<u32>,
         keep_exited: usize,
+        maps_at_exec: bool,
     ) -> State {
         State {
             live_map,
@@ -102,6 +110,7 @@ impl State {
             execs: std::collections::VecDeque::new(),
             execs_skipped: 0,
             process_changes: Vec::new(),
+            maps_at_exec,
             tracked: HashMap::new(),
             last_reap: Instant::now(),
         }
@@ -128,7 +137,9 @@ impl State {
         // gone by then. The EXEC event wakes us at once; the program and
         // its loader are mapped, the libraries follow (read again when an
         // address falls outside these).
-        self.modules.refresh_now(ev.pid);
+        if self.maps_at_exec {
+            self.modules.refresh_now(ev.pid);
+        }
         let comm = tracer_common::exec_comm(ev);
         let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
         let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
