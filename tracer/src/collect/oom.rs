@@ -62,11 +62,12 @@ impl OomKills {
     }
 }
 
-/// Seconds into a trace that lasted `duration_secs` until `now_ns` (both
-/// on the BPF clock), of an event at `at_ns`.
-pub fn secs_into_trace(at_ns: u64, now_ns: u64, duration_secs: f64) -> f64 {
+/// Seconds into a trace of an event at `at_ns`, when `now_ns` is
+/// `since_start_secs` after the trace started (both on the BPF clock,
+/// CLOCK_MONOTONIC, which `Instant` reads too).
+pub fn secs_into_trace(at_ns: u64, now_ns: u64, since_start_secs: f64) -> f64 {
     let ago = now_ns.saturating_sub(at_ns) as f64 / 1e9;
-    (duration_secs - ago).max(0.0)
+    (since_start_secs - ago).max(0.0)
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@ pub(super) fn fill_processes(
     state: &State,
     stacks: &[StackReport],
 ) -> Option<Temporary> {
+    // Read together: the trace's start on the events' clock.
+    let since_start = meta.started.elapsed().as_secs_f64();
     let now_ns = super::profile::monotonic_ns();
-    let duration = meta.duration.as_secs_f64();
     for victim in state.oom.victims() {
         let Some(record) = state.processes.get(victim.process) else {
             continue;
@@ -33,7 +34,7 @@ pub(super) fn fill_processes(
             .heap
             .unwrap_or_else(|| state.heap.inuse_of(victim.pid));
         p.oom_killed = Some(OomKilled {
-            secs: secs_into_trace(victim.at_ns, now_ns, duration),
+            secs: secs_into_trace(victim.at_ns, now_ns, since_start),
             inuse_bytes: heap.bytes,
             inuse_objects: heap.objects,
         });
