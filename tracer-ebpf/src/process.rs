@@ -183,11 +183,11 @@ fn on_oom_victim(task: u64) {
     let Ok(tgid) = (unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u32) }) else {
         return;
     };
-    // SAFETY (both): the value is not read. Under FILTER_NONE user space
-    // keeps the one traced process in TRACED; under FILTER_ALL TRACED
-    // holds the excluded tgids, and the thread-name filter cannot be
-    // checked here (the current task is not the victim): user space
-    // ignores victims it has no allocation from.
+    // Under FILTER_NONE user space keeps the one traced process in
+    // TRACED; under FILTER_ALL TRACED holds the excluded tgids, and the
+    // thread-name filter cannot be checked here (the current task is not
+    // the victim): user space ignores victims it has no allocation from.
+    // SAFETY: the value is not read.
     let in_map = unsafe { TRACED.get(tgid) }.is_some();
     let wanted = match tunable(&FILTER) {
         FILTER_ALL => !in_map,

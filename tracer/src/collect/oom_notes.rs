@@ -4,20 +4,20 @@
 use std::collections::HashMap;
 
 use crate::{
-    collect::{oom::secs_into_trace, profile::Meta, state::State},
+    collect::{meta::Meta, oom::secs_into_trace, state::State},
     profile::{OomKilled, StackReport, Temporary},
 };
 
 /// Fills `meta.processes`' `oom_killed` and `temporary`; returns the
-/// temporaries of every stack (None when sampling).
+/// temporaries of every stack (None when sampling). `now_ns` is now on the
+/// events' clock, read with `meta.started.elapsed()`.
 pub(super) fn fill_processes(
     meta: &mut Meta,
     state: &State,
     stacks: &[StackReport],
+    now_ns: u64,
 ) -> Option<Temporary> {
-    // Read together: the trace's start on the events' clock.
     let since_start = meta.started.elapsed().as_secs_f64();
-    let now_ns = super::profile::monotonic_ns();
     for victim in state.oom.victims() {
         let Some(record) = state.processes.get(victim.process) else {
             continue;

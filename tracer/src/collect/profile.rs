@@ -48,7 +48,7 @@ pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut 
     for s in &stacks {
         add(&mut totals, &s.counts);
     }
-    let temporary = super::oom_notes::fill_processes(&mut meta, state, &stacks);
+    let temporary = super::oom_notes::fill_processes(&mut meta, state, &stacks, monotonic_ns());
     let not_freed_at_exit = not_freed_at_exit(collector, names);
     let notes = super::profile_notes::notes(
         &meta,
@@ -233,7 +233,7 @@ impl<'a> Timeline<'a> {
 
 /// Now on the clock of the events' `timestamp_ns` (bpf_ktime_get_ns is
 /// CLOCK_MONOTONIC), for --min-age.
-pub(super) fn monotonic_ns() -> u64 {
+fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

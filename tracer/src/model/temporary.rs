@@ -212,6 +212,8 @@ mod tests {
         }
         assert_eq!(t.threads(), MAX_THREADS);
         assert_eq!(t.untracked, 11);
+        t.forget_process(PID);
+        assert_eq!(t.threads(), 1);
         // Merged into a group's stack with the process's.
         t.alloc(PID + 2, 9, 0x90, 4, 600);
         t.free(PID + 2, 9, 0x90, true);
