@@ -87,6 +87,10 @@ pub const EVENT_FORK: u32 = 5;
 /// set): user space deletes its LIVE entries; under `--follow-forks` it
 /// also left the traced set.
 pub const EVENT_EXIT: u32 = 6;
+/// The OOM killer chose a traced process as its victim (`oom:mark_victim`;
+/// `pid` is its tgid, `tid` the victim task's thread id). Sent before the
+/// process's EVENT_EXIT: user space keeps its heap as in use.
+pub const EVENT_OOM_KILL: u32 = 8;
 
 /// `FOLLOW_FORKS` values (a read-only global set at load time): whether
 /// children of traced processes join the traced set at fork.

@@ -7,8 +7,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RawTracePointContext},
 };
 use tracer_common::{
-    counter, Event, Role, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, FILTER_NONE, FILTER_PIDS,
-    FORKS_FOLLOW,
+    counter, Event, Role, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_OOM_KILL, FILTER_ALL,
+    FILTER_NONE, FILTER_PIDS, FORKS_FOLLOW,
 };
 
 use crate::inflight;
@@ -158,6 +158,44 @@ pub fn process_exit(ctx: RawTracePointContext) -> i32 {
         emit_process_event(EVENT_EXIT, pid, 0);
     }
     0
+}
+
+/// oom:mark_victim (args: the victim's task_struct, and its uid), run
+/// by whichever task ran into the limit, once per victim, after SIGKILL
+/// was queued to it. A raw tracepoint: attached by name, no tracefs
+/// needed. The victim's tgid is read from its task_struct at the offset
+/// the kernel's BTF gave (as at fork); without it nothing is sent.
+#[raw_tracepoint(tracepoint = "mark_victim")]
+pub fn oom_mark_victim(ctx: RawTracePointContext) -> i32 {
+    on_oom_victim(ctx.arg::<u64>(0));
+    0
+}
+
+#[inline(always)]
+fn on_oom_victim(task: u64) {
+    let offset = tunable(&TASK_TGID_OFFSET);
+    if offset == 0 || stopped() {
+        return;
+    }
+    // SAFETY: the helper reads kernel memory and fails safely; the address
+    // is the victim's task_struct plus the field offset from the kernel
+    // BTF.
+    let Ok(tgid) = (unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u32) }) else {
+        return;
+    };
+    // Under FILTER_NONE user space keeps the one traced process in
+    // TRACED; under FILTER_ALL TRACED holds the excluded tgids, and the
+    // thread-name filter cannot be checked here (the current task is not
+    // the victim): user space ignores victims it has no allocation from.
+    // SAFETY: the value is not read.
+    let in_map = unsafe { TRACED.get(tgid) }.is_some();
+    let wanted = match tunable(&FILTER) {
+        FILTER_ALL => !in_map,
+        _ => in_map,
+    };
+    if wanted {
+        emit_process_event(EVENT_OOM_KILL, tgid, 0);
+    }
 }
 
 #[inline(always)]

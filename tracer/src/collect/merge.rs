@@ -79,6 +79,9 @@ fn add_stack(into: &mut StackReport, from: &StackReport) {
     a.inuse_objects += b.inuse_objects;
     a.alloc_bytes += b.alloc_bytes;
     a.alloc_objects += b.alloc_objects;
+    if let (Some(a), Some(b)) = (into.temporary.as_mut(), from.temporary) {
+        a.add(b);
+    }
     for (a, b) in into.series.iter_mut().zip(&from.series) {
         *a = a.saturating_add(*b);
     }

@@ -1,7 +1,7 @@
 //! What the session tells the profile builder about the trace, besides
 //! what the collector holds.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{
     collect::unwind_notes::KernelUnwind,
@@ -15,6 +15,9 @@ pub struct Meta {
     /// Every process traced, by pid.
     pub processes: Vec<ProcessInfo>,
     pub duration: Duration,
+    /// When the trace started (what `duration` counts from; event times
+    /// such as an OOM kill's are placed against it).
+    pub started: Instant,
     pub end_reason: String,
     pub hooks: Vec<Hook>,
     pub unwind: UnwindMode,

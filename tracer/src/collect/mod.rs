@@ -7,6 +7,8 @@ pub mod collector;
 mod event_notes;
 mod merge;
 mod meta;
+pub mod oom;
+mod oom_notes;
 pub mod processes;
 pub mod profile;
 mod profile_notes;

@@ -26,7 +26,7 @@ use crate::{
 
 /// The profile of what `collector` holds now; `names` keeps the frames
 /// named for earlier snapshots.
-pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
+pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
     let state = &collector.state;
     names.add(&state.modules, state.stacks.table.all_frames());
     let names = &*names;
@@ -48,6 +48,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
     for s in &stacks {
         add(&mut totals, &s.counts);
     }
+    let temporary = super::oom_notes::fill_processes(&mut meta, state, &stacks, monotonic_ns());
     let not_freed_at_exit = not_freed_at_exit(collector, names);
     let notes = super::profile_notes::notes(
         &meta,
@@ -74,6 +75,8 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             .map(|t| t.snapshots(&unfiltered))
             .unwrap_or_default(),
         min_age_secs: meta.min_age.map(|age| age.as_secs_f64()),
+        oom_kills: state.oom.seen,
+        temporary,
     }
 }
 
@@ -136,6 +139,7 @@ fn stack_reports(
                 series: growth.series,
                 growth_bytes_per_sec: growth.per_sec,
                 trend: growth.trend,
+                temporary: state.temporaries.as_ref().map(|t| t.of(h)),
             })
         })
         .collect();

@@ -6,15 +6,19 @@ use std::{collections::HashMap, time::Instant};
 
 use aya::maps::MapData;
 use tracer_common::{
-    Event, LiveKey, LiveValue, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE,
-    EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE,
+    Event, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES,
+    EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE, EVENT_OOM_KILL,
 };
 
 use crate::{
-    collect::{processes::ProcessTable, reader::read_pod, stacks::StackInterner, ProcessChange},
+    collect::{
+        oom::OomKills, processes::ProcessTable, reader::read_pod, stacks::StackInterner,
+        ProcessChange,
+    },
     model::{
         heap::{Heap, StackHandle},
         history::History,
+        temporary::Temporaries,
     },
     stacks::{modules::Modules, unwind::Sample},
     tracee::liveness::start_time,
@@ -79,6 +83,11 @@ pub struct State {
     /// field 22) when first seen: a pid reused by a newer process differs.
     pub(super) tracked: HashMap<u32, Option<u64>>,
     pub(super) last_reap: Instant,
+    /// Processes the OOM killer chose.
+    pub oom: OomKills,
+    /// Temporary allocations per stack: exact mode only (None when
+    /// sampling, see model/temporary.rs).
+    pub temporaries: Option<Temporaries>,
 }
 
 impl State {
@@ -113,6 +122,8 @@ impl State {
             maps_at_exec,
             tracked: HashMap::new(),
             last_reap: Instant::now(),
+            oom: OomKills::default(),
+            temporaries: (sample_rate == 1).then(Temporaries::default),
         }
     }
 
@@ -131,6 +142,9 @@ impl State {
     /// Process `ev.pid` called exec: its old image's blocks and stacks go.
     fn executed(&mut self, ev: &Event) {
         self.heap.drop_process(ev.pid);
+        if let Some(t) = &mut self.temporaries {
+            t.forget_process(ev.pid);
+        }
         self.stacks.forget_process(ev.pid);
         self.modules.forget(ev.pid);
         // Now, not at its first allocation: a short-lived process may be
@@ -205,7 +219,18 @@ impl State {
                 };
                 self.record(&ev, handle);
             }
-            EVENT_FREE => self.heap.free(ev.pid, ev.addr),
+            EVENT_FREE => {
+                self.heap.free(ev.pid, ev.addr);
+                if let Some(t) = &mut self.temporaries {
+                    t.free(ev.pid, ev.tid, ev.addr, ev.role == Role::Free as u32);
+                }
+            }
+            EVENT_OOM_KILL => {
+                // A victim with no allocation traced has nothing to keep.
+                if let Some(i) = self.processes.current(ev.pid) {
+                    self.oom.mark(ev.pid, i, ev.timestamp_ns);
+                }
+            }
             EVENT_EXEC => self.executed(&ev),
             EVENT_FORK => {
                 self.forked(ev.pid, ev.tid);
@@ -269,9 +294,17 @@ impl State {
     /// Process `pid` exited and its events are handled: its blocks leave
     /// the heap model and the kernel's LIVE map, and what is kept to
     /// resolve its stacks is dropped.
+    /// An OOM victim's blocks stay in use and its process is not folded
+    /// (see collect/oom.rs).
     pub(super) fn process_gone(&mut self, pid: u32) {
-        let root = self.trace_root == Some(pid);
+        let victim = self.oom.dying(pid).map(|v| {
+            v.heap = Some(self.heap.inuse_of(pid));
+        });
+        let root = self.trace_root == Some(pid) || victim.is_some();
         let addrs = self.heap.exited(pid, root);
+        if let Some(t) = &mut self.temporaries {
+            t.forget_process(pid);
+        }
         self.stale_live
             .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
         if let Some(i) = self.processes.current(pid).filter(|_| !root) {
@@ -286,8 +319,12 @@ impl State {
             if let Some(group) = self.processes.fold(oldest) {
                 let (stacks, heap, history) =
                     (&mut self.stacks.table, &mut self.heap, &mut self.history);
+                let temporaries = &mut self.temporaries;
                 stacks.fold(oldest, group, |from, into| {
                     heap.merge(from, into);
+                    if let Some(t) = temporaries.as_mut() {
+                        t.merge(from, into);
+                    }
                     if let Some(history) = history.as_mut() {
                         history.merge(from, into);
                     }
@@ -306,5 +343,8 @@ impl State {
         let weight = crate::model::sampling::weight(ev.size, self.sample_rate);
         self.heap
             .alloc(ev.pid, ev.addr, ev.size, weight, stack, ev.timestamp_ns);
+        if let Some(t) = &mut self.temporaries {
+            t.alloc(ev.pid, ev.tid, ev.addr, ev.size, stack);
+        }
     }
 }

@@ -307,6 +307,21 @@ impl Heap {
         total.max(0.0).round() as u64
     }
 
+    /// In-use bytes and objects of process `pid` now, weighted (walks its
+    /// blocks: for an OOM victim's exit, not per event).
+    pub fn inuse_of(&self, pid: u32) -> InUse {
+        let (mut bytes, mut objects) = (0.0, 0.0);
+        for block in self.live.get(&pid).into_iter().flat_map(HashMap::values) {
+            bytes += block.size as f64 * block.weight;
+            objects += block.weight;
+        }
+        let r = |v: f64| v.max(0.0).round() as u64;
+        InUse {
+            bytes: r(bytes),
+            objects: r(objects),
+        }
+    }
+
     /// Blocks tracked as live now, in every process.
     pub fn live_blocks(&self) -> usize {
         self.live.values().map(HashMap::len).sum()

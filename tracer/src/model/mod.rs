@@ -3,4 +3,5 @@
 pub mod heap;
 pub mod history;
 pub mod sampling;
+pub mod temporary;
 pub mod trend;

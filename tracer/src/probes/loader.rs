@@ -26,12 +26,14 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 const RETURN_PROGRAM: &str = "alloc_return";
 /// The raw tracepoint programs and their tracepoints: exec, fork, exit of
 /// traced processes; signal_deliver marks a thread's allocator call
-/// interrupted, so a handler's calls are recorded (tracer-ebpf inflight.rs).
-const TRACEPOINTS: [(&str, &str); 4] = [
+/// interrupted, so a handler's calls are recorded (tracer-ebpf inflight.rs);
+/// mark_victim reports a traced process the OOM killer chose.
+const TRACEPOINTS: [(&str, &str); 5] = [
     ("process_exec", "sched_process_exec"),
     ("process_fork", "sched_process_fork"),
     ("process_exit", "sched_process_exit"),
     ("signal_deliver", "signal_deliver"),
+    ("oom_mark_victim", "mark_victim"),
 ];
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).

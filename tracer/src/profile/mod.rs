@@ -50,6 +50,38 @@ pub struct Profile {
     /// --min-age: only blocks live at least this long at report time are
     /// in use (leak candidates); null without it.
     pub min_age_secs: Option<f64>,
+    /// Traced processes the OOM killer chose during the trace (those kept
+    /// have `ProcessInfo::oom_killed`; docs/oom-and-temporary.md).
+    pub oom_kills: u64,
+    /// Temporary allocations of every stack: exact mode only, null when
+    /// sampling (docs/oom-and-temporary.md).
+    pub temporary: Option<Temporary>,
+}
+
+/// Allocations freed by the thread that made them before its next
+/// allocation (heaptrack's "temporary"), and their bytes.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Temporary {
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+impl Temporary {
+    pub fn add(&mut self, other: Temporary) {
+        self.objects += other.objects;
+        self.bytes += other.bytes;
+    }
+}
+
+/// A process the OOM killer chose: when, and its traced heap then (what
+/// it had allocated during the trace and not freed when it died; kept in
+/// the report's in-use).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct OomKilled {
+    /// Seconds since the trace started.
+    pub secs: f64,
+    pub inuse_bytes: u64,
+    pub inuse_objects: u64,
 }
 
 /// One snapshot of the heap's history: when, and the totals then.
@@ -77,7 +109,7 @@ pub enum Trend {
     Stable,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ProcessInfo {
     pub pid: u32,
     /// When it started, in clock ticks after boot (/proc/PID/stat field
@@ -101,6 +133,10 @@ pub struct ProcessInfo {
     /// exited processes of `program` whose stacks were summed (only the
     /// last `--exited-processes` exited processes keep their own).
     pub folded: u64,
+    /// Null, or when the OOM killer chose it and its heap then.
+    pub oom_killed: Option<OomKilled>,
+    /// Its stacks' temporary allocations (exact mode; null when sampling).
+    pub temporary: Option<Temporary>,
 }
 
 /// One allocator object a process uses and what of it is hooked.
@@ -170,6 +206,8 @@ pub struct StackReport {
     pub growth_bytes_per_sec: Option<f64>,
     /// Null with too few snapshots to tell.
     pub trend: Option<Trend>,
+    /// Its temporary allocations (exact mode; null when sampling).
+    pub temporary: Option<Temporary>,
 }
 
 /// "Not freed at exit", aggregated per program and call stack.

@@ -195,6 +195,7 @@ mod tests {
                 series: Vec::new(),
                 growth_bytes_per_sec: None,
                 trend: None,
+                temporary: None,
             }],
             ..Default::default()
         };

@@ -78,6 +78,7 @@ pub(super) fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
         series: Vec::new(),
         growth_bytes_per_sec: None,
         trend: None,
+        temporary: None,
     }
 }
 
@@ -135,6 +136,8 @@ pub(super) fn one_process() -> Profile {
             pid: 4242,
             start_time: None,
             folded: 0,
+            oom_killed: None,
+            temporary: None,
             command: "/opt/demo/bin/server --port 8080".to_string(),
             program: String::new(),
             exited: false,
@@ -158,6 +161,8 @@ pub(super) fn one_process() -> Profile {
         notes: vec!["pvalloc, memalign: not hooked (optional)".into()],
         snapshots: Vec::new(),
         min_age_secs: None,
+        oom_kills: 0,
+        temporary: None,
     }
 }
 
@@ -186,6 +191,7 @@ pub(super) fn two_processes() -> Profile {
             series: Vec::new(),
             growth_bytes_per_sec: None,
             trend: None,
+            temporary: None,
         },
         StackReport {
             pid: 0,
@@ -197,6 +203,7 @@ pub(super) fn two_processes() -> Profile {
             series: Vec::new(),
             growth_bytes_per_sec: None,
             trend: None,
+            temporary: None,
         },
         StackReport {
             pid: 102,
@@ -208,6 +215,7 @@ pub(super) fn two_processes() -> Profile {
             series: Vec::new(),
             growth_bytes_per_sec: None,
             trend: None,
+            temporary: None,
         },
     ];
     Profile {
@@ -237,6 +245,8 @@ pub(super) fn two_processes() -> Profile {
         notes: Vec::new(),
         snapshots: Vec::new(),
         min_age_secs: None,
+        oom_kills: 0,
+        temporary: None,
     }
 }
 
@@ -252,6 +262,8 @@ pub(super) fn empty() -> Profile {
             pid: 7,
             start_time: None,
             folded: 0,
+            oom_killed: None,
+            temporary: None,
             command: String::new(),
             program: String::new(),
             exited: true,
@@ -298,6 +310,8 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             pid: 101,
             start_time: None,
             folded: 0,
+            oom_killed: None,
+            temporary: None,
             command: "/opt/demo/bin/server --worker".to_string(),
             program: String::new(),
             exited: false,
@@ -321,6 +335,8 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             pid: 102,
             start_time: None,
             folded: 0,
+            oom_killed: None,
+            temporary: None,
             command: "/opt/demo/bin/server --worker".to_string(),
             program: String::new(),
             exited: true,
@@ -332,6 +348,8 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             program: "/opt/demo/bin/server".into(),
             exited: true,
             folded: 812,
+            oom_killed: None,
+            temporary: None,
             ..ProcessInfo::default()
         },
     ]

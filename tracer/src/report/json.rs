@@ -199,8 +199,10 @@ impl Serialize for Document<'_> {
             notes,
             snapshots,
             min_age_secs,
+            oom_kills,
+            temporary,
         } = self.p;
-        let mut m = s.serialize_struct("Profile", 16)?;
+        let mut m = s.serialize_struct("Profile", 18)?;
         m.serialize_field("format", FORMAT)?;
         m.serialize_field("target", target)?;
         m.serialize_field("duration_secs", duration_secs)?;
@@ -212,6 +214,8 @@ impl Serialize for Document<'_> {
         m.serialize_field("processes", processes)?;
         m.serialize_field("hooks", hooks)?;
         m.serialize_field("totals", totals)?;
+        m.serialize_field("temporary", temporary)?;
+        m.serialize_field("oom_kills", oom_kills)?;
         m.serialize_field(
             "stacks",
             &Stacks {
@@ -271,6 +275,7 @@ impl Serialize for IndexedStack<'_> {
             series,
             growth_bytes_per_sec,
             trend,
+            temporary,
         } = self.stack;
         let Counts {
             inuse_bytes,
@@ -278,7 +283,7 @@ impl Serialize for IndexedStack<'_> {
             alloc_bytes,
             alloc_objects,
         } = counts;
-        let mut m = s.serialize_struct("StackReport", 12)?;
+        let mut m = s.serialize_struct("StackReport", 14)?;
         m.serialize_field("pid", pid)?;
         m.serialize_field("start_time", start_time)?;
         m.serialize_field("exited_group", exited_group)?;
@@ -286,6 +291,9 @@ impl Serialize for IndexedStack<'_> {
         m.serialize_field("inuse_objects", inuse_objects)?;
         m.serialize_field("alloc_bytes", alloc_bytes)?;
         m.serialize_field("alloc_objects", alloc_objects)?;
+        // Null when sampling (docs/oom-and-temporary.md).
+        m.serialize_field("temporary_objects", &temporary.map(|t| t.objects))?;
+        m.serialize_field("temporary_bytes", &temporary.map(|t| t.bytes))?;
         m.serialize_field(
             "frames",
             &Indexed {

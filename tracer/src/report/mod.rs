@@ -10,6 +10,7 @@ pub use crate::profile::{
     Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
 };
 
+mod churn_text;
 mod collapsed;
 mod distinct;
 mod flamegraph;

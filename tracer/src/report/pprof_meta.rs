@@ -38,6 +38,20 @@ pub(super) fn comments(p: &Profile) -> Vec<String> {
             exit.processes, exit.bytes, exit.objects
         ));
     }
+    for proc in &p.processes {
+        if let Some(kill) = proc.oom_killed {
+            c.push(format!(
+                "OOM kill: pid {} ({}) at {:.3} s, holding {} bytes in {} objects (in the samples)",
+                proc.pid, proc.program, kill.secs, kill.inuse_bytes, kill.inuse_objects
+            ));
+        }
+    }
+    if let Some(t) = p.temporary.filter(|t| t.objects > 0) {
+        c.push(format!(
+            "temporary allocations (freed by their thread before its next allocation): {} ({} bytes)",
+            t.objects, t.bytes
+        ));
+    }
     c.extend(growth_comments(p));
     c.extend(p.notes.iter().map(Note::to_string));
     c

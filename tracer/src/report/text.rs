@@ -36,6 +36,9 @@ pub fn write_text_by(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) ->
     write_totals(p, w)?;
     writeln!(w)?;
     write_stacks(p, top, sort, w)?;
+    super::churn_text::write_temporary_stacks(p, w, |stack, mut w| {
+        write_frames(&stack.frames, stack.truncated, &[], &mut w)
+    })?;
     write_exit_stacks(p, top, w)?;
     write_notes(&p.notes, w)?;
     writeln!(w)?;
@@ -104,7 +107,11 @@ fn process_lines(p: &Profile) -> Vec<String> {
                 ("", program) => format!("{} (arguments unknown)", esc(program)).into(),
                 (command, _) => esc(command),
             };
-            let exited = if proc.exited { " (exited)" } else { "" };
+            let exited = match super::churn_text::oom_suffix(proc) {
+                Some(killed) => killed,
+                None if proc.exited => " (exited)".to_string(),
+                None => String::new(),
+            };
             let allocators: Vec<String> = proc
                 .allocators
                 .iter()
@@ -203,6 +210,9 @@ fn write_totals(p: &Profile, w: &mut impl Write) -> io::Result<()> {
                 amount(at_exit.bytes, at_exit.objects)
             )],
         )?;
+    }
+    for (label, line) in super::churn_text::total_lines(p) {
+        field(w, label, &[line])?;
     }
     Ok(())
 }

@@ -210,6 +210,8 @@ impl Binary {
                     exit_status: None,
                     allocators: Vec::new(),
                     folded: 0,
+                    oom_killed: None,
+                    temporary: None,
                 });
             }
         }

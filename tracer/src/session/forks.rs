@@ -171,6 +171,8 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
         exit_status: None,
         allocators: Vec::new(),
         folded: 0,
+        oom_killed: None,
+        temporary: None,
     }
 }
 

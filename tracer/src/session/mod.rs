@@ -242,6 +242,7 @@ impl<'a> Trace<'a> {
             target: self.scope.target(),
             processes,
             duration: elapsed,
+            started: self.started,
             end_reason: end_reason.to_string(),
             hooks: facts::report_hooks(self.hooks.lines()),
             unwind: probes.unwind,

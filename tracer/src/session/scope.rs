@@ -282,6 +282,8 @@ impl Scope {
                 exit_status: None,
                 allocators: Vec::new(),
                 folded: r.folded,
+                oom_killed: None,
+                temporary: None,
             })
             .collect();
         // Groups of folded exited processes last.

@@ -33,6 +33,7 @@ fn stack(pid: u32, frames: Vec<Arc<Frame>>, counts: Counts, truncated: bool) -> 
         series: Vec::new(),
         growth_bytes_per_sec: None,
         trend: None,
+        temporary: None,
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use serde::Deserialize;
 
+use crate::profile::{OomKilled, Temporary};
 use crate::report::{
     Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessAllocator, ProcessInfo, Profile,
     SnapshotPoint, StackReport, Trend,
@@ -31,6 +32,32 @@ pub(super) struct Doc {
     losses: LossesDoc,
     notes: Vec<String>,
     frames: Vec<FrameDoc>,
+    oom_kills: u64,
+    temporary: Option<TemporaryDoc>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct TemporaryDoc {
+    objects: u64,
+    bytes: u64,
+}
+
+impl TemporaryDoc {
+    fn temporary(self) -> Temporary {
+        Temporary {
+            objects: self.objects,
+            bytes: self.bytes,
+        }
+    }
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct OomDoc {
+    secs: f64,
+    inuse_bytes: u64,
+    inuse_objects: u64,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -53,6 +80,8 @@ pub(super) struct ProcessDoc {
     exit_status: Option<String>,
     allocators: Vec<AllocatorDoc>,
     folded: u64,
+    oom_killed: Option<OomDoc>,
+    temporary: Option<TemporaryDoc>,
 }
 
 #[derive(Deserialize, Default)]
@@ -97,6 +126,8 @@ pub(super) struct StackDoc {
     series: Vec<u64>,
     growth_bytes_per_sec: Option<f64>,
     trend: Option<Trend>,
+    temporary_objects: Option<u64>,
+    temporary_bytes: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -183,6 +214,8 @@ impl Doc {
                 .collect(),
             snapshots,
             min_age_secs: self.min_age_secs,
+            oom_kills: self.oom_kills,
+            temporary: self.temporary.map(TemporaryDoc::temporary),
         })
     }
 }
@@ -243,6 +276,12 @@ impl ProcessDoc {
                 })
                 .collect(),
             folded: self.folded,
+            oom_killed: self.oom_killed.map(|o| OomKilled {
+                secs: o.secs,
+                inuse_bytes: o.inuse_bytes,
+                inuse_objects: o.inuse_objects,
+            }),
+            temporary: self.temporary.map(TemporaryDoc::temporary),
         }
     }
 }
@@ -283,6 +322,10 @@ impl StackDoc {
             series: self.series,
             growth_bytes_per_sec: self.growth_bytes_per_sec,
             trend: self.trend,
+            temporary: self.temporary_objects.map(|objects| Temporary {
+                objects,
+                bytes: self.temporary_bytes.unwrap_or(0),
+            }),
         })
     }
 }
