@@ -39,7 +39,10 @@ fn chroot_with_split_program(tag: &str, at: DebugAt) -> (PathBuf, String) {
     let prog = root.join("app/prog");
     run("objcopy", &["--only-keep-debug", &s(&full), &s(&debug)]);
     run("strip", &["--strip-all", "-o", &s(&prog), &s(&full)]);
-    run("objcopy", &[&format!("--add-gnu-debuglink={}", s(&debug)), &s(&prog)]);
+    run(
+        "objcopy",
+        &[&format!("--add-gnu-debuglink={}", s(&debug)), &s(&prog)],
+    );
     let id = build_id(&prog);
     let to = match at {
         DebugAt::BuildId => Some(root.join(format!(
@@ -109,14 +112,22 @@ fn stack_of(report: &Value, alloc_bytes: u64) -> Vec<String> {
 
 fn assert_static_functions_named(report: &Value) {
     let sites = per_site(report);
-    assert_eq!(sites.get("static_site_kept"), Some(&[4321, 1, 4321, 1]), "{sites:?}");
+    assert_eq!(
+        sites.get("static_site_kept"),
+        Some(&[4321, 1, 4321, 1]),
+        "{sites:?}"
+    );
     assert_eq!(
         sites.get("static_site_churn"),
         Some(&[0, 0, 64 * 1000, 1000]),
         "{sites:?}"
     );
     let kept = stack_of(report, 4321);
-    assert_eq!(kept[..3], ["static_site_kept", "static_caller", "main"], "{kept:?}");
+    assert_eq!(
+        kept[..3],
+        ["static_site_kept", "static_caller", "main"],
+        "{kept:?}"
+    );
 }
 
 #[test]
@@ -130,7 +141,10 @@ fn a_stripped_program_in_a_chroot_is_named_by_its_debug_file_found_by_build_id()
         .find(|s| s["alloc_bytes"] == 4321)
         .expect("the kept block")["frames"][0];
     assert_eq!(kept["build_id"], id.as_str(), "{kept}");
-    assert!(kept["line"].as_u64().is_some(), "lines from the debug file: {kept}");
+    assert!(
+        kept["line"].as_u64().is_some(),
+        "lines from the debug file: {kept}"
+    );
 }
 
 #[test]
@@ -154,15 +168,24 @@ fn without_a_debug_file_frames_keep_module_build_id_and_offset() {
     let leaf = &stack["frames"][0];
     assert_eq!(leaf["function"], "[unknown]", "{leaf}");
     assert!(
-        leaf["module"].as_str().is_some_and(|m| m.ends_with("/app/prog")),
+        leaf["module"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("/app/prog")),
         "{leaf}"
     );
     assert_eq!(leaf["build_id"], id.as_str(), "{leaf}");
     // The offset is inside static_site_kept in the unstripped program.
-    let full = compile_c("splitdebug", "debug-none", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let full = compile_c(
+        "splitdebug",
+        "debug-none",
+        &["-O2", "-g", "-fomit-frame-pointer"],
+    );
     let (start, end) = function_offsets(&full, "static_site_kept");
     let offset = leaf["offset"].as_u64().expect("offset");
-    assert!((start..end).contains(&offset), "{offset:#x} not in {start:#x}..{end:#x}");
+    assert!(
+        (start..end).contains(&offset),
+        "{offset:#x} not in {start:#x}..{end:#x}"
+    );
 
     let pb = scratch("debug-none.pb.gz");
     let out = Command::new(env!("CARGO_BIN_EXE_memtrace-bpf"))
@@ -172,7 +195,11 @@ fn without_a_debug_file_frames_keep_module_build_id_and_offset() {
         .arg(&pb)
         .output()
         .expect("run memtrace-bpf report");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let raw = pprof(&["-raw"], &pb);
     let mapping = raw
         .lines()
@@ -194,7 +221,10 @@ fn without_a_debug_file_frames_keep_module_build_id_and_offset() {
     };
     let address = offset + start_m - file_offset;
     assert!(start_m <= address && address < limit_m, "{mapping}");
-    assert!(raw.contains(&format!("{address:#x} M=")), "location at {address:#x}: {raw}");
+    assert!(
+        raw.contains(&format!("{address:#x} M=")),
+        "location at {address:#x}: {raw}"
+    );
 }
 
 /// (file offset of the first byte, of the byte after) of function `name`

@@ -424,7 +424,9 @@ impl<'a> Builder<'a> {
             let (low, high) = (m.file_offset, m.memory_limit);
             m.file_offset = low & !(PAGE - 1);
             m.memory_start = m.file_offset.saturating_add(LOAD_BIAS);
-            m.memory_limit = (high | (PAGE - 1)).saturating_add(1).saturating_add(LOAD_BIAS);
+            m.memory_limit = (high | (PAGE - 1))
+                .saturating_add(1)
+                .saturating_add(LOAD_BIAS);
             if self.unnamed_mappings.contains(&m.id) && !self.named_mappings.contains(&m.id) {
                 m.has_functions = false;
                 m.has_filenames = false;

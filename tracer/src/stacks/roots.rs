@@ -70,7 +70,12 @@ pub fn path_in_root(path: &str, prefix: &str) -> String {
 fn open_path_dir(path: &Path) -> io::Result<File> {
     let c = CString::new(path.as_os_str().as_bytes())?;
     // SAFETY: `c` is a valid NUL-terminated string; the result is checked.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -148,14 +153,16 @@ mod tests {
         let read = |p: &str| {
             let mut s = String::new();
             use std::io::Read as _;
-            open_in_root(Some(&r), Path::new(p))
-                .map(|mut f| f.read_to_string(&mut s).map(|_| s))
+            open_in_root(Some(&r), Path::new(p)).map(|mut f| f.read_to_string(&mut s).map(|_| s))
         };
         // An absolute link names a path inside the root, not the host's.
         let abs = read("/d/abs");
         assert!(abs.is_err(), "{abs:?}");
         assert_eq!(read("/d/rel").expect("rel").expect("read"), "inside");
-        assert_eq!(read("/../../outside").expect("dots").expect("read"), "inside");
+        assert_eq!(
+            read("/../../outside").expect("dots").expect("read"),
+            "inside"
+        );
         assert!(read("/d").is_err(), "a directory is refused");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -137,21 +137,23 @@ fn resolve_file(symbolizer: &Symbolizer, object: &Object<'_>, offsets: &[u64]) -
     offsets
         .iter()
         .enumerate()
-        .map(|(i, &offset)| match (from_debug_file.get(i), resolved.get(i)) {
-            (Some(Symbolized::Sym(sym)), _) | (_, Some(Symbolized::Sym(sym))) => {
-                expand(sym, shown, offset)
-            }
-            _ => {
-                let table = table.get_or_insert_with(|| SymbolTable::read(object.path));
-                match table.as_ref().and_then(|t| t.name_at(offset)) {
-                    Some(name) => vec![Frame {
-                        function: demangle(name),
-                        ..unknown(shown, offset)
-                    }],
-                    None => vec![unknown(shown, offset)],
+        .map(
+            |(i, &offset)| match (from_debug_file.get(i), resolved.get(i)) {
+                (Some(Symbolized::Sym(sym)), _) | (_, Some(Symbolized::Sym(sym))) => {
+                    expand(sym, shown, offset)
                 }
-            }
-        })
+                _ => {
+                    let table = table.get_or_insert_with(|| SymbolTable::read(object.path));
+                    match table.as_ref().and_then(|t| t.name_at(offset)) {
+                        Some(name) => vec![Frame {
+                            function: demangle(name),
+                            ..unknown(shown, offset)
+                        }],
+                        None => vec![unknown(shown, offset)],
+                    }
+                }
+            },
+        )
         .collect()
 }
 

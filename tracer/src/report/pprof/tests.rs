@@ -210,7 +210,11 @@ fn inlined_frames_fold_into_one_location_innermost_first() {
     assert_eq!(s(&pb, mapping.filename), APP);
     // The pages of the offsets seen (0x1100..=0x1200), at LOAD_BIAS.
     assert_eq!(
-        (mapping.memory_start, mapping.memory_limit, mapping.file_offset),
+        (
+            mapping.memory_start,
+            mapping.memory_limit,
+            mapping.file_offset
+        ),
         (LOAD_BIAS + 0x1000, LOAD_BIAS + 0x2000, 0x1000)
     );
     assert!(mapping.has_functions && mapping.has_inline_frames && mapping.has_line_numbers);

@@ -19,9 +19,33 @@ fn split_program(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
         let ok = Command::new(cmd).args(args).status().expect(cmd);
         assert!(ok.success(), "{cmd} {args:?}");
     };
-    run("cc", &["-O2".as_ref(), "-g".as_ref(), "-o".as_ref(), full.as_os_str(), src.as_os_str()]);
-    run("objcopy", &["--only-keep-debug".as_ref(), full.as_os_str(), debug.as_os_str()]);
-    run("strip", &["--strip-all".as_ref(), "-o".as_ref(), stripped.as_os_str(), full.as_os_str()]);
+    run(
+        "cc",
+        &[
+            "-O2".as_ref(),
+            "-g".as_ref(),
+            "-o".as_ref(),
+            full.as_os_str(),
+            src.as_os_str(),
+        ],
+    );
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            full.as_os_str(),
+            debug.as_os_str(),
+        ],
+    );
+    run(
+        "strip",
+        &[
+            "--strip-all".as_ref(),
+            "-o".as_ref(),
+            stripped.as_os_str(),
+            full.as_os_str(),
+        ],
+    );
     let link = format!("--add-gnu-debuglink={}", debug.display());
     run("objcopy", &[link.as_ref(), stripped.as_os_str()]);
     (full, stripped, debug)
@@ -46,7 +70,11 @@ fn a_debug_file_is_found_by_build_id_inside_the_root_and_by_link_beside_the_obje
     assert!(bare.debug_file.is_none(), "nothing in the root yet");
 
     // By build id, under the root's /usr/lib/debug.
-    let by_id = root_dir.join(format!("usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
+    let by_id = root_dir.join(format!(
+        "usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
     std::fs::create_dir_all(by_id.parent().expect("dir")).expect("mkdir");
     std::fs::copy(&debug, &by_id).expect("copy");
     let found = DebugInfo::read(&open(&stripped), Some(&root), "/app/p");
