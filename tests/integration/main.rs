@@ -6,6 +6,7 @@
 
 mod allocators;
 mod buildup;
+mod debug_files;
 mod errors;
 mod exec;
 mod forks;

@@ -252,6 +252,12 @@ pub struct Frame {
     pub file: Option<String>,
     pub line: Option<u32>,
     pub inlined: bool,
+    /// The GNU build id of `module` in hex, when it has one: with `offset`,
+    /// what names the frame later where the debug files are
+    /// (docs/debug-files.md). Shared by the frames of one module; left out
+    /// of the JSON when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<Arc<str>>,
 }
 
 /// Every way the tracer failed to record something, counted. The fields

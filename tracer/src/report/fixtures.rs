@@ -12,6 +12,7 @@ pub(super) fn frame(function: &str, module: &str, offset: u64, file: Option<(&st
         file: file.map(|(f, _)| f.to_string()),
         line: file.map(|(_, l)| l),
         inlined: false,
+        build_id: None,
     }
 }
 

@@ -167,8 +167,9 @@ impl Hash for ByValue<'_> {
             file,
             line,
             inlined,
+            build_id,
         } = self.0;
-        (function, module, offset, file, line, inlined).hash(h);
+        (function, module, offset, file, line, inlined, build_id).hash(h);
     }
 }
 

@@ -12,7 +12,7 @@
 //! profile.proto (tracer/proto). Every string a traced process controls goes
 //! through `escape::text`: `go tool pprof` prints them to a terminal.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::Path;
@@ -34,6 +34,14 @@ use super::{basename, Frame, Profile, StackReport, View, NO_STACK, TRUNCATED, UN
 pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
 }
+
+/// Where a mapping's file offset 0 is put in the addresses of locations:
+/// a page-aligned user-space address no ELF file loads at, so no
+/// symbolizer takes the mapping for a kernel's (see `Builder::finish`).
+/// Location address - memory_start + file_offset = file offset.
+pub const LOAD_BIAS: u64 = 0x4000_0000_0000;
+
+const PAGE: u64 = 4096;
 
 /// Encoded samples are handed to gzip in pieces of about this size.
 const BATCH_BYTES: usize = 256 << 10;
@@ -147,6 +155,10 @@ struct Builder<'a> {
     function_ids: HashMap<(i64, i64), u64>,
     mappings: Vec<proto::Mapping>,
     mapping_ids: HashMap<&'a str, u64>,
+    /// Mappings with a frame named, and with a frame not named (see
+    /// `finish`).
+    named_mappings: HashSet<u64>,
+    unnamed_mappings: HashSet<u64>,
     /// (`comm`, `command`) label strings of each process.
     process_labels: HashMap<(u32, Option<u64>), (i64, i64)>,
 }
@@ -163,6 +175,8 @@ impl<'a> Builder<'a> {
             function_ids: HashMap::new(),
             mappings: Vec::new(),
             mapping_ids: HashMap::new(),
+            named_mappings: HashSet::new(),
+            unnamed_mappings: HashSet::new(),
             process_labels: HashMap::new(),
         }
     }
@@ -277,10 +291,14 @@ impl<'a> Builder<'a> {
         let mapping_id = self.mapping(frame, group.len() > 1);
         let line = group.iter().map(|f| self.line(f)).collect();
         let id = self.locations.len() as u64 + 1;
+        let address = match mapping_id {
+            0 => frame.offset,
+            _ => frame.offset.saturating_add(LOAD_BIAS),
+        };
         self.locations.push(proto::Location {
             id,
             mapping_id,
-            address: frame.offset,
+            address,
             line,
             is_folded: false,
         });
@@ -349,12 +367,18 @@ impl<'a> Builder<'a> {
             Some(&id) => id,
             None => {
                 let id = self.mappings.len() as u64 + 1;
+                // Frames carry their build id; older saved files do not,
+                // and the file is read if it is still there.
+                let id_text = match &frame.build_id {
+                    Some(id) => id.to_string(),
+                    None => build_id(Path::new(module)),
+                };
                 let mapping = proto::Mapping {
                     id,
-                    memory_start: frame.offset,
-                    memory_limit: frame.offset.saturating_add(1),
+                    file_offset: frame.offset,
+                    memory_limit: frame.offset,
                     filename: self.strings.id(module),
-                    build_id: self.strings.id(&build_id(Path::new(module))),
+                    build_id: self.strings.id(&id_text),
                     has_functions: true,
                     ..Default::default()
                 };
@@ -369,19 +393,47 @@ impl<'a> Builder<'a> {
         else {
             return 0;
         };
-        // Addresses are file offsets: the mapping covers the offsets seen,
-        // and its file_offset equals its start, so address = file offset.
-        m.memory_start = m.memory_start.min(frame.offset);
-        m.file_offset = m.memory_start;
-        m.memory_limit = m.memory_limit.max(frame.offset.saturating_add(1));
+        // The lowest and highest offset seen, made a mapping in `finish`.
+        m.file_offset = m.file_offset.min(frame.offset);
+        m.memory_limit = m.memory_limit.max(frame.offset);
         m.has_filenames |= frame.file.is_some();
         m.has_line_numbers |= frame.line.is_some();
         m.has_inline_frames |= inlined;
+        if frame.is_unknown() {
+            self.unnamed_mappings.insert(id);
+        } else {
+            self.named_mappings.insert(id);
+        }
         id
     }
 
     /// Everything but the samples.
     fn finish(mut self, view: View) -> proto::Profile {
+        // `go tool pprof` symbolizes a mapping only when none of the has_*
+        // flags is set (symbolizer.go `newMapping`), and then replaces the
+        // names of all its locations, with empty ones where the file it
+        // finds is stripped: so a mapping none of whose frames has a name
+        // is left to it (PPROF_BINARY_PATH with the debug files names
+        // them), one with names is not (`-symbolize=force` overrides).
+        for m in &mut self.mappings {
+            // Pages of the file mapped at LOAD_BIAS + offset, as a process
+            // would map them: pprof's symbolizer (elfexec.GetBase) takes
+            // file offset = address - memory_start + file_offset; a mapping
+            // with memory_start = file_offset would pass its test for a
+            // kernel image and be given another base.
+            let (low, high) = (m.file_offset, m.memory_limit);
+            m.file_offset = low & !(PAGE - 1);
+            m.memory_start = m.file_offset.saturating_add(LOAD_BIAS);
+            m.memory_limit = (high | (PAGE - 1))
+                .saturating_add(1)
+                .saturating_add(LOAD_BIAS);
+            if self.unnamed_mappings.contains(&m.id) && !self.named_mappings.contains(&m.id) {
+                m.has_functions = false;
+                m.has_filenames = false;
+                m.has_line_numbers = false;
+                m.has_inline_frames = false;
+            }
+        }
         let sample_type = [
             ("alloc_objects", "count"),
             ("alloc_space", "bytes"),

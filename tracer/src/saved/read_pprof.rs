@@ -175,16 +175,32 @@ fn location_frames(
     strings: &Strings<'_>,
     budget: &mut Budget,
 ) -> anyhow::Result<Vec<Arc<Frame>>> {
-    let module = match mappings.get(&loc.mapping_id) {
-        Some(m) => strings.get(m.filename).context("its mapping")?.to_string(),
-        None => String::new(),
+    // A file offset: the address less where its mapping puts the file.
+    let offset = match mappings.get(&loc.mapping_id) {
+        Some(m) => loc
+            .address
+            .checked_sub(m.memory_start)
+            .and_then(|a| a.checked_add(m.file_offset))
+            .unwrap_or(loc.address),
+        None => loc.address,
     };
+    let (module, build_id) = match mappings.get(&loc.mapping_id) {
+        Some(m) => (
+            strings.get(m.filename).context("its mapping")?.to_string(),
+            Some(strings.get(m.build_id).context("its mapping's build id")?)
+                .filter(|id| !id.is_empty())
+                .map(Arc::<str>::from),
+        ),
+        None => (String::new(), None),
+    };
+    budget.spend(build_id.as_deref().map_or(0, str::len))?;
     if loc.line.is_empty() {
         budget.spend(module.len())?;
         return Ok(vec![Arc::new(Frame {
             function: "[unknown]".into(),
             module,
-            offset: loc.address,
+            offset,
+            build_id,
             ..Default::default()
         })]);
     }
@@ -201,10 +217,11 @@ fn location_frames(
             Ok(Arc::new(Frame {
                 function: name.clone(),
                 module: module.clone(),
-                offset: loc.address,
+                offset,
                 file: file.clone(),
                 line: u32::try_from(line.line).ok().filter(|&l| l > 0),
                 inlined: i < last,
+                build_id: build_id.clone(),
             }))
         })
         .collect()

@@ -1,8 +1,10 @@
 //! Call stacks: unwinding copied stacks with CFI, and naming frames.
 
 pub mod cfi;
+mod debug_files;
 pub mod kernel_tables;
 pub mod modules;
+mod roots;
 pub mod symbolize;
 mod symtab;
 pub mod unwind;

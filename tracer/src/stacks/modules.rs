@@ -6,9 +6,14 @@ use std::{
     fs::File,
     os::{fd::AsRawFd, unix::fs::MetadataExt as _},
     path::PathBuf,
+    sync::OnceLock,
     time::{Duration, Instant},
 };
 
+use super::{
+    debug_files::DebugInfo,
+    roots::{path_in_root, Root, Roots},
+};
 use crate::tracee::process::{host_path, Mapping};
 
 /// Which file an object is: the same (device, inode) in every process that
@@ -32,6 +37,12 @@ struct Object {
     users: u32,
     /// An interned frame refers to it: kept until the report.
     referenced: bool,
+    /// The root of the first process that mapped it (None: ours), and
+    /// `path` as seen inside it: where its debug files are looked for.
+    root: Root,
+    path_in_root: String,
+    /// Build id and debug file, read the first time a frame is named.
+    debug: OnceLock<DebugInfo>,
 }
 
 /// A return address turned into (module, file offset of `ip - 1`).
@@ -74,6 +85,8 @@ pub struct Modules {
     pub shown_as: Option<(String, String)>,
     /// `--unwind tables`: every process's maps described to the kernel.
     pub kernel: Option<super::kernel_tables::KernelTables>,
+    /// Processes' root directories, shared by the objects seen in them.
+    roots: Roots,
 }
 
 /// Else each event at an address in no mapped file (JIT code) re-reads maps.
@@ -254,12 +267,16 @@ impl Modules {
         if let Some(&i) = self.by_key.get(&key) {
             return i; // the file we opened now closes here
         }
+        let (root, prefix) = self.roots.of(pid);
         let object = Object {
             key: key.clone(),
             path: map_path(m).to_string(),
             file,
             users: 0,
             referenced: false,
+            root,
+            path_in_root: path_in_root(map_path(m), &prefix),
+            debug: OnceLock::new(),
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -416,6 +433,19 @@ impl Modules {
             Some(Some(o)) => o.path.as_str(),
             _ => "[unknown]",
         }
+    }
+
+    /// The build id and debug file of `module`, read on first use (None
+    /// when the object was not opened).
+    pub(super) fn debug_info(&self, module: u32) -> Option<&DebugInfo> {
+        let Some(Some(o)) = self.objects.get(module as usize) else {
+            return None;
+        };
+        let file = o.file.as_ref()?;
+        Some(
+            o.debug
+                .get_or_init(|| DebugInfo::read(file, o.root.as_deref(), &o.path_in_root)),
+        )
     }
 
     pub(super) fn open_path(&self, module: u32) -> Option<PathBuf> {

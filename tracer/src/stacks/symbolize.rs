@@ -10,6 +10,7 @@ use std::{
 use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer};
 
 use super::{
+    debug_files::DebugInfo,
     modules::{Modules, NormFrame},
     symtab::SymbolTable,
 };
@@ -61,15 +62,27 @@ impl Names {
                 (Some(path), Some((file, shown))) if path == file => shown.as_str(),
                 (path, _) => path.unwrap_or("[unknown]"),
             };
+            let debug = module.and_then(|m| modules.debug_info(m));
             let resolved = module
                 .and_then(|m| modules.open_path(m))
-                .map(|path| resolve_file(&symbolizer, &path, module_path, &offsets))
+                .map(|path| {
+                    let object = Object {
+                        path: &path,
+                        shown: module_path,
+                        debug,
+                    };
+                    resolve_file(&symbolizer, &object, &offsets)
+                })
                 .unwrap_or_default();
+            let build_id = debug.and_then(|d| d.build_id.clone());
             for (i, &offset) in offsets.iter().enumerate() {
-                let frames = resolved
+                let mut frames = resolved
                     .get(i)
                     .cloned()
                     .unwrap_or_else(|| vec![unknown(module_path, offset)]);
+                for f in &mut frames {
+                    f.build_id.clone_from(&build_id);
+                }
                 self.names.insert(
                     NormFrame { module, offset },
                     frames.into_iter().map(Arc::new).collect(),
@@ -84,38 +97,70 @@ impl Names {
     }
 }
 
-/// The frames of each file offset in the ELF file at `path`, innermost
-/// first (an unreadable file or not ELF degrade to [unknown] frames).
-fn resolve_file(
-    symbolizer: &Symbolizer,
-    path: &Path,
-    module_path: &str,
-    offsets: &[u64],
-) -> Vec<Vec<Frame>> {
-    let src = Source::Elf(Elf::new(path));
+/// An object to name frames in.
+struct Object<'a> {
+    /// Where to open it (the tracer's own open file).
+    path: &'a Path,
+    /// The path frames show.
+    shown: &'a str,
+    /// Its build id and separate debug file, when read.
+    debug: Option<&'a DebugInfo>,
+}
+
+/// The frames of each file offset in `object`, innermost first: from its
+/// separate debug file first, then from the object itself (an unreadable
+/// file or not ELF degrade to [unknown] frames).
+fn resolve_file(symbolizer: &Symbolizer, object: &Object<'_>, offsets: &[u64]) -> Vec<Vec<Frame>> {
+    let from_debug_file = object
+        .debug
+        .and_then(|d| Some((d, d.debug_file.as_ref()?)))
+        .map(|(d, file)| {
+            // A debug file has the object's addresses, not its layout.
+            let vaddrs: Vec<u64> = offsets.iter().map(|&o| d.vaddr(o).unwrap_or(0)).collect();
+            let src = Source::Elf(Elf::new(fd_path(file)));
+            symbolizer
+                .symbolize(&src, Input::VirtOffset(&vaddrs))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let mut elf = Elf::new(object.path);
+    // Its debug link was followed (or not found) by debug_files.rs, in the
+    // process's root: blazesym would follow it in ours.
+    elf.debug_syms = !object.debug.is_some_and(|d| d.has_debuglink);
     let resolved = symbolizer
-        .symbolize(&src, Input::FileOffset(offsets))
+        .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))
         .unwrap_or_default();
     // Read only when blazesym left a frame unnamed (it fails on a name
     // that is not UTF-8: see symtab.rs).
     let mut table: Option<Option<SymbolTable>> = None;
+    let shown = object.shown;
     offsets
         .iter()
         .enumerate()
-        .map(|(i, &offset)| match resolved.get(i) {
-            Some(Symbolized::Sym(sym)) => expand(sym, module_path, offset),
-            _ => {
-                let table = table.get_or_insert_with(|| SymbolTable::read(path));
-                match table.as_ref().and_then(|t| t.name_at(offset)) {
-                    Some(name) => vec![Frame {
-                        function: demangle(name),
-                        ..unknown(module_path, offset)
-                    }],
-                    None => vec![unknown(module_path, offset)],
+        .map(
+            |(i, &offset)| match (from_debug_file.get(i), resolved.get(i)) {
+                (Some(Symbolized::Sym(sym)), _) | (_, Some(Symbolized::Sym(sym))) => {
+                    expand(sym, shown, offset)
                 }
-            }
-        })
+                _ => {
+                    let table = table.get_or_insert_with(|| SymbolTable::read(object.path));
+                    match table.as_ref().and_then(|t| t.name_at(offset)) {
+                        Some(name) => vec![Frame {
+                            function: demangle(name),
+                            ..unknown(shown, offset)
+                        }],
+                        None => vec![unknown(shown, offset)],
+                    }
+                }
+            },
+        )
         .collect()
+}
+
+/// A path that opens the very file `file` has open.
+fn fd_path(file: &std::fs::File) -> std::path::PathBuf {
+    use std::os::fd::AsRawFd as _;
+    std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
 /// Demangles Rust and C++ symbol names. Only names that are mangled are
@@ -158,6 +203,7 @@ fn expand(sym: &blazesym::symbolize::Sym<'_>, module: &str, offset: u64) -> Vec<
         file: info.map(|i| i.to_path().display().to_string()),
         line: info.and_then(|i| i.line),
         inlined,
+        build_id: None,
     };
     // blazesym gives each level the location inside that level: the outer
     // function's line is its call to the first inlined one, and so on.
@@ -227,7 +273,12 @@ mod tests {
             .enable_inlined_fns(true)
             .enable_demangling(false)
             .build();
-        let frames = resolve_file(&symbolizer, &bin, "short", &offsets);
+        let object = Object {
+            path: &bin,
+            shown: "short",
+            debug: None,
+        };
+        let frames = resolve_file(&symbolizer, &object, &offsets);
         let names: Vec<&str> = frames
             .iter()
             .map(|f| f.last().map_or("", |f| f.function.as_str()))
@@ -289,7 +340,12 @@ mod tests {
     fn a_name_that_is_not_utf8_is_shown_with_replacement_characters() {
         let (bin, offsets) = program_with_renamed_function(b"bad\xff\xfe_name_here");
         let symbolizer = Symbolizer::builder().enable_demangling(false).build();
-        let frames = resolve_file(&symbolizer, &bin, "p", &offsets);
+        let object = Object {
+            path: &bin,
+            shown: "p",
+            debug: None,
+        };
+        let frames = resolve_file(&symbolizer, &object, &offsets);
         let names: Vec<&str> = frames
             .iter()
             .map(|f| f.last().map_or("", |f| f.function.as_str()))

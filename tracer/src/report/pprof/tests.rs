@@ -19,6 +19,7 @@ fn frame(function: &str, offset: u64, line: u32, inlined: bool) -> Arc<Frame> {
         file: Some("server.c".to_string()),
         line: Some(line),
         inlined,
+        build_id: None,
     })
 }
 
@@ -199,7 +200,7 @@ fn inlined_frames_fold_into_one_location_innermost_first() {
         .iter()
         .find(|l| l.line.len() == 3)
         .expect("the inlined location");
-    assert_eq!(folded.address, 0x1100);
+    assert_eq!(folded.address, LOAD_BIAS + 0x1100);
     let lines: Vec<i64> = folded.line.iter().map(|l| l.line).collect();
     assert_eq!(lines, [10, 20, 30]);
     // `main` is one location shared by both stacks.
@@ -208,11 +209,15 @@ fn inlined_frames_fold_into_one_location_innermost_first() {
         panic!("one mapping per object: {:?}", pb.mapping)
     };
     assert_eq!(s(&pb, mapping.filename), APP);
+    // The pages of the offsets seen (0x1100..=0x1200), at LOAD_BIAS.
     assert_eq!(
-        (mapping.memory_start, mapping.memory_limit),
-        (0x1100, 0x1201)
+        (
+            mapping.memory_start,
+            mapping.memory_limit,
+            mapping.file_offset
+        ),
+        (LOAD_BIAS + 0x1000, LOAD_BIAS + 0x2000, 0x1000)
     );
-    assert_eq!(mapping.file_offset, mapping.memory_start);
     assert!(mapping.has_functions && mapping.has_inline_frames && mapping.has_line_numbers);
     assert_eq!(s(&pb, mapping.build_id), "", "no such file: no build id");
 }

@@ -176,6 +176,8 @@ pub(super) struct FrameDoc {
     file: Option<String>,
     line: Option<u32>,
     inlined: bool,
+    /// Absent in files written before frames carried it.
+    build_id: Option<String>,
 }
 
 impl Doc {
@@ -389,6 +391,7 @@ impl FrameDoc {
             file: self.file,
             line: self.line,
             inlined: self.inlined,
+            build_id: self.build_id.map(Arc::from),
         })
     }
 }

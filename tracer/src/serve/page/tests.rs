@@ -20,6 +20,7 @@ fn frame(function: &str) -> Arc<Frame> {
         file: Some("src/app.c".to_string()),
         line: Some(12),
         inlined: false,
+        build_id: None,
     })
 }
 
