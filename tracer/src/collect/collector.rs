@@ -168,6 +168,7 @@ impl Collector {
         let Collector { events, state } = self;
         let n = state.handle_batches(events.take_all());
         state.purge();
+        state.stacks.table.name_pending(&mut state.modules, None);
         n
     }
 
@@ -194,6 +195,8 @@ impl Collector {
     /// What their interned stacks need (the objects) stays.
     pub fn reap_exited(&mut self) {
         self.state.last_reap = Instant::now();
+        let state = &mut self.state;
+        state.stacks.table.name_pending(&mut state.modules, None);
         // The reader's batches (a burst of DWARF samples can queue hundreds
         // of MiB) are freed once handled, but glibc keeps freed heap pages
         // mapped: give them back, so the RSS follows what is really held.

@@ -1,6 +1,7 @@
 //! Call stacks: unwinding copied stacks with CFI, and naming frames.
 
 pub mod cfi;
+pub mod jit;
 pub mod kernel_tables;
 pub mod modules;
 pub mod symbolize;
