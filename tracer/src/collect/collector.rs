@@ -161,6 +161,13 @@ impl Collector {
             self.state.stacks.unwinders.invalidate(pid);
         }
         self.drain_all();
+        // Its JIT flushed its perf map on the way out: the last names.
+        let state = &mut self.state;
+        state.modules.read_jit_now(pid);
+        state
+            .stacks
+            .table
+            .name_pending(&mut state.modules, Some(pid));
     }
 
     /// Handles every event submitted until now (at the end of a trace).

@@ -179,6 +179,8 @@ impl StackTable {
             let Some(handles) = self.pending_names.remove(&pid) else {
                 continue;
             };
+            // What the JIT wrote since (incremental: only new bytes).
+            modules.read_jit_now(pid);
             let mut still = Vec::new();
             for h in handles {
                 let Some(stack) = self.stacks.get(h as usize).filter(|s| s.pid == pid) else {

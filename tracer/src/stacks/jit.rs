@@ -187,7 +187,8 @@ impl JitSymbols {
         self.sources.iter().map(|s| s.path.as_str())
     }
 
-    pub fn len(&self) -> usize {
+    /// Entries held.
+    pub fn entries(&self) -> usize {
         self.entries.len()
     }
 }

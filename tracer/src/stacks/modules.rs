@@ -467,6 +467,14 @@ impl Modules {
         named.then_some(out)
     }
 
+    /// Reads what `pid`'s JIT files gained, now (no rate limit): at its
+    /// exit, when the JIT has flushed them.
+    pub fn read_jit_now(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.jit_symbols.read(pid, &p.maps, &mut self.jit_stats);
+        }
+    }
+
     /// The function name of a JIT frame's module id (None: an object).
     pub fn jit_name(&self, module: u32) -> Option<&str> {
         self.jit_names.get(module)
@@ -475,8 +483,8 @@ impl Modules {
     /// What the JIT names of live processes hold: (processes with entries,
     /// entries), and frames left unnamed at the interning cap.
     pub fn jit_held(&self) -> (usize, usize, u64) {
-        let with = self.procs.values().filter(|p| p.jit_symbols.len() > 0);
-        let (n, entries) = with.fold((0, 0), |(n, e), p| (n + 1, e + p.jit_symbols.len()));
+        let with = self.procs.values().filter(|p| p.jit_symbols.entries() > 0);
+        let (n, entries) = with.fold((0, 0), |(n, e), p| (n + 1, e + p.jit_symbols.entries()));
         (n, entries, self.jit_names.refused)
     }
 
