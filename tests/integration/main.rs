@@ -15,6 +15,7 @@ mod growth;
 mod harness;
 mod help;
 mod hostile_saved;
+mod jit_names;
 mod launch;
 mod lifecycle;
 mod losses;

@@ -28,6 +28,7 @@ pub fn run() -> Result<()> {
     prometheus_parser(&mut apt)?;
     redis(&mut apt)?;
     go(&mut apt)?;
+    nodejs(&mut apt)?;
     speedscope(&mut apt)?;
     chromium(&mut apt)?;
     lint_tools()?;
@@ -185,6 +186,17 @@ fn go(apt: &mut Apt) -> Result<()> {
     }
     println!("installing: golang-go (for `go tool pprof` in the pprof tests)");
     apt.ensure(&["golang-go"])
+}
+
+/// The JIT-names test traces node `--perf-basic-prof` (Debian's nodejs;
+/// npm comes with it for the speedscope package).
+fn nodejs(apt: &mut Apt) -> Result<()> {
+    if let Some(v) = first_line("node", "--version") {
+        println!("ok: node {v}");
+        return Ok(());
+    }
+    println!("installing: nodejs (for the JIT-names test)");
+    apt.ensure(&["nodejs", "npm"])
 }
 
 /// The speedscope test validates our file against the schema shipped in the

@@ -44,7 +44,7 @@ fn require_root() {
 }
 
 /// tests/targets/FILE.
-fn target_source(file: &str) -> PathBuf {
+pub fn target_source(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/targets")
         .join(file)

@@ -187,6 +187,13 @@ impl Collector {
             self.state.stacks.unwinders.invalidate(pid);
         }
         self.drain_all();
+        // Its JIT flushed its perf map on the way out: the last names.
+        let state = &mut self.state;
+        state.modules.read_jit_now(pid);
+        state
+            .stacks
+            .table
+            .name_pending(&mut state.modules, Some(pid));
     }
 
     /// Handles every event submitted until now (at the end of a trace).
@@ -194,6 +201,7 @@ impl Collector {
         let Collector { events, state } = self;
         let n = state.handle_batches(events.take_all());
         state.purge();
+        state.stacks.table.name_pending(&mut state.modules, None);
         n
     }
 
@@ -220,6 +228,8 @@ impl Collector {
     /// What their interned stacks need (the objects) stays.
     pub fn reap_exited(&mut self) {
         self.state.last_reap = Instant::now();
+        let state = &mut self.state;
+        state.stacks.table.name_pending(&mut state.modules, None);
         // The reader's batches (a burst of DWARF samples can queue hundreds
         // of MiB) are freed once handled, but glibc keeps freed heap pages
         // mapped: give them back, so the RSS follows what is really held.

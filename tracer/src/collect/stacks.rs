@@ -50,6 +50,11 @@ pub struct StackTable {
     folded: HashMap<(ProcessIndex, usize, bool), StackHandle>,
     /// Every distinct frame list once.
     frame_lists: HashSet<Arc<[NormFrame]>>,
+    /// Stacks of running processes with an address in no file (JIT code
+    /// whose name the JIT had not written yet when the stack was interned:
+    /// node's perf map comes through a stdio buffer), named again later.
+    /// Bounded by the stacks held; a process's entry goes when it exits.
+    pending_names: HashMap<u32, Vec<StackHandle>>,
 }
 
 impl StackTable {
@@ -76,6 +81,7 @@ impl StackTable {
     pub(super) fn forget_process(&mut self, pid: u32) {
         self.by_id.remove(&pid);
         self.by_addrs.remove(&pid);
+        self.pending_names.remove(&pid);
     }
 
     fn push(&mut self, stack: Stack) -> StackHandle {
@@ -160,6 +166,46 @@ impl StackTable {
             self.frame_lists.remove(&frames);
         }
         self.intern_frames(known)
+    }
+
+    /// Names the JIT frames of `pid`'s stacks (every process's: None) that
+    /// had no name when interned, if the JIT has written their names since.
+    pub fn name_pending(&mut self, modules: &mut Modules, pid: Option<u32>) {
+        let pids: Vec<u32> = match pid {
+            Some(pid) => vec![pid],
+            None => self.pending_names.keys().copied().collect(),
+        };
+        for pid in pids {
+            let Some(handles) = self.pending_names.remove(&pid) else {
+                continue;
+            };
+            // What the JIT wrote since (incremental: only new bytes).
+            modules.read_jit_now(pid);
+            let mut still = Vec::new();
+            for h in handles {
+                let Some(stack) = self.stacks.get(h as usize).filter(|s| s.pid == pid) else {
+                    continue; // folded or reused
+                };
+                let Some(frames) = stack.frames.clone() else {
+                    continue;
+                };
+                let named = modules.name_jit(pid, &frames);
+                let frames = match named {
+                    Some(named) => {
+                        let named = self.intern_frames(named);
+                        self.stacks[h as usize].frames = Some(named.clone());
+                        named
+                    }
+                    None => frames,
+                };
+                if frames.iter().any(|f| f.module.is_none()) {
+                    still.push(h);
+                }
+            }
+            if !still.is_empty() {
+                self.pending_names.insert(pid, still);
+            }
+        }
     }
 
     /// Stacks held (live handles, for --verbose and tests).
@@ -247,7 +293,8 @@ impl StackInterner {
         if self.unwinder_maps.insert(pid, now) != Some(now) {
             self.unwinders.invalidate(pid);
         }
-        self.unwinders.unwind(pid, modules.maps(pid), sample)
+        self.unwinders
+            .unwind(pid, modules.maps(pid), modules.jit(pid), sample)
     }
 
     pub(super) fn intern_sample(
@@ -360,6 +407,7 @@ impl StackInterner {
             return h;
         }
         let frames = modules.normalize(pid, &key.0);
+        let unnamed = frames.iter().any(|f| f.module.is_none());
         let frames = self.table.intern_frames(frames);
         let h = self.table.push(Stack {
             pid,
@@ -367,6 +415,9 @@ impl StackInterner {
             frames: Some(frames),
             truncated: key.1,
         });
+        if unnamed {
+            self.table.pending_names.entry(pid).or_default().push(h);
+        }
         self.table.by_addrs.entry(pid).or_default().insert(key, h);
         h
     }

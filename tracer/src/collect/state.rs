@@ -335,6 +335,8 @@ impl State {
 
     fn drop_process(&mut self, pid: u32) {
         self.tracked.remove(&pid);
+        // The last chance to read its JIT's names (a JIT flushes them at exit).
+        self.stacks.table.name_pending(&mut self.modules, Some(pid));
         self.stacks.drop_process(pid);
         self.modules.drop_process(pid);
     }

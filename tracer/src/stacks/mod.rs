@@ -2,6 +2,7 @@
 
 pub mod cfi;
 mod debug_files;
+pub mod jit;
 pub mod kernel_tables;
 pub mod modules;
 mod roots;

@@ -14,6 +14,7 @@ use super::{
     debug_files::DebugInfo,
     roots::{path_in_root, Root, Roots},
 };
+use super::jit::{JitNames, JitStats, JitSymbols};
 use crate::tracee::process::{host_path, Mapping};
 
 /// Which file an object is: the same (device, inode) in every process that
@@ -48,11 +49,13 @@ struct Object {
 /// A return address turned into (module, file offset of `ip - 1`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NormFrame {
-    /// Index into the object table (one entry per file, not per process);
-    /// None when the address is in no mapped file (JIT code, or the maps
-    /// changed or the process exited before we looked).
+    /// Index into the object table (one entry per file, not per process),
+    /// or from `jit::JIT_MODULE` up a JIT function's name (`jit_name`);
+    /// None when the address is in no mapped file and has no JIT name (or
+    /// the maps changed or the process exited before we looked).
     pub module: Option<u32>,
-    /// File offset in the module, or the raw address when `module` is None.
+    /// File offset in the module, offset in the JIT function, or the raw
+    /// address when `module` is None.
     pub offset: u64,
 }
 
@@ -68,6 +71,8 @@ struct Proc {
     generation: u64,
     /// Anonymous executable mappings (JIT code), for the kernel's walker.
     jit: Vec<std::ops::Range<u64>>,
+    /// Names of its JIT code (perf map, jitdump), read when first needed.
+    jit_symbols: JitSymbols,
 }
 
 #[derive(Default)]
@@ -87,6 +92,9 @@ pub struct Modules {
     pub kernel: Option<super::kernel_tables::KernelTables>,
     /// Processes' root directories, shared by the objects seen in them.
     roots: Roots,
+    /// Names of the JIT frames that stacks hold (module ids from JIT_MODULE).
+    jit_names: JitNames,
+    pub jit_stats: JitStats,
 }
 
 /// Else each event at an address in no mapped file (JIT code) re-reads maps.
@@ -96,6 +104,11 @@ const MIN_REREAD_INTERVAL: Duration = Duration::from_millis(100);
 /// soon after its exec must not block the next few: this many are free of
 /// MIN_REREAD_INTERVAL (a short-lived process is gone 100 ms later).
 const QUICK_READS: u32 = 8;
+
+/// The module JIT frames show, like the bracketed names /proc/PID/maps
+/// gives memory that is no file (`[vdso]`, `[heap]`): the same in every
+/// process, so one program's processes share their JIT frames.
+pub const JIT_MODULE_PATH: &str = "[jit]";
 
 /// A path that opens the very file `file` has open.
 fn fd_path(file: &File) -> PathBuf {
@@ -213,6 +226,7 @@ impl Modules {
             quick_reads: 0,
             generation,
             jit: Vec::new(),
+            jit_symbols: JitSymbols::default(),
         });
         let changed = maps != old_maps || objects != old_objects;
         p.maps = maps;
@@ -338,6 +352,7 @@ impl Modules {
         if let Some(p) = self.procs.get_mut(&pid) {
             let objects = std::mem::take(&mut p.objects);
             p.maps.clear();
+            p.jit_symbols = JitSymbols::default();
             p.last_read = None;
             p.quick_reads = 0;
             for o in objects {
@@ -374,6 +389,11 @@ impl Modules {
     pub fn set_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
         self.forget(pid);
         self.merge_maps(pid, maps);
+    }
+
+    /// The process's anonymous executable mappings (JIT code) as last read.
+    pub fn jit(&self, pid: u32) -> &[std::ops::Range<u64>] {
+        self.procs.get(&pid).map_or(&[], |p| p.jit.as_slice())
     }
 
     /// The process's file-backed mappings as last read.
@@ -413,10 +433,7 @@ impl Modules {
             Some((p.maps.get(i)?, *p.objects.get(i)?))
         });
         let Some((m, object)) = found else {
-            return NormFrame {
-                module: None,
-                offset: addr,
-            };
+            return self.normalize_jit(pid, addr);
         };
         let offset = addr - m.start + m.offset;
         if let Some(Some(o)) = self.objects.get_mut(object as usize) {
@@ -428,7 +445,70 @@ impl Modules {
         }
     }
 
+    /// An address in no mapped file: JIT code named by the process's perf
+    /// map or jitdump becomes (its name, offset in it); anything else stays
+    /// a raw address.
+    fn normalize_jit(&mut self, pid: u32, addr: u64) -> NormFrame {
+        let unnamed = NormFrame {
+            module: None,
+            offset: addr,
+        };
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return unnamed;
+        };
+        let Some((start, name)) = p
+            .jit_symbols
+            .lookup(pid, addr, &p.maps, &mut self.jit_stats)
+        else {
+            return unnamed;
+        };
+        match self.jit_names.intern(name) {
+            Some(module) => NormFrame {
+                module: Some(module),
+                offset: addr - start,
+            },
+            None => unnamed,
+        }
+    }
+
+    /// `frames` of `pid` with the addresses in no file named from its JIT's
+    /// files if they have a name now; None when none has.
+    pub fn name_jit(&mut self, pid: u32, frames: &[NormFrame]) -> Option<Vec<NormFrame>> {
+        let mut out = frames.to_vec();
+        let mut named = false;
+        for f in out.iter_mut().filter(|f| f.module.is_none()) {
+            let n = self.normalize_jit(pid, f.offset);
+            named |= n.module.is_some();
+            *f = n;
+        }
+        named.then_some(out)
+    }
+
+    /// Reads what `pid`'s JIT files gained, now (no rate limit): at its
+    /// exit, when the JIT has flushed them.
+    pub fn read_jit_now(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.jit_symbols.read(pid, &p.maps, &mut self.jit_stats);
+        }
+    }
+
+    /// The function name of a JIT frame's module id (None: an object).
+    pub fn jit_name(&self, module: u32) -> Option<&str> {
+        self.jit_names.get(module)
+    }
+
+    /// What the JIT names of live processes hold: (processes with entries,
+    /// entries), and frames left unnamed at the interning cap.
+    pub fn jit_held(&self) -> (usize, usize, u64) {
+        let with = self.procs.values().filter(|p| p.jit_symbols.entries() > 0);
+        let (n, entries) = with.fold((0, 0), |(n, e), p| (n + 1, e + p.jit_symbols.entries()));
+        (n, entries, self.jit_names.refused)
+    }
+
     pub fn path(&self, module: u32) -> &str {
+        if self.jit_names.get(module).is_some() {
+            return JIT_MODULE_PATH;
+        }
         match self.objects.get(module as usize) {
             Some(Some(o)) => o.path.as_str(),
             _ => "[unknown]",

@@ -56,6 +56,17 @@ impl Names {
             .enable_demangling(false)
             .build();
         for (module, mut offsets) in by_module {
+            if let Some(name) = module.and_then(|m| modules.jit_name(m)) {
+                for offset in offsets {
+                    let frame = Frame {
+                        function: name.to_string(),
+                        ..unknown(super::modules::JIT_MODULE_PATH, offset)
+                    };
+                    self.names
+                        .insert(NormFrame { module, offset }, vec![Arc::new(frame)]);
+                }
+                continue;
+            }
             offsets.sort_unstable();
             offsets.dedup();
             let module_path = match (module.map(|m| modules.path(m)), &modules.shown_as) {

@@ -137,14 +137,23 @@ impl Unwinders {
         (self.procs.len(), self.files.held())
     }
 
-    pub fn unwind(&mut self, pid: u32, maps: &[Mapping], sample: &Sample<'_>) -> Unwound {
+    /// `jit`: the process's anonymous executable ranges (JIT code), which
+    /// framehop crosses by the frame-pointer chain (V8, the JVM and .NET
+    /// keep frame pointers there).
+    pub fn unwind(
+        &mut self,
+        pid: u32,
+        maps: &[Mapping],
+        jit: &[Range<u64>],
+        sample: &Sample<'_>,
+    ) -> Unwound {
         let started = std::time::Instant::now();
         if !self.procs.contains_key(&pid) {
             let built = self.build(pid, maps);
             self.procs.insert(pid, built);
         }
         let (result, depth) = match self.procs.get_mut(&pid) {
-            Some(p) => walk(p, sample),
+            Some(p) => walk(p, jit, sample),
             None => (
                 Unwound {
                     addrs: vec![sample.ip],
@@ -214,7 +223,7 @@ impl Unwinders {
 }
 
 /// Unwinds one sample; also returns how many stack bytes it read.
-fn walk(p: &mut ProcessUnwinder, s: &Sample<'_>) -> (Unwound, usize) {
+fn walk(p: &mut ProcessUnwinder, jit: &[Range<u64>], s: &Sample<'_>) -> (Unwound, usize) {
     let mut depth = 0;
     let mut read_stack = |addr: u64| -> Result<u64, ()> {
         let off = usize::try_from(addr.checked_sub(s.sp).ok_or(())?).map_err(|_| ())?;
@@ -239,13 +248,10 @@ fn walk(p: &mut ProcessUnwinder, s: &Sample<'_>) -> (Unwound, usize) {
                 let addr = frame_address(frame);
                 addrs.push(addr);
                 // framehop unwinds an address without a module by the frame-
-                // pointer chain, which is garbage in code without frame
-                // pointers (JIT code, or the maps changed): stop there.
-                if !p
-                    .covered
-                    .iter()
-                    .any(|r| r.contains(&addr.saturating_sub(1)))
-                {
+                // pointer chain: right in JIT code (anonymous executable
+                // memory), garbage elsewhere (the maps changed): stop there.
+                let pc = addr.saturating_sub(1);
+                if !p.covered.iter().chain(jit).any(|r| r.contains(&pc)) {
                     break Unwound {
                         addrs,
                         truncated: true,

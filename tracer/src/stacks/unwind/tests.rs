@@ -89,7 +89,7 @@ fn unwind(f: &Fixture, stack: &[u8]) -> Unwound {
         bp: f.bp,
         stack,
     };
-    u.unwind(1, &f.maps, &sample)
+    u.unwind(1, &f.maps, &[], &sample)
 }
 
 #[test]
@@ -120,8 +120,8 @@ fn processes_mapping_one_file_share_its_parsed_sections() {
         bp: f.bp,
         stack: &f.stack,
     };
-    let first = u.unwind(1, &f.maps, &sample);
-    let second = u.unwind(2, &f.maps, &sample);
+    let first = u.unwind(1, &f.maps, &[], &sample);
+    let second = u.unwind(2, &f.maps, &[], &sample);
     assert_eq!(first, second);
     // Only the fixture binary exists here (its libc does not).
     assert_eq!(u.held(), (2, 1), "two unwinders, one parsed file");
