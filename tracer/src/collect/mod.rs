@@ -7,6 +7,7 @@ pub mod collector;
 mod event_notes;
 mod merge;
 mod meta;
+mod peaks;
 pub mod processes;
 pub mod profile;
 mod profile_notes;

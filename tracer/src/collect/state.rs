@@ -11,10 +11,17 @@ use tracer_common::{
 };
 
 use crate::{
-    collect::{processes::ProcessTable, reader::read_pod, stacks::StackInterner, ProcessChange},
+    collect::{
+        peaks::EndedPeaks,
+        processes::{ProcessIndex, ProcessTable},
+        reader::read_pod,
+        stacks::StackInterner,
+        ProcessChange,
+    },
     model::{
         heap::{Heap, StackHandle},
         history::History,
+        peak::ProcessPeak,
     },
     stacks::{modules::Modules, unwind::Sample},
     tracee::liveness::start_time,
@@ -57,6 +64,10 @@ pub struct State {
     /// by how many processes ran.
     exited: std::collections::VecDeque<crate::collect::processes::ProcessIndex>,
     pub keep_exited: usize,
+    /// The peaks of processes that exited (running ones are the heap's).
+    ended_peaks: EndedPeaks,
+    /// When the trace started, on the events' clock (for peaks' times).
+    pub(super) started_ns: u64,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
     /// Events handled since the trace started, by any drain.
@@ -97,6 +108,8 @@ impl State {
             trace_root,
             exited: std::collections::VecDeque::new(),
             keep_exited,
+            ended_peaks: EndedPeaks::default(),
+            started_ns: super::profile::monotonic_ns(),
             malformed_events: 0,
             events: 0,
             execs: std::collections::VecDeque::new(),
@@ -263,6 +276,9 @@ impl State {
         let addrs = self.heap.exited(pid, root);
         self.stale_live
             .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
+        if let (Some(peak), Some(i)) = (self.heap.take_peak(pid), self.processes.current(pid)) {
+            self.ended_peaks.ended(i, peak);
+        }
         if let Some(i) = self.processes.current(pid).filter(|_| !root) {
             self.exited.push_back(i);
         }
@@ -273,15 +289,26 @@ impl State {
                 break;
             };
             if let Some(group) = self.processes.fold(oldest) {
+                let peak = self.ended_peaks.fold(oldest, group);
                 let (stacks, heap, history) =
                     (&mut self.stacks.table, &mut self.heap, &mut self.history);
                 stacks.fold(oldest, group, |from, into| {
-                    heap.merge(from, into);
+                    heap.merge(from, into, peak.as_ref());
                     if let Some(history) = history.as_mut() {
                         history.merge(from, into);
                     }
                 });
             }
+        }
+    }
+
+    /// The peak of process record `i`: the heap's while it runs, kept
+    /// from its exit on (a group's: the sum of its processes' peaks).
+    pub fn process_peak(&self, i: ProcessIndex) -> Option<&ProcessPeak> {
+        let record = self.processes.get(i)?;
+        match record.exited || record.folded > 0 {
+            true => self.ended_peaks.get(i),
+            false => self.heap.peak(record.pid),
         }
     }
 

@@ -2,5 +2,6 @@
 
 pub mod heap;
 pub mod history;
+pub mod peak;
 pub mod sampling;
 pub mod trend;

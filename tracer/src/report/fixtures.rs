@@ -30,6 +30,7 @@ pub(super) fn counts(
         inuse_objects,
         alloc_bytes,
         alloc_objects,
+        ..Counts::default()
     }
 }
 
@@ -145,6 +146,7 @@ pub(super) fn one_process() -> Profile {
                 resolves_malloc: true,
                 functions: vec!["malloc".into(), "free".into()],
             }],
+            peak: None,
         }],
         hooks: libc_hooks(),
         totals: counts(44864, 17, 1_097_536, 274),
@@ -257,6 +259,7 @@ pub(super) fn empty() -> Profile {
             exited: true,
             exit_status: None,
             allocators: Vec::new(),
+            peak: None,
         }],
         ..Profile::default()
     }
@@ -316,6 +319,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
                     functions: vec!["mi_malloc".into()],
                 },
             ],
+            peak: None,
         },
         ProcessInfo {
             pid: 102,
@@ -326,6 +330,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             exited: true,
             exit_status: None,
             allocators: Vec::new(),
+            peak: None,
         },
         ProcessInfo {
             pid: 0,

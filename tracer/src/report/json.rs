@@ -277,8 +277,10 @@ impl Serialize for IndexedStack<'_> {
             inuse_objects,
             alloc_bytes,
             alloc_objects,
+            peak_inuse_bytes,
+            peak_inuse_objects,
         } = counts;
-        let mut m = s.serialize_struct("StackReport", 12)?;
+        let mut m = s.serialize_struct("StackReport", 14)?;
         m.serialize_field("pid", pid)?;
         m.serialize_field("start_time", start_time)?;
         m.serialize_field("exited_group", exited_group)?;
@@ -286,6 +288,8 @@ impl Serialize for IndexedStack<'_> {
         m.serialize_field("inuse_objects", inuse_objects)?;
         m.serialize_field("alloc_bytes", alloc_bytes)?;
         m.serialize_field("alloc_objects", alloc_objects)?;
+        m.serialize_field("peak_inuse_bytes", peak_inuse_bytes)?;
+        m.serialize_field("peak_inuse_objects", peak_inuse_objects)?;
         m.serialize_field(
             "frames",
             &Indexed {

@@ -113,6 +113,10 @@ fn add(total: &mut Counts, c: &Counts) {
     total.inuse_objects = total.inuse_objects.saturating_add(c.inuse_objects);
     total.alloc_bytes = total.alloc_bytes.saturating_add(c.alloc_bytes);
     total.alloc_objects = total.alloc_objects.saturating_add(c.alloc_objects);
+    total.peak_inuse_bytes = total.peak_inuse_bytes.saturating_add(c.peak_inuse_bytes);
+    total.peak_inuse_objects = total
+        .peak_inuse_objects
+        .saturating_add(c.peak_inuse_objects);
 }
 
 impl Diff {

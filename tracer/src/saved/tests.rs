@@ -23,6 +23,7 @@ fn counts(inuse: u64, alloc: u64) -> Counts {
         inuse_objects: inuse / 100,
         alloc_bytes: alloc,
         alloc_objects: alloc / 100,
+        ..Counts::default()
     }
 }
 

@@ -210,6 +210,7 @@ impl Binary {
                     exit_status: None,
                     allocators: Vec::new(),
                     folded: 0,
+                    peak: None,
                 });
             }
         }

@@ -171,6 +171,7 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
         exit_status: None,
         allocators: Vec::new(),
         folded: 0,
+        peak: None,
     }
 }
 

@@ -282,6 +282,8 @@ impl Scope {
                 exit_status: None,
                 allocators: Vec::new(),
                 folded: r.folded,
+                // Filled in by the profile (collect/profile.rs).
+                peak: None,
             })
             .collect();
         // Groups of folded exited processes last.

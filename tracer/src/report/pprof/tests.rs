@@ -74,6 +74,7 @@ fn profile() -> Profile {
                     inuse_objects: 3,
                     alloc_bytes: 5000,
                     alloc_objects: 5,
+                    ..Counts::default()
                 },
                 false,
             ),
@@ -85,6 +86,7 @@ fn profile() -> Profile {
                     inuse_objects: 0,
                     alloc_bytes: 640,
                     alloc_objects: 10,
+                    ..Counts::default()
                 },
                 true,
             ),
