@@ -84,8 +84,24 @@ pub(super) fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
 
 /// One process, exact counts: an inlined frame, an unknown frame, a frame
 /// whose name holds a ';', two stacks that differ only in an offset, and a
-/// stack whose allocations were all freed.
+/// stack whose allocations were all freed (65536 bytes of it in use at
+/// the peak, 4.25 s into the trace).
 pub(super) fn one_process() -> Profile {
+    let mut p = one_process_at_end();
+    let peaks = [(36000, 9), (8192, 2), (512, 4), (0, 0), (65536, 16)];
+    for (s, (bytes, objects)) in p.stacks.iter_mut().zip(peaks) {
+        (s.counts.peak_inuse_bytes, s.counts.peak_inuse_objects) = (bytes, objects);
+    }
+    (p.totals.peak_inuse_bytes, p.totals.peak_inuse_objects) = (110_240, 31);
+    p.processes[0].peak = Some(crate::profile::Peak {
+        secs: Some(4.25),
+        inuse_bytes: 110_240,
+        inuse_objects: 31,
+    });
+    p
+}
+
+fn one_process_at_end() -> Profile {
     let cache = frame("cache_insert", APP, 0x1420, Some(("src/cache.c", 31)));
     let stacks = vec![
         stack(

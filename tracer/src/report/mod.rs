@@ -25,6 +25,7 @@ mod pprof_meta;
 mod render;
 mod speedscope;
 mod text;
+mod text_peak;
 
 pub use collapsed::write_collapsed;
 pub use flamegraph::{write_flamegraph, write_flamegraph_of};
@@ -55,6 +56,9 @@ pub enum View {
     InuseObjects,
     AllocSpace,
     AllocObjects,
+    /// In use at the peak of each stack's process (docs/peak.md).
+    PeakSpace,
+    PeakObjects,
 }
 
 impl View {
@@ -64,14 +68,16 @@ impl View {
             View::InuseObjects => c.inuse_objects,
             View::AllocSpace => c.alloc_bytes,
             View::AllocObjects => c.alloc_objects,
+            View::PeakSpace => c.peak_inuse_bytes,
+            View::PeakObjects => c.peak_inuse_objects,
         }
     }
 
     /// Unit name for flamegraph titles and counts.
     pub fn unit(self) -> &'static str {
         match self {
-            View::InuseSpace | View::AllocSpace => "bytes",
-            View::InuseObjects | View::AllocObjects => "objects",
+            View::InuseSpace | View::AllocSpace | View::PeakSpace => "bytes",
+            View::InuseObjects | View::AllocObjects | View::PeakObjects => "objects",
         }
     }
 }
@@ -84,6 +90,8 @@ impl View {
             View::InuseObjects => "in-use objects",
             View::AllocSpace => "allocated bytes",
             View::AllocObjects => "allocated objects",
+            View::PeakSpace => "bytes in use at the peak",
+            View::PeakObjects => "objects in use at the peak",
         }
     }
 }

@@ -36,6 +36,7 @@ pub fn write_text_by(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) ->
     write_totals(p, w)?;
     writeln!(w)?;
     write_stacks(p, top, sort, w)?;
+    super::text_peak::write_peak(p, top, w)?;
     write_exit_stacks(p, top, w)?;
     write_notes(&p.notes, w)?;
     writeln!(w)?;
@@ -246,7 +247,7 @@ fn write_exit_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<
 }
 
 /// `1.5 MiB (1572864 bytes) in 12 objects`.
-fn amount(bytes: u64, objects: u64) -> String {
+pub(super) fn amount(bytes: u64, objects: u64) -> String {
     let objects = plural(objects, "object");
     match human_bytes(bytes) {
         Some(human) => format!("{human} ({}) in {objects}", plural(bytes, "byte")),
@@ -259,7 +260,7 @@ fn human_bytes(bytes: u64) -> Option<String> {
     (bytes >= 1024).then(|| super::human_bytes(bytes))
 }
 
-fn plural(n: u64, noun: &str) -> String {
+pub(super) fn plural(n: u64, noun: &str) -> String {
     if n == 1 {
         format!("{n} {noun}")
     } else {
@@ -351,7 +352,7 @@ fn write_stack(
     write_frames(&stack.frames, stack.truncated, addresses, w)
 }
 
-fn write_frames(
+pub(super) fn write_frames(
     frames: &[Arc<Frame>],
     truncated: bool,
     addresses: &[bool],
@@ -373,7 +374,7 @@ fn write_frames(
 /// `function (file:line) [module] [inlined]`; an unknown frame already
 /// names its module and offset. With `address`, the module is followed by
 /// the frame's offset in it (`[prog+0x1149]`).
-fn frame_line(f: &Frame, address: bool) -> String {
+pub(super) fn frame_line(f: &Frame, address: bool) -> String {
     let mut line = esc(&f.display_name()).into_owned();
     if !f.is_unknown() {
         match (&f.file, f.line) {
