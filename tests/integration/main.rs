@@ -25,6 +25,7 @@ mod offline_errors;
 mod offline_go;
 mod output_dest;
 mod page;
+mod peak;
 mod pprof;
 mod privileges;
 mod progress;

@@ -34,6 +34,8 @@ pub struct CollectorOptions {
     pub keep_exited: usize,
     /// --binary: the program, for processes gone before they were named.
     pub program_hint: Option<String>,
+    /// --snapshot-on-peak's fraction.
+    pub snapshot_on_peak: Option<f64>,
 }
 
 impl Collector {
@@ -47,6 +49,7 @@ impl Collector {
             trace_root,
             keep_exited,
             program_hint,
+            snapshot_on_peak,
         } = options;
         let EventMaps {
             events,
@@ -54,7 +57,7 @@ impl Collector {
             live: live_map,
             unwind: _,
         } = maps;
-        Ok(Collector {
+        let mut collector = Collector {
             events: Reader::start(events)?,
             state: State::new(
                 StackInterner::new(stack_map),
@@ -65,7 +68,21 @@ impl Collector {
                 trace_root,
                 keep_exited,
             ),
-        })
+        };
+        collector.state.heap.snapshot_factor = snapshot_on_peak.map(|f| 1.0 + f);
+        Ok(collector)
+    }
+
+    /// --snapshot-on-peak: a process's heap grew past its threshold since
+    /// the last `peak_snapshot_taken`.
+    pub fn peak_grown(&self) -> bool {
+        self.state.heap.peak_grown
+    }
+
+    /// A snapshot was written for --snapshot-on-peak: thresholds start
+    /// from every process's peak now.
+    pub fn peak_snapshot_taken(&mut self) {
+        self.state.heap.snapshot_taken();
     }
 
     /// Every process an allocation came from.
