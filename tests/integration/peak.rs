@@ -52,7 +52,7 @@ fn at_peak(report: &Value) -> BTreeMap<String, [u64; 2]> {
     sums
 }
 
-fn process<'a>(report: &'a Value, pid: u32) -> &'a Value {
+fn process(report: &Value, pid: u32) -> &Value {
     report["processes"]
         .as_array()
         .expect("processes")
@@ -297,9 +297,11 @@ fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
         .expect("read dir")
         .filter_map(|e| Some(e.ok()?.path()))
         .filter(|p| {
-            p.file_name()
+            let named = p
+                .file_stem()
                 .and_then(OsStr::to_str)
-                .is_some_and(|n| n.starts_with("heap-") && n.ends_with(".json"))
+                .is_some_and(|n| n.starts_with("heap-"));
+            named && p.extension() == Some(OsStr::new("json"))
         })
         .collect();
     files.sort();

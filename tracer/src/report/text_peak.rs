@@ -32,7 +32,7 @@ pub(super) fn write_peak(p: &Profile, top: usize, w: &mut impl Write) -> io::Res
         .filter_map(|proc| Some((proc, proc.peak?)))
         .filter(|(_, peak)| peak.inuse_objects > 0)
         .collect();
-    peaks.sort_by(|a, b| b.1.inuse_bytes.cmp(&a.1.inuse_bytes));
+    peaks.sort_by_key(|(_, peak)| std::cmp::Reverse(peak.inuse_bytes));
     for (proc, peak) in peaks.iter().take(PROCESS_LINES) {
         let label = match proc.folded {
             0 => p.process_label(proc.pid, proc.start_time),
@@ -91,7 +91,7 @@ fn write_peak_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<
         .filter(|s| s.counts.peak_inuse_bytes > 0)
         .collect();
     // Stable: ties keep the profile's order.
-    listed.sort_by(|a, b| b.counts.peak_inuse_bytes.cmp(&a.counts.peak_inuse_bytes));
+    listed.sort_by_key(|s| std::cmp::Reverse(s.counts.peak_inuse_bytes));
     writeln!(w)?;
     writeln!(w, "Top stacks at the peak:")?;
     let shown: Vec<&StackReport> = listed.iter().take(top).copied().collect();
