@@ -128,7 +128,7 @@ fn stack_reports(
     let aged = meta.min_age.map(|age| {
         state
             .heap
-            .inuse_older_than(monotonic_ns(), saturating_ns(age))
+            .inuse_older_than(super::state::monotonic_ns(), saturating_ns(age))
     });
     let stacks: Vec<StackReport> = state
         .heap
@@ -263,21 +263,6 @@ impl<'a> Timeline<'a> {
         }
         points
     }
-}
-
-/// Now on the clock of the events' `timestamp_ns` (bpf_ktime_get_ns is
-/// CLOCK_MONOTONIC), for --min-age.
-pub(super) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec it is given, which
-    // lives for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }
 
 fn saturating_ns(d: Duration) -> u64 {

@@ -109,7 +109,7 @@ impl State {
             exited: std::collections::VecDeque::new(),
             keep_exited,
             ended_peaks: EndedPeaks::default(),
-            started_ns: super::profile::monotonic_ns(),
+            started_ns: monotonic_ns(),
             malformed_events: 0,
             events: 0,
             execs: std::collections::VecDeque::new(),
@@ -323,4 +323,19 @@ impl State {
         self.heap
             .alloc(ev.pid, ev.addr, ev.size, weight, stack, ev.timestamp_ns);
     }
+}
+
+/// Now on the clock of the events' `timestamp_ns` (bpf_ktime_get_ns is
+/// CLOCK_MONOTONIC), for --min-age and the peaks' times.
+pub(super) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given, which
+    // lives for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }

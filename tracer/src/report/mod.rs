@@ -25,6 +25,7 @@ mod pprof_meta;
 mod render;
 mod speedscope;
 mod text;
+mod text_parts;
 mod text_peak;
 
 pub use collapsed::write_collapsed;

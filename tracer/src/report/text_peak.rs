@@ -8,7 +8,7 @@ use crate::escape::text as esc;
 
 use super::{
     distinct::addresses_to_show,
-    text::{amount, frame_line, plural, write_frames},
+    text_parts::{amount, frame_line, plural, write_frames},
     Profile, StackReport,
 };
 
