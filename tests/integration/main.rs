@@ -28,6 +28,7 @@ mod offline_go;
 mod oom;
 mod output_dest;
 mod page;
+mod peak;
 mod pprof;
 mod privileges;
 mod progress;

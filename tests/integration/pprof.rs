@@ -38,8 +38,11 @@ fn raw_samples(raw: &str) -> Vec<RawSample> {
     let mut lines = samples.lines();
     assert_eq!(
         lines.next().map(str::trim),
-        Some("alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes[dflt]"),
-        "sample types of a Go heap profile, in-use space by default:\n{raw}"
+        Some(
+            "alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes[dflt] \
+             peak_objects/count peak_space/bytes"
+        ),
+        "sample types of a Go heap profile (then the peak's), in-use space by default:\n{raw}"
     );
     let mut out: Vec<RawSample> = Vec::new();
     for line in lines {
@@ -51,8 +54,8 @@ fn raw_samples(raw: &str) -> Vec<RawSample> {
                 .split_whitespace()
                 .map(|n| n.parse().expect("sample value"))
                 .collect();
-            let [alloc_objects, alloc_bytes, inuse_objects, inuse_bytes] = v[..] else {
-                panic!("four values in {line:?}")
+            let [alloc_objects, alloc_bytes, inuse_objects, inuse_bytes, _, _] = v[..] else {
+                panic!("six values in {line:?}")
             };
             let functions = ids
                 .split_whitespace()

@@ -175,13 +175,15 @@ fn headless_chromium_opens_our_file_in_the_speedscope_app() {
         server.asked()
     );
     assert!(!text.contains("Something went wrong"), "{text}");
-    // The profile shown first (--view's), and the list of all four.
-    assert!(text.contains("in-use bytes (1/4)"), "{text}");
+    // The profile shown first (--view's), and the list of all six.
+    assert!(text.contains("in-use bytes (1/6)"), "{text}");
     for name in [
         "in-use bytes",
         "in-use objects",
         "allocated bytes",
         "allocated objects",
+        "bytes in use at the peak",
+        "objects in use at the peak",
     ] {
         assert!(text.contains(name), "no profile {name:?} in: {text}");
     }

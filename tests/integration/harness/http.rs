@@ -93,7 +93,8 @@ pub(crate) fn site_values(raw: &str, function: &str) -> [u64; 4] {
             .map_while(|v| v.parse().ok())
             .collect();
         let leaf = stack.split_whitespace().next();
-        if values.len() == 4 && leaf.is_some_and(|l| locations.contains(&l)) {
+        // Go's four values, then the peak's two (summed: the first four).
+        if values.len() == 6 && leaf.is_some_and(|l| locations.contains(&l)) {
             for (s, v) in sum.iter_mut().zip(values) {
                 *s += v;
             }

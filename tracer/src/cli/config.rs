@@ -32,6 +32,7 @@ impl Cli {
             allocator: self.allocator.clone(),
             duration: self.duration,
             interval: self.interval.map(Duration::from_secs_f64),
+            snapshot_on_peak: self.snapshot_on_peak,
             min_age: min_age(self.min_age),
             serve: self.serve,
             output: self.output.clone(),

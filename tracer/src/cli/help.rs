@@ -20,6 +20,16 @@ fn literal_snapshot_number(text: &str) -> StyledStr {
     StyledStr::from(text.replace(SNAPSHOT_NUMBER, &shown))
 }
 
+/// `--snapshot-on-peak`.
+pub fn snapshot_on_peak() -> StyledStr {
+    literal_snapshot_number(
+        "Write a numbered snapshot (a full report; -o must contain `{n}`, e.g. -o heap-{n}.json) \
+         whenever a traced process's heap exceeds its highest at the previous snapshot by \
+         FRACTION (default 0.1, i.e. 10 %; `25%` is read as 0.25), at most one per second: a \
+         spike leaves its report on disk even if the tracer is killed later",
+    )
+}
+
 /// `--interval`.
 pub fn interval() -> StyledStr {
     literal_snapshot_number(

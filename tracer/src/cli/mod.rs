@@ -84,6 +84,17 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", help = help::interval())]
     pub interval: Option<f64>,
 
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "0.1",
+        value_parser = parse_fraction,
+        help = help::snapshot_on_peak()
+    )]
+    pub snapshot_on_peak: Option<f64>,
+
     /// Count as in use only the allocations live for at least SECS when the
     /// report (or snapshot) is made: leak candidates, not what the program
     /// holds for a moment. Allocated counts still count every allocation.
@@ -329,6 +340,13 @@ impl Cli {
             .output
             .as_ref()
             .is_some_and(|o| o.to_string_lossy().contains(SNAPSHOT_NUMBER));
+        if self.snapshot_on_peak.is_some() && !numbered {
+            return Err(
+                "--snapshot-on-peak writes numbered snapshots: give -o a path with {n}, e.g. \
+                 -o heap-{n}.json"
+                    .into(),
+            );
+        }
         match (self.interval, numbered) {
             (Some(i), _)
                 if !(i.is_finite() && (MIN_INTERVAL_SECS..=MAX_DURATION_SECS).contains(&i)) =>
@@ -337,12 +355,10 @@ impl Cli {
                     "--interval must be from {MIN_INTERVAL_SECS} to {MAX_DURATION_SECS} seconds, got {i}"
                 ));
             }
-            (None, true) => {
-                return Err(
-                    "-o has {n} (a snapshot's number): add --interval SECS to take snapshots, or \
-                     name one file"
-                        .into(),
-                );
+            (None, true) if self.snapshot_on_peak.is_none() => {
+                return Err("-o has {n} (a snapshot's number): add --interval SECS or \
+                     --snapshot-on-peak to take snapshots, or name one file"
+                    .into());
             }
             _ => {}
         }
@@ -382,6 +398,23 @@ impl Cli {
             }
         }
         Ok(())
+    }
+}
+
+/// `--snapshot-on-peak`'s FRACTION: `0.1` or `10%`, above 0 and at most
+/// 100 (a heap 101 times its last snapshot's).
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let value = match text.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
+        None => text.trim().parse::<f64>(),
+    };
+    match value {
+        Ok(f) if f.is_finite() && f > 0.0 && f <= 100.0 => Ok(f),
+        _ => Err(format!(
+            "--snapshot-on-peak takes how much a process's heap must grow past its last \
+             snapshot's highest, as a fraction above 0 and at most 100 (e.g. 0.1 or 10%), got \
+             {text:?}"
+        )),
     }
 }
 

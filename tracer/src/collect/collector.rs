@@ -34,6 +34,8 @@ pub struct CollectorOptions {
     pub keep_exited: usize,
     /// --binary: the program, for processes gone before they were named.
     pub program_hint: Option<String>,
+    /// --snapshot-on-peak's fraction.
+    pub snapshot_on_peak: Option<f64>,
 }
 
 impl Collector {
@@ -47,6 +49,7 @@ impl Collector {
             trace_root,
             keep_exited,
             program_hint,
+            snapshot_on_peak,
         } = options;
         let EventMaps {
             events,
@@ -55,7 +58,7 @@ impl Collector {
             unwind: _,
         } = maps;
         let maps_at_exec = program_hint.is_none();
-        Ok(Collector {
+        let mut collector = Collector {
             events: Reader::start(events)?,
             state: State::new(
                 StackInterner::new(stack_map),
@@ -67,7 +70,21 @@ impl Collector {
                 keep_exited,
                 maps_at_exec,
             ),
-        })
+        };
+        collector.state.heap.snapshot_factor = snapshot_on_peak.map(|f| 1.0 + f);
+        Ok(collector)
+    }
+
+    /// --snapshot-on-peak: a process's heap grew past its threshold since
+    /// the last `peak_snapshot_taken`.
+    pub fn peak_grown(&self) -> bool {
+        self.state.heap.peak_grown
+    }
+
+    /// A snapshot was written for --snapshot-on-peak: thresholds start
+    /// from every process's peak now.
+    pub fn peak_snapshot_taken(&mut self) {
+        self.state.heap.snapshot_taken();
     }
 
     /// Every process an allocation came from.

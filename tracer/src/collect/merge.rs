@@ -79,6 +79,9 @@ fn add_stack(into: &mut StackReport, from: &StackReport) {
     a.inuse_objects += b.inuse_objects;
     a.alloc_bytes += b.alloc_bytes;
     a.alloc_objects += b.alloc_objects;
+    // One process: its stacks' values at its one peak add up.
+    a.peak_inuse_bytes += b.peak_inuse_bytes;
+    a.peak_inuse_objects += b.peak_inuse_objects;
     if let (Some(a), Some(b)) = (into.temporary.as_mut(), from.temporary) {
         a.add(b);
     }
@@ -138,6 +141,7 @@ mod tests {
                     inuse_objects: 1,
                     alloc_bytes: bytes,
                     alloc_objects: 1,
+                    ..Counts::default()
                 },
                 frames,
                 ..StackReport::default()

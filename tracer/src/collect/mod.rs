@@ -9,6 +9,7 @@ mod merge;
 mod meta;
 pub mod oom;
 mod oom_notes;
+mod peaks;
 pub mod processes;
 pub mod profile;
 mod profile_notes;

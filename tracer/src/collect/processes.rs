@@ -170,6 +170,14 @@ impl ProcessTable {
         self.records.get(i as usize)?.as_ref()
     }
 
+    /// Every process and group record, with its index.
+    pub fn indexed(&self) -> impl Iterator<Item = (ProcessIndex, &ProcessRecord)> {
+        self.records
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i as ProcessIndex, r.as_ref()?)))
+    }
+
     /// Every process and group record.
     pub fn iter(&self) -> impl Iterator<Item = &ProcessRecord> {
         self.records.iter().flatten()

@@ -10,15 +10,17 @@ use std::{
 pub use super::meta::Meta;
 use crate::{
     collect::stacks::Stack,
-    collect::{collector::Collector, profile_notes::Unnamed, state::State},
+    collect::{
+        collector::Collector, processes::ProcessIndex, profile_notes::Unnamed, state::State,
+    },
     model::{
         heap::{StackHandle, Unfreed},
         history::{self, History},
         trend,
     },
     profile::{
-        Counts, ExitStack, Frame, Losses, NotFreedAtExit, Profile, SnapshotPoint, StackReport,
-        Trend, MAX_EXIT_STACKS,
+        Counts, ExitStack, Frame, Losses, NotFreedAtExit, Peak, Profile, SnapshotPoint,
+        StackReport, Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
     stacks::symbolize::Names,
@@ -30,6 +32,16 @@ pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut 
     let state = &collector.state;
     names.add(&state.modules, state.stacks.table.all_frames());
     let names = &*names;
+    let mut meta = meta;
+    let records: HashMap<RecordKey<'_>, ProcessIndex> = state
+        .processes
+        .indexed()
+        .map(|(i, r)| (record_key(r.pid, r.start_time, r.folded, &r.program), i))
+        .collect();
+    for p in &mut meta.processes {
+        let key = record_key(p.pid, p.start_time, p.folded, &p.program);
+        p.peak = records.get(&key).and_then(|&i| process_peak(state, i));
+    }
     let timeline = state
         .history
         .as_ref()
@@ -48,7 +60,7 @@ pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut 
     for s in &stacks {
         add(&mut totals, &s.counts);
     }
-    let temporary = super::oom_notes::fill_processes(&mut meta, state, &stacks, monotonic_ns());
+    let temporary = super::oom_notes::fill_processes(&mut meta, state, &stacks, super::state::monotonic_ns());
     let not_freed_at_exit = not_freed_at_exit(collector, names);
     let notes = super::profile_notes::notes(
         &meta,
@@ -80,6 +92,30 @@ pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut 
     }
 }
 
+/// What tells a process record from another: a process by pid and start
+/// time, a folded group by its program.
+type RecordKey<'a> = (u32, Option<u64>, bool, &'a str);
+
+fn record_key(pid: u32, start_time: Option<u64>, folded: u64, program: &str) -> RecordKey<'_> {
+    match folded {
+        0 => (pid, start_time, false, ""),
+        _ => (pid, start_time, true, program),
+    }
+}
+
+/// The peak of process record `i`, for the report.
+fn process_peak(state: &State, i: ProcessIndex) -> Option<Peak> {
+    let peak = state.process_peak(i)?;
+    let (inuse_bytes, inuse_objects) = peak.rounded()?;
+    Some(Peak {
+        secs: peak
+            .at_ns
+            .map(|ns| ns.saturating_sub(state.started_ns) as f64 / 1e9),
+        inuse_bytes,
+        inuse_objects,
+    })
+}
+
 /// Every stack that allocated, as the report shows it, largest first.
 /// `unfiltered` sums their counts before --min-age; `unnamed` counts the
 /// stacks whose process went before their frames could be placed.
@@ -95,7 +131,7 @@ fn stack_reports(
     let aged = meta.min_age.map(|age| {
         state
             .heap
-            .inuse_older_than(monotonic_ns(), saturating_ns(age))
+            .inuse_older_than(super::state::monotonic_ns(), saturating_ns(age))
     });
     let stacks: Vec<StackReport> = state
         .heap
@@ -103,6 +139,8 @@ fn stack_reports(
         .filter(|(_, c)| c.alloc_objects > 0)
         .filter_map(|(h, mut counts)| {
             let stack = state.stacks.table.get(h)?;
+            let at_peak = state.heap.stack_peak(h, state.process_peak(stack.process));
+            (counts.peak_inuse_bytes, counts.peak_inuse_objects) = (at_peak.bytes, at_peak.objects);
             // History and growth follow the whole heap: --min-age filters
             // only what the report counts as in use now.
             let growth = timeline
@@ -231,21 +269,6 @@ impl<'a> Timeline<'a> {
     }
 }
 
-/// Now on the clock of the events' `timestamp_ns` (bpf_ktime_get_ns is
-/// CLOCK_MONOTONIC), for --min-age.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec it is given, which
-    // lives for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 fn saturating_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -255,6 +278,8 @@ fn add(total: &mut Counts, c: &Counts) {
     total.inuse_objects += c.inuse_objects;
     total.alloc_bytes += c.alloc_bytes;
     total.alloc_objects += c.alloc_objects;
+    total.peak_inuse_bytes += c.peak_inuse_bytes;
+    total.peak_inuse_objects += c.peak_inuse_objects;
 }
 
 /// What exited processes had not freed, summed per program and call stack

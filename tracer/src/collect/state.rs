@@ -12,13 +12,18 @@ use tracer_common::{
 
 use crate::{
     collect::{
-        oom::OomKills, processes::ProcessTable, reader::read_pod, stacks::StackInterner,
+        oom::OomKills,
+        peaks::EndedPeaks,
+        processes::{ProcessIndex, ProcessTable},
+        reader::read_pod,
+        stacks::StackInterner,
         ProcessChange,
     },
     model::{
         heap::{Heap, StackHandle},
         history::History,
         temporary::Temporaries,
+        peak::ProcessPeak,
     },
     stacks::{modules::Modules, unwind::Sample},
     tracee::liveness::start_time,
@@ -61,6 +66,10 @@ pub struct State {
     /// by how many processes ran.
     exited: std::collections::VecDeque<crate::collect::processes::ProcessIndex>,
     pub keep_exited: usize,
+    /// The peaks of processes that exited (running ones are the heap's).
+    ended_peaks: EndedPeaks,
+    /// When the trace started, on the events' clock (for peaks' times).
+    pub(super) started_ns: u64,
     /// Events that could not be decoded (should never happen).
     pub malformed_events: u64,
     /// Events handled since the trace started, by any drain.
@@ -114,6 +123,8 @@ impl State {
             trace_root,
             exited: std::collections::VecDeque::new(),
             keep_exited,
+            ended_peaks: EndedPeaks::default(),
+            started_ns: monotonic_ns(),
             malformed_events: 0,
             events: 0,
             execs: std::collections::VecDeque::new(),
@@ -307,6 +318,9 @@ impl State {
         }
         self.stale_live
             .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
+        if let (Some(peak), Some(i)) = (self.heap.take_peak(pid), self.processes.current(pid)) {
+            self.ended_peaks.ended(i, peak);
+        }
         if let Some(i) = self.processes.current(pid).filter(|_| !root) {
             self.exited.push_back(i);
         }
@@ -317,11 +331,12 @@ impl State {
                 break;
             };
             if let Some(group) = self.processes.fold(oldest) {
+                let peak = self.ended_peaks.fold(oldest, group);
                 let (stacks, heap, history) =
                     (&mut self.stacks.table, &mut self.heap, &mut self.history);
                 let temporaries = &mut self.temporaries;
                 stacks.fold(oldest, group, |from, into| {
-                    heap.merge(from, into);
+                    heap.merge(from, into, peak.as_ref());
                     if let Some(t) = temporaries.as_mut() {
                         t.merge(from, into);
                     }
@@ -330,6 +345,16 @@ impl State {
                     }
                 });
             }
+        }
+    }
+
+    /// The peak of process record `i`: the heap's while it runs, kept
+    /// from its exit on (a group's: the sum of its processes' peaks).
+    pub fn process_peak(&self, i: ProcessIndex) -> Option<&ProcessPeak> {
+        let record = self.processes.get(i)?;
+        match record.exited || record.folded > 0 {
+            true => self.ended_peaks.get(i),
+            false => self.heap.peak(record.pid),
         }
     }
 
@@ -349,4 +374,19 @@ impl State {
             t.alloc(ev.pid, ev.tid, ev.addr, ev.size, stack);
         }
     }
+}
+
+/// Now on the clock of the events' `timestamp_ns` (bpf_ktime_get_ns is
+/// CLOCK_MONOTONIC), for --min-age and the peaks' times.
+pub(super) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given, which
+    // lives for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }

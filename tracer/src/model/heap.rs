@@ -3,7 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::report::Counts;
+use crate::{
+    model::peak::{self, ProcessPeak, StackPeak},
+    report::Counts,
+};
 
 /// Interned call stack (see `collect::stacks::StackTable`).
 pub type StackHandle = u32;
@@ -42,6 +45,8 @@ pub struct InUse {
 struct Estimate {
     inuse_bytes: f64,
     inuse_objects: f64,
+    /// What it held at its process's peak (see `model::peak`).
+    peak: StackPeak,
     alloc_bytes: f64,
     alloc_objects: f64,
     /// Left unfreed by processes that exited during the trace (see
@@ -73,6 +78,9 @@ impl Estimate {
             inuse_objects: r(self.inuse_objects),
             alloc_bytes: r(self.alloc_bytes),
             alloc_objects: r(self.alloc_objects),
+            // Needs the stack's process: `Heap::stack_peak`.
+            peak_inuse_bytes: 0,
+            peak_inuse_objects: 0,
         }
     }
 
@@ -98,6 +106,15 @@ pub struct Heap {
     /// first allocation, `EPOCH_SLACK_NS` before it.
     epoch_ns: Option<u64>,
     per_stack: HashMap<StackHandle, Estimate>,
+    /// In-use totals and peak of each process with blocks or stacks here,
+    /// by pid: taken out at its exit (`take_peak`).
+    peaks: HashMap<u32, ProcessPeak>,
+    /// --snapshot-on-peak: a process's peak above its `snapshot_high`
+    /// times this sets `peak_grown`.
+    pub snapshot_factor: Option<f64>,
+    /// A process's peak grew past its snapshot threshold since the flag
+    /// was cleared (`snapshot_taken`).
+    pub peak_grown: bool,
     /// FREE events for a block the model does not hold. BPF only sends FREE
     /// for blocks it recorded, so this stays 0 unless an ALLOC was lost.
     pub unmatched_frees: u64,
@@ -139,14 +156,22 @@ impl Heap {
         }
         if let Some(old) = self.live.entry(pid).or_default().insert(addr, block) {
             self.replaced_allocs += 1;
-            self.release(old);
+            release(&mut self.per_stack, &mut self.peaks, pid, old);
         }
         let c = self.per_stack.entry(stack).or_default();
         let bytes = size as f64 * weight;
+        let process = self.peaks.entry(pid).or_default();
+        c.peak
+            .before_change(process, c.inuse_bytes, c.inuse_objects);
         c.inuse_bytes += bytes;
         c.inuse_objects += weight;
         c.alloc_bytes += bytes;
         c.alloc_objects += weight;
+        if process.changed(bytes, weight, at_ns) {
+            if let Some(factor) = self.snapshot_factor {
+                self.peak_grown |= process.peak_bytes > process.snapshot_high * factor;
+            }
+        }
     }
 
     pub fn free(&mut self, pid: u32, addr: u64) {
@@ -155,7 +180,7 @@ impl Heap {
             .get_mut(&pid)
             .and_then(|blocks| blocks.remove(&addr))
         {
-            Some(block) => self.release(block),
+            Some(block) => release(&mut self.per_stack, &mut self.peaks, pid, block),
             None if self
                 .exec_dropped
                 .get_mut(&pid)
@@ -174,10 +199,7 @@ impl Heap {
         for (addr, block) in blocks {
             stale.insert(addr);
             self.dropped_by_exec += 1;
-            if let Some(c) = self.per_stack.get_mut(&block.stack) {
-                c.inuse_bytes -= block.size as f64 * block.weight;
-                c.inuse_objects -= block.weight;
-            }
+            release(&mut self.per_stack, &mut self.peaks, pid, block);
         }
     }
 
@@ -208,7 +230,7 @@ impl Heap {
                     self.kept_at_exit.push(block);
                     continue;
                 }
-                self.release(block);
+                release(&mut self.per_stack, &mut self.peaks, pid, block);
                 if let Some(c) = self.per_stack.get_mut(&block.stack) {
                     c.exit_bytes += block.size as f64 * block.weight;
                     c.exit_objects += block.weight;
@@ -223,11 +245,14 @@ impl Heap {
 
     /// Stack `from` is summed into stack `into` (its process exited and
     /// was folded into its program's group): nothing live refers to it.
-    pub fn merge(&mut self, from: StackHandle, into: StackHandle) {
+    /// `process`: the peak of `from`'s process (see `take_peak`).
+    pub fn merge(&mut self, from: StackHandle, into: StackHandle, process: Option<&ProcessPeak>) {
         let Some(e) = self.per_stack.remove(&from) else {
             return;
         };
         let c = self.per_stack.entry(into).or_default();
+        c.peak
+            .add_folded(e.peak.at_peak(process, e.inuse_bytes, e.inuse_objects));
         c.inuse_bytes += e.inuse_bytes;
         c.inuse_objects += e.inuse_objects;
         c.alloc_bytes += e.alloc_bytes;
@@ -237,11 +262,36 @@ impl Heap {
         c.exit_processes += e.exit_processes;
     }
 
-    fn release(&mut self, block: LiveBlock) {
-        if let Some(c) = self.per_stack.get_mut(&block.stack) {
-            c.inuse_bytes -= block.size as f64 * block.weight;
-            c.inuse_objects -= block.weight;
+    /// Process `pid` exited: its peak, which no later event changes,
+    /// leaves the model (a new process may reuse the pid).
+    pub fn take_peak(&mut self, pid: u32) -> Option<ProcessPeak> {
+        self.peaks.remove(&pid)
+    }
+
+    /// The peak of running process `pid`.
+    pub fn peak(&self, pid: u32) -> Option<&ProcessPeak> {
+        self.peaks.get(&pid)
+    }
+
+    /// What stack `h` held at the peak of its process (`process`), rounded.
+    pub fn stack_peak(&self, h: StackHandle, process: Option<&ProcessPeak>) -> InUse {
+        let Some(c) = self.per_stack.get(&h) else {
+            return InUse::default();
+        };
+        let (bytes, objects) = c.peak.at_peak(process, c.inuse_bytes, c.inuse_objects);
+        InUse {
+            bytes: peak::round(bytes),
+            objects: peak::round(objects),
         }
+    }
+
+    /// --snapshot-on-peak wrote a snapshot: every running process's
+    /// threshold is its peak now.
+    pub fn snapshot_taken(&mut self) {
+        for p in self.peaks.values_mut() {
+            p.snapshot_high = p.peak_bytes;
+        }
+        self.peak_grown = false;
     }
 
     /// Per-stack totals, rounded, in no particular order.
@@ -326,6 +376,28 @@ impl Heap {
     pub fn live_blocks(&self) -> usize {
         self.live.values().map(HashMap::len).sum()
     }
+}
+
+/// `block` of process `pid` leaves in-use: its stack saves what it held
+/// at the process's peak first (a free function: callers hold other
+/// fields of the heap).
+fn release(
+    per_stack: &mut HashMap<StackHandle, Estimate>,
+    peaks: &mut HashMap<u32, ProcessPeak>,
+    pid: u32,
+    block: LiveBlock,
+) {
+    let Some(c) = per_stack.get_mut(&block.stack) else {
+        return;
+    };
+    let (bytes, objects) = (block.size as f64 * block.weight, block.weight);
+    if let Some(process) = peaks.get_mut(&pid) {
+        c.peak
+            .before_change(process, c.inuse_bytes, c.inuse_objects);
+        process.changed(-bytes, -objects, 0);
+    }
+    c.inuse_bytes -= bytes;
+    c.inuse_objects -= objects;
 }
 
 #[cfg(test)]

@@ -218,6 +218,7 @@ mod tests {
             inuse_objects: 1,
             alloc_bytes: inuse_bytes,
             alloc_objects: 1,
+            ..Counts::default()
         }
     }
 

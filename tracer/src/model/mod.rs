@@ -2,6 +2,7 @@
 
 pub mod heap;
 pub mod history;
+pub mod peak;
 pub mod sampling;
 pub mod temporary;
 pub mod trend;

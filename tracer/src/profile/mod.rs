@@ -137,6 +137,19 @@ pub struct ProcessInfo {
     pub oom_killed: Option<OomKilled>,
     /// Its stacks' temporary allocations (exact mode; null when sampling).
     pub temporary: Option<Temporary>,
+    /// Its traced heap at its highest (null when it allocated nothing
+    /// traced); for a folded group, the sum of its processes' peaks.
+    pub peak: Option<Peak>,
+}
+
+/// A process's traced in-use at its highest moment (docs/peak.md).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Peak {
+    /// Seconds after the trace started; null for a folded group (its
+    /// processes peaked at different times).
+    pub secs: Option<f64>,
+    pub inuse_bytes: u64,
+    pub inuse_objects: u64,
 }
 
 /// One allocator object a process uses and what of it is hooked.
@@ -178,6 +191,11 @@ pub struct Counts {
     /// Bytes allocated during the trace, freed or not.
     pub alloc_bytes: u64,
     pub alloc_objects: u64,
+    /// In use at the peak of the stack's process (docs/peak.md). Summed
+    /// over processes (totals, several processes' stacks), a sum of
+    /// per-process peaks, not a heap that existed at one moment.
+    pub peak_inuse_bytes: u64,
+    pub peak_inuse_objects: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]

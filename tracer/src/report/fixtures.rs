@@ -31,6 +31,7 @@ pub(super) fn counts(
         inuse_objects,
         alloc_bytes,
         alloc_objects,
+        ..Counts::default()
     }
 }
 
@@ -85,8 +86,24 @@ pub(super) fn stack(pid: u32, counts: Counts, leaf: Vec<Frame>) -> StackReport {
 
 /// One process, exact counts: an inlined frame, an unknown frame, a frame
 /// whose name holds a ';', two stacks that differ only in an offset, and a
-/// stack whose allocations were all freed.
+/// stack whose allocations were all freed (65536 bytes of it in use at
+/// the peak, 4.25 s into the trace).
 pub(super) fn one_process() -> Profile {
+    let mut p = one_process_at_end();
+    let peaks = [(36000, 9), (8192, 2), (512, 4), (0, 0), (65536, 16)];
+    for (s, (bytes, objects)) in p.stacks.iter_mut().zip(peaks) {
+        (s.counts.peak_inuse_bytes, s.counts.peak_inuse_objects) = (bytes, objects);
+    }
+    (p.totals.peak_inuse_bytes, p.totals.peak_inuse_objects) = (110_240, 31);
+    p.processes[0].peak = Some(crate::profile::Peak {
+        secs: Some(4.25),
+        inuse_bytes: 110_240,
+        inuse_objects: 31,
+    });
+    p
+}
+
+fn one_process_at_end() -> Profile {
     let cache = frame("cache_insert", APP, 0x1420, Some(("src/cache.c", 31)));
     let stacks = vec![
         stack(
@@ -149,6 +166,7 @@ pub(super) fn one_process() -> Profile {
                 resolves_malloc: true,
                 functions: vec!["malloc".into(), "free".into()],
             }],
+            peak: None,
         }],
         hooks: libc_hooks(),
         totals: counts(44864, 17, 1_097_536, 274),
@@ -270,6 +288,7 @@ pub(super) fn empty() -> Profile {
             exited: true,
             exit_status: None,
             allocators: Vec::new(),
+            peak: None,
         }],
         ..Profile::default()
     }
@@ -331,6 +350,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
                     functions: vec!["mi_malloc".into()],
                 },
             ],
+            peak: None,
         },
         ProcessInfo {
             pid: 102,
@@ -343,6 +363,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             exited: true,
             exit_status: None,
             allocators: Vec::new(),
+            peak: None,
         },
         ProcessInfo {
             pid: 0,

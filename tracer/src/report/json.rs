@@ -283,6 +283,8 @@ impl Serialize for IndexedStack<'_> {
             inuse_objects,
             alloc_bytes,
             alloc_objects,
+            peak_inuse_bytes,
+            peak_inuse_objects,
         } = counts;
         let mut m = s.serialize_struct("StackReport", 14)?;
         m.serialize_field("pid", pid)?;
@@ -295,6 +297,8 @@ impl Serialize for IndexedStack<'_> {
         // Null when sampling (docs/oom-and-temporary.md).
         m.serialize_field("temporary_objects", &temporary.map(|t| t.objects))?;
         m.serialize_field("temporary_bytes", &temporary.map(|t| t.bytes))?;
+        m.serialize_field("peak_inuse_bytes", peak_inuse_bytes)?;
+        m.serialize_field("peak_inuse_objects", peak_inuse_objects)?;
         m.serialize_field(
             "frames",
             &Indexed {

@@ -6,8 +6,8 @@ use serde::Serialize;
 // The profile's data, defined in crate::profile, named here too for the
 // renderers and their callers.
 pub use crate::profile::{
-    Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, ProcessAllocator, ProcessInfo,
-    Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
+    Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, Peak, ProcessAllocator,
+    ProcessInfo, Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
 };
 
 mod churn_text;
@@ -26,6 +26,8 @@ mod pprof_meta;
 mod render;
 mod speedscope;
 mod text;
+mod text_parts;
+mod text_peak;
 
 pub use collapsed::write_collapsed;
 pub use flamegraph::{write_flamegraph, write_flamegraph_of};
@@ -56,6 +58,9 @@ pub enum View {
     InuseObjects,
     AllocSpace,
     AllocObjects,
+    /// In use at the peak of each stack's process (docs/peak.md).
+    PeakSpace,
+    PeakObjects,
 }
 
 impl View {
@@ -65,14 +70,16 @@ impl View {
             View::InuseObjects => c.inuse_objects,
             View::AllocSpace => c.alloc_bytes,
             View::AllocObjects => c.alloc_objects,
+            View::PeakSpace => c.peak_inuse_bytes,
+            View::PeakObjects => c.peak_inuse_objects,
         }
     }
 
     /// Unit name for flamegraph titles and counts.
     pub fn unit(self) -> &'static str {
         match self {
-            View::InuseSpace | View::AllocSpace => "bytes",
-            View::InuseObjects | View::AllocObjects => "objects",
+            View::InuseSpace | View::AllocSpace | View::PeakSpace => "bytes",
+            View::InuseObjects | View::AllocObjects | View::PeakObjects => "objects",
         }
     }
 }
@@ -85,6 +92,8 @@ impl View {
             View::InuseObjects => "in-use objects",
             View::AllocSpace => "allocated bytes",
             View::AllocObjects => "allocated objects",
+            View::PeakSpace => "bytes in use at the peak",
+            View::PeakObjects => "objects in use at the peak",
         }
     }
 }

@@ -2,7 +2,8 @@
 //! as Go's runtime writes heap profiles (src/runtime/pprof/protomem.go), the
 //! layout `go tool pprof`, Pyroscope and Parca are tested against:
 //! - sample types alloc_objects, alloc_space, inuse_objects, inuse_space (in
-//!   this order), period type space/bytes, period = the sample rate;
+//!   this order), then ours, peak_objects and peak_space (docs/peak.md),
+//!   period type space/bytes, period = the sample rate;
 //! - values are our weights, already unbiased: pprof shows the numbers of
 //!   the text report;
 //! - labels `pid`, `comm`, `command` and `bytes` (average block size) on
@@ -95,6 +96,8 @@ pub fn sample_type_name(view: View) -> &'static str {
         View::InuseObjects => "inuse_objects",
         View::AllocSpace => "alloc_space",
         View::AllocObjects => "alloc_objects",
+        View::PeakSpace => "peak_space",
+        View::PeakObjects => "peak_objects",
     }
 }
 
@@ -190,8 +193,10 @@ impl<'a> Builder<'a> {
             c.alloc_bytes,
             c.inuse_objects,
             c.inuse_bytes,
+            c.peak_inuse_objects,
+            c.peak_inuse_bytes,
         ];
-        if values == [0; 4] {
+        if values == [0; 6] {
             return false;
         }
         sample.location_id.clear();
@@ -439,6 +444,8 @@ impl<'a> Builder<'a> {
             ("alloc_space", "bytes"),
             ("inuse_objects", "count"),
             ("inuse_space", "bytes"),
+            ("peak_objects", "count"),
+            ("peak_space", "bytes"),
         ]
         .map(|(kind, unit)| self.value_type(kind, unit))
         .to_vec();

@@ -17,11 +17,13 @@ use super::{json::PtrMap, Frame, Profile, StackReport, View, NO_STACK, TRUNCATED
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
-const VIEWS: [View; 4] = [
+const VIEWS: [View; 6] = [
     View::InuseSpace,
     View::InuseObjects,
     View::AllocSpace,
     View::AllocObjects,
+    View::PeakSpace,
+    View::PeakObjects,
 ];
 
 #[derive(Serialize)]
@@ -87,7 +89,13 @@ pub fn write_speedscope(p: &Profile, view: View, w: &mut impl Write) -> anyhow::
     }
     let mut profiles = Vec::new();
     let mut active = 0;
+    // Files read back from before peaks were tracked have none: no empty
+    // peak profiles then.
+    let has_peak = p.stacks.iter().any(|s| s.counts.peak_inuse_objects > 0);
     for v in VIEWS {
+        if matches!(v, View::PeakSpace | View::PeakObjects) && !has_peak && v != view {
+            continue;
+        }
         if v == view {
             active = profiles.len();
         }
@@ -136,8 +144,8 @@ fn profile(
         kind: "sampled",
         name,
         unit: match view {
-            View::InuseSpace | View::AllocSpace => "bytes",
-            View::InuseObjects | View::AllocObjects => "none",
+            View::InuseSpace | View::AllocSpace | View::PeakSpace => "bytes",
+            View::InuseObjects | View::AllocObjects | View::PeakObjects => "none",
         },
         start_value: 0,
         end_value: weights.iter().fold(0u64, |a, &b| a.saturating_add(b)),

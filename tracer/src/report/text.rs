@@ -5,23 +5,19 @@
 //! file names, notes quoting them) goes through `escape::text`: the report
 //! is read in terminals, and one line must stay one line.
 
-use std::{
-    io::{self, Write},
-    sync::Arc,
-};
+use std::io::{self, Write};
 
 use crate::escape::text as esc;
 
 use super::{
     basename, counted,
     growth::{growth_line, history_line},
-    Frame, Hook, Note, Profile, Sort, StackReport, NO_STACK, TRUNCATED,
+    text_parts::{amount, frame_line, plural, write_frames, FRAME_INDENT},
+    Hook, Note, Profile, Sort, StackReport,
 };
 
 /// Width of the labels in the header, so values line up.
 const LABEL_WIDTH: usize = 12;
-/// Indentation of the frames under a stack's summary line.
-const FRAME_INDENT: &str = "      ";
 
 /// Writes the report, listing at most `top` stacks.
 pub fn write_text(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
@@ -36,6 +32,7 @@ pub fn write_text_by(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) ->
     write_totals(p, w)?;
     writeln!(w)?;
     write_stacks(p, top, sort, w)?;
+    super::text_peak::write_peak(p, top, w)?;
     super::churn_text::write_temporary_stacks(p, w, |stack, mut w| {
         write_frames(&stack.frames, stack.truncated, &[], &mut w)
     })?;
@@ -255,28 +252,6 @@ fn write_exit_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<
     Ok(())
 }
 
-/// `1.5 MiB (1572864 bytes) in 12 objects`.
-fn amount(bytes: u64, objects: u64) -> String {
-    let objects = plural(objects, "object");
-    match human_bytes(bytes) {
-        Some(human) => format!("{human} ({}) in {objects}", plural(bytes, "byte")),
-        None => format!("{} in {objects}", plural(bytes, "byte")),
-    }
-}
-
-/// Binary units with one decimal; None below 1 KiB, where bytes say it best.
-fn human_bytes(bytes: u64) -> Option<String> {
-    (bytes >= 1024).then(|| super::human_bytes(bytes))
-}
-
-fn plural(n: u64, noun: &str) -> String {
-    if n == 1 {
-        format!("{n} {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
 fn write_stacks(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::Result<()> {
     if p.stacks.is_empty() {
         return writeln!(w, "No allocations recorded.");
@@ -361,52 +336,6 @@ fn write_stack(
     write_frames(&stack.frames, stack.truncated, addresses, w)
 }
 
-fn write_frames(
-    frames: &[Arc<Frame>],
-    truncated: bool,
-    addresses: &[bool],
-    w: &mut impl Write,
-) -> io::Result<()> {
-    if frames.is_empty() {
-        writeln!(w, "{FRAME_INDENT}{NO_STACK}")?;
-    }
-    for (i, frame) in frames.iter().enumerate() {
-        let address = addresses.get(i).copied().unwrap_or(false);
-        writeln!(w, "{FRAME_INDENT}{}", frame_line(frame, address))?;
-    }
-    if truncated {
-        writeln!(w, "{FRAME_INDENT}{TRUNCATED} (stack ends early: see notes)")?;
-    }
-    Ok(())
-}
-
-/// `function (file:line) [module] [inlined]`; an unknown frame already
-/// names its module and offset. With `address`, the module is followed by
-/// the frame's offset in it (`[prog+0x1149]`).
-fn frame_line(f: &Frame, address: bool) -> String {
-    let mut line = esc(&f.display_name()).into_owned();
-    if !f.is_unknown() {
-        match (&f.file, f.line) {
-            (Some(file), Some(n)) => line.push_str(&format!(" ({}:{n})", esc(file))),
-            (Some(file), None) => line.push_str(&format!(" ({})", esc(file))),
-            (None, _) => {}
-        }
-        match (f.module.is_empty(), address) {
-            (false, false) => line.push_str(&format!(" [{}]", esc(basename(&f.module)))),
-            (false, true) => {
-                let module = esc(basename(&f.module));
-                line.push_str(&format!(" [{module}+{:#x}]", f.offset));
-            }
-            (true, true) => line.push_str(&format!(" [+{:#x}]", f.offset)),
-            (true, false) => {}
-        }
-    }
-    if f.inlined {
-        line.push_str(" [inlined]");
-    }
-    line
-}
-
 fn write_notes(notes: &[Note], w: &mut impl Write) -> io::Result<()> {
     if notes.is_empty() {
         return Ok(());
@@ -417,17 +346,4 @@ fn write_notes(notes: &[Note], w: &mut impl Write) -> io::Result<()> {
         writeln!(w, "  - {}", esc(&note.to_string()))?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn human_bytes_uses_binary_units() {
-        assert_eq!(human_bytes(1023), None);
-        assert_eq!(human_bytes(1536).as_deref(), Some("1.5 KiB"));
-        assert_eq!(human_bytes(3 << 20).as_deref(), Some("3.0 MiB"));
-        assert_eq!(human_bytes(u64::MAX).as_deref(), Some("16.0 EiB"));
-    }
 }

@@ -41,13 +41,16 @@ pub struct DiffEntry {
     pub new: Counts,
 }
 
-/// NEW − OLD of each of the four numbers.
+/// NEW − OLD of each of the numbers.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Change {
     pub inuse_bytes: i64,
     pub inuse_objects: i64,
     pub alloc_bytes: i64,
     pub alloc_objects: i64,
+    /// At the peaks (0 from a file saved before peaks were tracked).
+    pub peak_inuse_bytes: i64,
+    pub peak_inuse_objects: i64,
 }
 
 fn sub(new: u64, old: u64) -> i64 {
@@ -62,17 +65,22 @@ impl Change {
             inuse_objects: sub(new.inuse_objects, old.inuse_objects),
             alloc_bytes: sub(new.alloc_bytes, old.alloc_bytes),
             alloc_objects: sub(new.alloc_objects, old.alloc_objects),
+            peak_inuse_bytes: sub(new.peak_inuse_bytes, old.peak_inuse_bytes),
+            peak_inuse_objects: sub(new.peak_inuse_objects, old.peak_inuse_objects),
         }
     }
 
     /// Values in pprof's sample-type order (alloc objects, alloc space,
-    /// inuse objects, inuse space), as report/pprof.rs writes them.
+    /// inuse objects, inuse space, peak objects, peak space), as
+    /// report/pprof.rs writes them.
     fn pprof_values(self) -> Vec<i64> {
         vec![
             self.alloc_objects,
             self.alloc_bytes,
             self.inuse_objects,
             self.inuse_bytes,
+            self.peak_inuse_objects,
+            self.peak_inuse_bytes,
         ]
     }
 }
@@ -113,6 +121,10 @@ fn add(total: &mut Counts, c: &Counts) {
     total.inuse_objects = total.inuse_objects.saturating_add(c.inuse_objects);
     total.alloc_bytes = total.alloc_bytes.saturating_add(c.alloc_bytes);
     total.alloc_objects = total.alloc_objects.saturating_add(c.alloc_objects);
+    total.peak_inuse_bytes = total.peak_inuse_bytes.saturating_add(c.peak_inuse_bytes);
+    total.peak_inuse_objects = total
+        .peak_inuse_objects
+        .saturating_add(c.peak_inuse_objects);
 }
 
 impl Diff {

@@ -136,6 +136,8 @@ fn counts(c: &Counts) -> anyhow::Result<()> {
         c.inuse_objects,
         c.alloc_bytes,
         c.alloc_objects,
+        c.peak_inuse_bytes,
+        c.peak_inuse_objects,
     ] {
         count(v)?;
     }
@@ -148,6 +150,10 @@ pub fn add(total: &mut Counts, c: &Counts) {
     total.inuse_objects = total.inuse_objects.saturating_add(c.inuse_objects);
     total.alloc_bytes = total.alloc_bytes.saturating_add(c.alloc_bytes);
     total.alloc_objects = total.alloc_objects.saturating_add(c.alloc_objects);
+    total.peak_inuse_bytes = total.peak_inuse_bytes.saturating_add(c.peak_inuse_bytes);
+    total.peak_inuse_objects = total
+        .peak_inuse_objects
+        .saturating_add(c.peak_inuse_objects);
 }
 
 /// What one more reference to `f` in a stack costs: the pointer, and its

@@ -23,6 +23,8 @@ enum Slot {
     InuseObjects,
     AllocBytes,
     AllocObjects,
+    PeakBytes,
+    PeakObjects,
 }
 
 /// pprof's names for our four numbers. jemalloc's pprof exports (and the
@@ -33,6 +35,8 @@ fn slot(name: &str) -> Option<Slot> {
         "inuse_objects" | "objects" => Some(Slot::InuseObjects),
         "alloc_space" => Some(Slot::AllocBytes),
         "alloc_objects" => Some(Slot::AllocObjects),
+        "peak_space" => Some(Slot::PeakBytes),
+        "peak_objects" => Some(Slot::PeakObjects),
         _ => None,
     }
 }
@@ -266,6 +270,8 @@ fn stack(
             Some(Slot::InuseObjects) => counts.inuse_objects = v,
             Some(Slot::AllocBytes) => counts.alloc_bytes = v,
             Some(Slot::AllocObjects) => counts.alloc_objects = v,
+            Some(Slot::PeakBytes) => counts.peak_inuse_bytes = v,
+            Some(Slot::PeakObjects) => counts.peak_inuse_objects = v,
             None => {}
         }
     }

@@ -23,6 +23,7 @@ fn counts(inuse: u64, alloc: u64) -> Counts {
         inuse_objects: inuse / 100,
         alloc_bytes: alloc,
         alloc_objects: alloc / 100,
+        ..Counts::default()
     }
 }
 
@@ -365,7 +366,7 @@ fn diff_text_json_and_pprof_carry_the_changes() {
     d.write_pprof(View::InuseSpace, &mut out).expect("render");
     let pb = proto::Profile::decode(&gunzip_of(&out)[..]).expect("decode");
     assert_eq!(pb.sample.len(), 1);
-    assert_eq!(pb.sample[0].value, [-7, -700, -7, -700]);
+    assert_eq!(pb.sample[0].value, [-7, -700, -7, -700, 0, 0]);
 }
 
 #[test]

@@ -15,13 +15,23 @@ const BOTTOM: f64 = 20.0;
 const SPARK_WIDTH: f64 = 120.0;
 const SPARK_HEIGHT: f64 = 24.0;
 
-/// Total in-use bytes at each snapshot, against seconds since the start.
-/// None without history.
-pub fn total_chart(points: &[SnapshotPoint]) -> Option<String> {
+/// The heap's peak, for the chart: its bytes, and when (None when it is
+/// a sum of several processes' peaks, which have no one time).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PeakMark {
+    pub secs: Option<f64>,
+    pub bytes: u64,
+}
+
+/// Total in-use bytes at each snapshot, against seconds since the start,
+/// with the peak marked (a dashed line at its height, a dot at its time):
+/// a spike between two snapshots shows. None without history.
+pub fn total_chart(points: &[SnapshotPoint], peak: Option<PeakMark>) -> Option<String> {
     let (first, last) = (points.first()?, points.last()?);
     let max = points
         .iter()
         .map(|p| p.inuse_bytes)
+        .chain(peak.map(|p| p.bytes))
         .max()
         .unwrap_or(0)
         .max(1) as f64;
@@ -46,6 +56,25 @@ pub fn total_chart(points: &[SnapshotPoint]) -> Option<String> {
         t0 = human_secs(first.secs),
         t1 = human_secs(last.secs),
     );
+    if let Some(peak) = peak.filter(|p| p.bytes > 0) {
+        let y = 10.0 + plot_h * (1.0 - peak.bytes as f64 / max);
+        let what = match peak.secs {
+            Some(secs) => format!("peak: {} at {}", human_bytes(peak.bytes), human_secs(secs)),
+            None => format!("sum of the processes' peaks: {}", human_bytes(peak.bytes)),
+        };
+        let _ = write!(
+            svg,
+            r##"<line class="peak" x1="{LEFT}" y1="{y:.1}" x2="{right}" y2="{y:.1}" stroke="#e67e22" stroke-dasharray="4 3"><title>{what}</title></line>"##,
+            right = LEFT + plot_w,
+        );
+        if let Some(secs) = peak.secs.filter(|s| (first.secs..=last.secs).contains(s)) {
+            let x = LEFT + (secs - first.secs) / span * plot_w;
+            let _ = write!(
+                svg,
+                r##"<circle class="peak" cx="{x:.1}" cy="{y:.1}" r="4" fill="#e67e22"><title>{what}</title></circle>"##
+            );
+        }
+    }
     svg.push_str(&polyline(points.iter().map(xy), "#c0392b", 2.0));
     for p in points.iter().rev().take(1) {
         let (x, y) = xy(p);
@@ -122,17 +151,50 @@ mod tests {
 
     #[test]
     fn a_chart_needs_history_and_scales_to_its_largest_point() {
-        assert_eq!(total_chart(&[]), None);
+        assert_eq!(total_chart(&[], None), None);
         let at = |secs, inuse_bytes| SnapshotPoint {
             secs,
             inuse_bytes,
             ..SnapshotPoint::default()
         };
-        let svg = total_chart(&[at(5.0, 1024), at(10.0, 2048)]).expect("a chart");
+        let svg = total_chart(&[at(5.0, 1024), at(10.0, 2048)], None).expect("a chart");
         assert!(svg.contains(">2.0 KiB<"), "{svg}");
         assert!(svg.contains(">5 s<") && svg.contains(">10 s<"), "{svg}");
         // The first point is at the left edge, half way up.
         assert!(svg.contains("points=\"80.0,75.0 710.0,10.0 \""), "{svg}");
+        assert!(!svg.contains("peak"), "{svg}");
+    }
+
+    #[test]
+    fn the_peak_between_two_snapshots_is_marked_and_scales_the_chart() {
+        let at = |secs, inuse_bytes| SnapshotPoint {
+            secs,
+            inuse_bytes,
+            ..SnapshotPoint::default()
+        };
+        let peak = PeakMark {
+            secs: Some(7.5),
+            bytes: 4096,
+        };
+        let svg = total_chart(&[at(5.0, 1024), at(10.0, 2048)], Some(peak)).expect("a chart");
+        assert!(svg.contains(">4.0 KiB<"), "scaled to the peak: {svg}");
+        // Half way along, at the top.
+        assert!(
+            svg.contains(r#"<circle class="peak" cx="395.0" cy="10.0""#),
+            "{svg}"
+        );
+        assert!(svg.contains("<title>peak: 4.0 KiB at 8 s</title>"), "{svg}");
+        let sum = PeakMark { secs: None, ..peak };
+        let svg = total_chart(&[at(5.0, 1024), at(10.0, 2048)], Some(sum)).expect("a chart");
+        assert!(
+            svg.contains("sum of the processes&#39; peaks")
+                || svg.contains("sum of the processes' peaks"),
+            "{svg}"
+        );
+        assert!(
+            !svg.contains("<circle class=\"peak\""),
+            "no one time: {svg}"
+        );
     }
 
     #[test]

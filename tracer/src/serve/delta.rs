@@ -36,6 +36,12 @@ pub fn between(before: &Profile, after: &Profile, seconds: u64) -> Profile {
     delta.totals.alloc_objects = delta.stacks.iter().map(|s| s.counts.alloc_objects).sum();
     delta.totals.inuse_bytes = delta.stacks.iter().map(|s| s.counts.inuse_bytes).sum();
     delta.totals.inuse_objects = delta.stacks.iter().map(|s| s.counts.inuse_objects).sum();
+    delta.totals.peak_inuse_bytes = delta.stacks.iter().map(|s| s.counts.peak_inuse_bytes).sum();
+    delta.totals.peak_inuse_objects = delta
+        .stacks
+        .iter()
+        .map(|s| s.counts.peak_inuse_objects)
+        .sum();
     delta.duration_secs = seconds as f64;
     delta.notes.push(Note::Delta { seconds });
     delta
@@ -56,6 +62,7 @@ mod tests {
                 inuse_objects: inuse_bytes / 16,
                 alloc_bytes,
                 alloc_objects: alloc_bytes / 16,
+                ..Counts::default()
             },
             frames: vec![Arc::new(Frame {
                 function: function.into(),

@@ -85,7 +85,19 @@ fn summary(p: &Profile) -> String {
 
 fn write_history(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
     writeln!(w, "<h2>In-use bytes over time</h2>")?;
-    match chart::total_chart(&p.snapshots) {
+    let peaks: Vec<_> = p.processes.iter().filter_map(|proc| proc.peak).collect();
+    let peak = match peaks.as_slice() {
+        [] => None,
+        [one] => Some(chart::PeakMark {
+            secs: one.secs,
+            bytes: one.inuse_bytes,
+        }),
+        _ => Some(chart::PeakMark {
+            secs: None,
+            bytes: p.totals.peak_inuse_bytes,
+        }),
+    };
+    match chart::total_chart(&p.snapshots, peak) {
         Some(svg) if p.snapshots.len() >= 2 => writeln!(w, "{svg}"),
         _ => writeln!(w, "<p class=\"none\">{NO_HISTORY}</p>"),
     }

@@ -72,6 +72,9 @@ pub struct TraceConfig {
     pub duration: Option<f64>,
     /// `--interval`: the heap's history every so many seconds.
     pub interval: Option<Duration>,
+    /// `--snapshot-on-peak`: a numbered snapshot when a process's peak
+    /// grows by this fraction past its last snapshot's.
+    pub snapshot_on_peak: Option<f64>,
     /// `--min-age`: in use counts only blocks at least this old (None: all).
     pub min_age: Option<Duration>,
     pub serve: Option<SocketAddr>,

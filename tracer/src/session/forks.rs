@@ -173,6 +173,7 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
         folded: 0,
         oom_killed: None,
         temporary: None,
+        peak: None,
     }
 }
 

@@ -42,6 +42,9 @@ use crate::{
     stacks::{modules::Modules, symbolize::Names},
 };
 
+/// Least time between two --snapshot-on-peak snapshots.
+const PEAK_SNAPSHOT_GAP: Duration = Duration::from_secs(1);
+
 /// Runs the trace and writes the report; returns the exit code (0, or the
 /// command's own status with --exit-status).
 pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
@@ -105,9 +108,13 @@ pub struct Trace<'a> {
     /// Frames named so far: a snapshot names only the new ones.
     names: Names,
     started: Instant,
-    /// History ticks so far (--interval, --serve): with `{n}` in -o, each
-    /// wrote its numbered snapshot.
+    /// History ticks so far (--interval, --serve).
     snapshots: u32,
+    /// Numbered snapshots written so far (`{n}` in -o: history ticks and
+    /// --snapshot-on-peak).
+    numbered: u32,
+    /// When --snapshot-on-peak last wrote one.
+    last_peak_snapshot: Option<Instant>,
     /// --verbose: the periodic stats line.
     stats: stats::Stats,
     /// --serve: the server's requests for snapshots.
@@ -167,6 +174,7 @@ impl<'a> Trace<'a> {
                 trace_root: scope.root(),
                 keep_exited: config.exited_processes,
                 program_hint: scope.binary(),
+                snapshot_on_peak: config.snapshot_on_peak,
             },
         )?;
         Ok(Trace {
@@ -179,6 +187,8 @@ impl<'a> Trace<'a> {
             names: Names::default(),
             started: Instant::now(),
             snapshots: 0,
+            numbered: 0,
+            last_peak_snapshot: None,
             stats: stats::Stats::new(),
             serve: None,
         })
@@ -270,20 +280,39 @@ impl<'a> Trace<'a> {
     /// its number. A failure is said and the trace goes on.
     fn history_tick(&mut self) {
         self.snapshots += 1;
-        let n = self.snapshots;
         let elapsed = self.started.elapsed();
         self.collector.tick_history(elapsed.as_secs_f64());
-        if !self.settings.numbered() {
+        if self.settings.numbered() {
+            self.write_snapshot("the trace went on");
+        }
+    }
+
+    /// --snapshot-on-peak: a numbered snapshot when a process's heap grew
+    /// past its threshold, at most one per `PEAK_SNAPSHOT_GAP` (a growth
+    /// within it is written when it is over: the snapshot holds the peak).
+    fn peak_snapshot(&mut self) {
+        if !self.collector.peak_grown()
+            || self
+                .last_peak_snapshot
+                .is_some_and(|t| t.elapsed() < PEAK_SNAPSHOT_GAP)
+        {
             return;
         }
+        self.last_peak_snapshot = Some(Instant::now());
+        self.collector.peak_snapshot_taken();
+        self.write_snapshot("a process's heap at a new high; the trace went on");
+    }
+
+    /// Writes the next numbered snapshot, `why` in its end reason. A
+    /// failure is said and the trace goes on.
+    fn write_snapshot(&mut self, why: &str) {
+        self.numbered += 1;
+        let n = self.numbered;
+        let elapsed = self.started.elapsed();
         // Off while the snapshot is written: drawn again at the next tick.
         console::clear_progress();
         let min_age = self.settings.config.min_age;
-        let mut profile = self.snapshot_at(
-            &format!("snapshot {n} (the trace went on)"),
-            elapsed,
-            min_age,
-        );
+        let mut profile = self.snapshot_at(&format!("snapshot {n} ({why})"), elapsed, min_age);
         profile.sort_stacks(self.settings.config.render.sort);
         if let Err(e) = self.settings.write_numbered(n, &profile, false) {
             console::warn(format_args!(
@@ -299,7 +328,7 @@ impl<'a> Trace<'a> {
         let written = match self.settings.numbered() {
             true => self
                 .settings
-                .write_numbered(self.snapshots + 1, profile, true)?,
+                .write_numbered(self.numbered + 1, profile, true)?,
             false => self.settings.write(profile)?,
         };
         if profile.totals.alloc_objects == 0 && profile.not_freed_at_exit.objects == 0 {

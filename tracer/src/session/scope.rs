@@ -284,6 +284,8 @@ impl Scope {
                 folded: r.folded,
                 oom_killed: None,
                 temporary: None,
+                // Filled in by the profile (collect/profile.rs).
+                peak: None,
             })
             .collect();
         // Groups of folded exited processes last.

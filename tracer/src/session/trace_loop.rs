@@ -193,6 +193,7 @@ impl Trace<'_> {
             self.scope
                 .on_process_changes(self.collector.take_process_changes());
             self.handle_execs(EXEC_BUDGET);
+            self.peak_snapshot();
         }
     }
 

@@ -61,7 +61,7 @@ fn given_exits_folded_into_one_stack_then_it_counts_every_process_that_left_bloc
     }
     // Folded into the program's group stack 9, as --exited-processes does.
     for from in 1..=4 {
-        h.merge(from, 9);
+        h.merge(from, 9, None);
     }
     let at_exit: Vec<_> = h.unfreed_at_exit().collect();
     assert_eq!(
@@ -121,8 +121,8 @@ fn given_a_merge_then_the_numbers_move_and_the_old_stack_is_gone() {
     h.exited(1, false);
     h.alloc(2, 0x10, 10, 1.0, 9, 0);
     h.free(2, 0x10);
-    h.merge(7, 9);
-    h.merge(3, 9); // unknown: nothing
+    h.merge(7, 9, None);
+    h.merge(3, 9, None); // unknown: nothing
     assert_eq!(h.stacks().count(), 1);
     assert_eq!(counts(&h, 9), c(0, 0, 160, 3));
     let at_exit: Vec<_> = h.unfreed_at_exit().collect();
@@ -217,6 +217,7 @@ fn c(inuse_bytes: u64, inuse_objects: u64, alloc_bytes: u64, alloc_objects: u64)
         inuse_objects,
         alloc_bytes,
         alloc_objects,
+        ..Counts::default()
     }
 }
 
@@ -283,4 +284,71 @@ fn given_churn_then_inuse_is_zero_and_alloc_counts_everything() {
         h.free(1, 0x100 + (i % 3) * 16);
     }
     assert_eq!(counts(&h, 4), c(0, 0, 32_000, 1000));
+}
+
+fn at_peak(h: &Heap, pid: u32, stack: StackHandle) -> (u64, u64) {
+    let p = h.peak(pid).copied();
+    let at = h.stack_peak(stack, p.as_ref());
+    (at.bytes, at.objects)
+}
+
+#[test]
+fn given_a_burst_freed_then_the_peak_holds_every_stack_as_it_was_then() {
+    let mut h = Heap::default();
+    h.alloc(1, 0x10, 4096, 1.0, 1, 10); // held
+    h.alloc(1, 0x20, 1000, 1.0, 2, 20); // the burst
+    h.alloc(1, 0x30, 1000, 1.0, 2, 30); // the peak: 6096 bytes
+    h.alloc(2, 0x10, 99_999, 1.0, 5, 35); // another process: its own peak
+    h.free(1, 0x20);
+    h.free(1, 0x30);
+    h.alloc(1, 0x40, 500, 1.0, 3, 40); // a lower burst
+    h.alloc(1, 0x50, 100, 1.0, 1, 50); // a leak
+    h.free(1, 0x40);
+    let p = h.peak(1).copied().unwrap();
+    assert_eq!(
+        (p.peak_bytes, p.peak_objects, p.at_ns),
+        (6096.0, 3.0, Some(30))
+    );
+    assert_eq!(at_peak(&h, 1, 1), (4096, 1));
+    assert_eq!(at_peak(&h, 1, 2), (2000, 2));
+    assert_eq!(at_peak(&h, 1, 3), (0, 0));
+    assert_eq!(at_peak(&h, 2, 5), (99_999, 1));
+    // The same address again (its FREE lost) replaces the block: the
+    // stack's peak value stays.
+    h.alloc(1, 0x10, 8, 1.0, 1, 60);
+    assert_eq!(at_peak(&h, 1, 1), (4096, 1));
+    // exec: the old image's blocks go; a larger heap after it is a new peak.
+    h.drop_process(1);
+    h.alloc(1, 0x60, 10_000, 1.0, 4, 70);
+    assert_eq!(at_peak(&h, 1, 1), (0, 0));
+    assert_eq!(at_peak(&h, 1, 4), (10_000, 1));
+    // Exit and fold: the group stack keeps what the stack held at the peak.
+    h.exited(1, false);
+    let p = h.take_peak(1);
+    assert_eq!(p.map(|p| p.peak_bytes), Some(10_000.0));
+    assert!(h.peak(1).is_none(), "a new process 1 starts from nothing");
+    h.merge(4, 9, p.as_ref());
+    h.merge(1, 9, p.as_ref());
+    assert_eq!(
+        h.stack_peak(9, None),
+        InUse {
+            bytes: 10_000,
+            objects: 1
+        }
+    );
+}
+
+#[test]
+fn given_snapshot_on_peak_then_only_growth_past_the_fraction_raises_the_flag() {
+    let mut h = Heap {
+        snapshot_factor: Some(1.1),
+        ..Heap::default()
+    };
+    h.alloc(1, 0x10, 1000, 1.0, 1, 1);
+    assert!(h.peak_grown, "the first allocation is a new high");
+    h.snapshot_taken();
+    h.alloc(1, 0x20, 100, 1.0, 1, 2); // 1100: not above 1.1 × 1000
+    assert!(!h.peak_grown);
+    h.alloc(1, 0x30, 1, 1.0, 1, 3);
+    assert!(h.peak_grown);
 }

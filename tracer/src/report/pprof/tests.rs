@@ -76,6 +76,7 @@ fn profile() -> Profile {
                     inuse_objects: 3,
                     alloc_bytes: 5000,
                     alloc_objects: 5,
+                    ..Counts::default()
                 },
                 false,
             ),
@@ -87,6 +88,7 @@ fn profile() -> Profile {
                     inuse_objects: 0,
                     alloc_bytes: 640,
                     alloc_objects: 10,
+                    ..Counts::default()
                 },
                 true,
             ),
@@ -163,6 +165,8 @@ fn sample_types_come_in_go_heap_profile_order_with_our_numbers() {
             ("alloc_space", "bytes"),
             ("inuse_objects", "count"),
             ("inuse_space", "bytes"),
+            ("peak_objects", "count"),
+            ("peak_space", "bytes"),
         ]
     );
     let period = pb.period_type.as_ref().expect("period type");
@@ -175,7 +179,10 @@ fn sample_types_come_in_go_heap_profile_order_with_our_numbers() {
     assert_eq!(pb.duration_nanos, 2_500_000_000);
     assert_eq!(s(&pb, 0), "", "string 0 is empty");
     let values: Vec<&[i64]> = pb.sample.iter().map(|x| x.value.as_slice()).collect();
-    assert_eq!(values, [&[5, 5000, 3, 3000][..], &[10, 640, 0, 0][..]]);
+    assert_eq!(
+        values,
+        [&[5, 5000, 3, 3000, 0, 0][..], &[10, 640, 0, 0, 0, 0][..]]
+    );
     assert_eq!(
         s(
             &decode(&profile(), View::InuseSpace),
@@ -296,7 +303,7 @@ fn comments_say_what_was_traced_and_every_nonzero_loss() {
 fn an_empty_profile_is_still_a_valid_file() {
     let pb = decode(&Profile::default(), View::InuseSpace);
     assert!(pb.sample.is_empty());
-    assert_eq!(pb.sample_type.len(), 4);
+    assert_eq!(pb.sample_type.len(), 6);
     assert_eq!(
         pb.period, 1,
         "a 0 rate is shown as exact, as in the text report"

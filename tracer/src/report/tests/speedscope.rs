@@ -91,7 +91,9 @@ fn speedscope_of_one_process_names_profiles_by_view_only() {
             "in-use bytes",
             "in-use objects",
             "allocated bytes",
-            "allocated objects"
+            "allocated objects",
+            "bytes in use at the peak",
+            "objects in use at the peak"
         ]
     );
     assert_eq!(doc["activeProfileIndex"], 0);

@@ -171,6 +171,8 @@ impl Diff {
             "alloc_space",
             "inuse_objects",
             "inuse_space",
+            "peak_objects",
+            "peak_space",
         ]
         .iter()
         .map(|t| {

@@ -8,8 +8,8 @@ use serde::Deserialize;
 
 use crate::profile::{OomKilled, Temporary};
 use crate::report::{
-    Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, ProcessAllocator, ProcessInfo, Profile,
-    SnapshotPoint, StackReport, Trend,
+    Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Peak, ProcessAllocator, ProcessInfo,
+    Profile, SnapshotPoint, StackReport, Trend,
 };
 use crate::saved::limits::{self, Budget};
 
@@ -82,6 +82,16 @@ pub(super) struct ProcessDoc {
     folded: u64,
     oom_killed: Option<OomDoc>,
     temporary: Option<TemporaryDoc>,
+    /// Absent from files written before peaks were tracked.
+    peak: Option<PeakDoc>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct PeakDoc {
+    secs: Option<f64>,
+    inuse_bytes: u64,
+    inuse_objects: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -111,6 +121,8 @@ struct CountsDoc {
     inuse_objects: u64,
     alloc_bytes: u64,
     alloc_objects: u64,
+    peak_inuse_bytes: u64,
+    peak_inuse_objects: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -284,6 +296,12 @@ impl ProcessDoc {
                 inuse_objects: o.inuse_objects,
             }),
             temporary: self.temporary.map(TemporaryDoc::temporary),
+            peak: self.peak.map(|p| Peak {
+                // A hostile file's NaN or negative time is no time.
+                secs: p.secs.filter(|s| s.is_finite() && *s >= 0.0),
+                inuse_bytes: p.inuse_bytes,
+                inuse_objects: p.inuse_objects,
+            }),
         }
     }
 }
@@ -308,6 +326,8 @@ impl CountsDoc {
             inuse_objects: self.inuse_objects,
             alloc_bytes: self.alloc_bytes,
             alloc_objects: self.alloc_objects,
+            peak_inuse_bytes: self.peak_inuse_bytes,
+            peak_inuse_objects: self.peak_inuse_objects,
         }
     }
 }

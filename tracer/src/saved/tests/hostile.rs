@@ -173,6 +173,7 @@ fn diff_of_profiles_at_the_count_limit_does_not_overflow() {
         inuse_objects: MAX_COUNT,
         alloc_bytes: MAX_COUNT,
         alloc_objects: MAX_COUNT,
+        ..Counts::default()
     };
     big.stacks.truncate(1);
     big.totals = big.stacks[0].counts;

@@ -32,6 +32,7 @@ fn stack(leaf: &str, inuse_bytes: u64) -> StackReport {
             inuse_objects: inuse_bytes / 100,
             alloc_bytes: inuse_bytes * 2,
             alloc_objects: inuse_bytes / 50,
+            ..Counts::default()
         },
         frames: vec![frame(leaf), frame("main"), frame("_start")],
         ..StackReport::default()
@@ -57,6 +58,7 @@ fn no_history() -> Profile {
             inuse_objects: 800,
             alloc_bytes: 160_000,
             alloc_objects: 1600,
+            ..Counts::default()
         },
         stacks,
         ..Profile::default()
