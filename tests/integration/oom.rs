@@ -79,7 +79,7 @@ fn an_oom_killed_child_keeps_its_heap_at_the_kill_in_use() {
     assert_eq!(grow[0..2], grow[2..4], "nothing of it freed: {grow:?}");
 
     // Its entry names the kill, and its heap then is all it allocated.
-    let entry = process(&report, child);
+    let entry = crate::harness::process_entry(&report, child);
     let kill = &entry["oom_killed"];
     let secs = kill["secs"].as_f64().expect("oom_killed.secs");
     let duration = report["duration_secs"].as_f64().expect("duration");
@@ -114,13 +114,4 @@ fn an_oom_killed_child_keeps_its_heap_at_the_kill_in_use() {
     );
     assert!(text.contains("OOM kills:  1 process"), "{text}");
     drop(cgroup);
-}
-
-fn process(report: &Value, pid: u64) -> &Value {
-    report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("no process {pid}: {}", report["processes"]))
 }

@@ -52,15 +52,6 @@ fn at_peak(report: &Value) -> BTreeMap<String, [u64; 2]> {
     sums
 }
 
-fn process(report: &Value, pid: u32) -> &Value {
-    report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("no process {pid}: {}", report["processes"]))
-}
-
 #[test]
 fn exact_mode_gives_every_sites_bytes_at_the_peak() {
     let bin = compile_c("spike", "peak-exact", O2_FLAGS);
@@ -89,7 +80,7 @@ fn exact_mode_gives_every_sites_bytes_at_the_peak() {
     assert_eq!(end["site_burst"][..2], [0, 0]);
     // The process's peak is the sum of its stacks' then, at a time
     // within the trace.
-    let p = &process(&report, pid)["peak"];
+    let p = &crate::harness::process_entry(&report, pid)["peak"];
     let total: [u64; 2] = peak
         .values()
         .fold([0, 0], |a, v| [a[0] + v[0], a[1] + v[1]]);
@@ -208,7 +199,7 @@ fn default_sampling_gives_the_big_burst_at_the_peak_within_10_percent() {
     );
     // The lower burst came after the peak: none of it was there.
     assert_eq!(peak.get("site_low").copied().unwrap_or_default(), [0, 0]);
-    let p = &process(&report, pid)["peak"];
+    let p = &crate::harness::process_entry(&report, pid)["peak"];
     assert!(
         p["inuse_bytes"].as_u64().is_some_and(|b| b as f64 >= burst),
         "{p}"

@@ -21,7 +21,7 @@ pub mod rjem;
 pub mod sites;
 mod tracer;
 
-pub use report::{parse_report, read_json};
+pub use report::{parse_report, process_entry, read_json};
 pub use tracer::{Finished, JsonTracer, Tracer};
 
 pub const TRACER: &str = env!("CARGO_BIN_EXE_memtrace-bpf");

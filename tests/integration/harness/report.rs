@@ -52,3 +52,14 @@ fn resolve_frames(v: &mut Value, table: &[Value]) {
         _ => {}
     }
 }
+
+/// The report's `processes[]` entry of `pid` (panics, listing them, if none).
+pub fn process_entry(report: &Value, pid: impl Into<u64>) -> &Value {
+    let pid = pid.into();
+    report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("no process {pid}: {}", report["processes"]))
+}

@@ -28,7 +28,7 @@ use crate::{
 
 /// The profile of what `collector` holds now; `names` keeps the frames
 /// named for earlier snapshots.
-pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
+pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
     let state = &collector.state;
     names.add(&state.modules, state.stacks.table.all_frames());
     let names = &*names;
@@ -60,7 +60,8 @@ pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut 
     for s in &stacks {
         add(&mut totals, &s.counts);
     }
-    let temporary = super::oom_notes::fill_processes(&mut meta, state, &stacks, super::state::monotonic_ns());
+    let temporary =
+        super::oom_notes::fill_processes(&mut meta, state, &stacks, super::state::monotonic_ns());
     let not_freed_at_exit = not_freed_at_exit(collector, names);
     let notes = super::profile_notes::notes(
         &meta,
