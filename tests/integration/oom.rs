@@ -5,7 +5,6 @@
 
 use std::process::Command;
 
-use serde_json::Value;
 
 use crate::forks::only_pid;
 use crate::harness::{
