@@ -5,7 +5,6 @@
 
 use std::process::Command;
 
-
 use crate::forks::only_pid;
 use crate::harness::{
     cgroup::MemoryCgroup,
