@@ -43,5 +43,6 @@ mod snapshots;
 mod soak;
 mod speedscope;
 mod tables;
+mod tables_tokio;
 mod temporary;
 mod unwind;

@@ -5,8 +5,9 @@
 //! runtime's worker threads.
 //!
 //! Protocol (as tests/targets/sites.c): prints "ready", waits for a line on
-//! stdin, runs, prints "done", then waits for stdin to close (argument
-//! "exit": exits at once).
+//! stdin, runs, prints "done", then waits for stdin to close. With the
+//! argument "now": runs at once (no handshake) and exits, so that a tracer
+//! that started it sees it allocate in its first milliseconds.
 //!
 //! Per run, TASKS tasks, each (in `big_task`):
 //!   - site_task_keep: KEPT x malloc(3000 + task), kept until exit;
@@ -115,16 +116,18 @@ fn run() -> usize {
 }
 
 fn main() {
-    let exit_at_once = std::env::args().nth(1).as_deref() == Some("exit");
+    let now = std::env::args().nth(1).as_deref() == Some("now");
     let stdin = std::io::stdin();
     let mut line = String::new();
-    println!("ready");
-    std::io::stdout().flush().expect("flush");
-    stdin.lock().read_line(&mut line).expect("read go");
+    if !now {
+        println!("ready");
+        std::io::stdout().flush().expect("flush");
+        stdin.lock().read_line(&mut line).expect("read go");
+    }
     let sum = black_box(run()) + kept_sum();
     println!("done {}", sum % 10);
     std::io::stdout().flush().expect("flush");
-    if exit_at_once {
+    if now {
         return;
     }
     while stdin.lock().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
