@@ -187,6 +187,6 @@ mod tests {
     #[test]
     fn int3_replaces_the_first_byte_only() {
         assert_eq!(with_int3(0x1122_3344_5566_7788), 0x1122_3344_5566_77cc);
-        assert_eq!(with_int3(-1), -1 & !0xff | 0xcc);
+        assert_eq!(with_int3(-1), -0x34);
     }
 }
