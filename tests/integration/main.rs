@@ -45,5 +45,6 @@ mod snapshots;
 mod soak;
 mod speedscope;
 mod tables;
+mod tables_tokio;
 mod temporary;
 mod unwind;

@@ -7,8 +7,9 @@
  *  - site_asm: malloc(2222) in a C function called through hand-written
  *    assembly without CFI that keeps a frame pointer (asm_trampoline);
  *  - threads: 32 threads, each making ROUNDS malloc/free pairs through a
- *    function with a 20 KiB frame and keeping the last KEPT blocks
- *    (100 + thread bytes each).
+ *    function with a 20 KiB frame DEPTH (64) calls below the thread's
+ *    start (descend), keeping the last KEPT blocks (100 + thread bytes
+ *    each).
  *
  * Usage: big_frames [ROUNDS]. Protocol as in sites.c: prints "ready\n",
  * waits for a line on stdin, runs every site (the threads last, joined),
@@ -22,6 +23,7 @@
 #define SITE __attribute__((noipa))
 #define THREADS 32
 #define KEPT 10
+#define DEPTH 64
 
 static void *volatile kept[4];
 static void *volatile thread_kept[THREADS][KEPT];
@@ -65,10 +67,18 @@ SITE void *site_thread_frame(int t, int i) {
     return frame[i % 5 * 4096] == (char)(t + i) ? p : p;
 }
 
+/* DEPTH frames of descend above site_thread_frame (not a tail call: the
+ * result is used after the call). */
+SITE void *descend(int depth, int t, int i) {
+    void *p = depth > 1 ? descend(depth - 1, t, i) : site_thread_frame(t, i);
+    sink += (size_t)depth;
+    return p;
+}
+
 static void *worker(void *arg) {
     int t = (int)(long)arg;
     for (int i = 0; i < rounds; i++) {
-        void *p = site_thread_frame(t, i);
+        void *p = descend(DEPTH, t, i);
         int slot = i % KEPT;
         if (i >= rounds - KEPT) {
             thread_kept[t][slot] = p;

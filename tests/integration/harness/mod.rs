@@ -19,6 +19,7 @@ pub mod process;
 mod report;
 pub mod rjem;
 pub mod sites;
+pub mod tokio_big;
 mod tracer;
 
 pub use report::{parse_report, process_entry, read_json};

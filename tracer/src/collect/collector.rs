@@ -107,15 +107,15 @@ impl Collector {
     /// mappings and reads the new ones: program and loader), the maps are
     /// read again in case that event was not there, and the tables of the
     /// libraries it will map (`libraries`) are built now, so that its first
-    /// allocations are walked in the kernel. Libraries are described when
-    /// their addresses first come back unknown (the maps are read again).
+    /// allocations are walked in the kernel. Returns whether the command
+    /// should stop again at its entry point (`describe_at_entry`).
     pub fn describe_at_exec<'p>(
         &mut self,
         pid: u32,
         libraries: impl Iterator<Item = &'p std::path::Path>,
-    ) {
+    ) -> bool {
         if self.state.modules.kernel.is_none() {
-            return;
+            return false;
         }
         self.drain_all();
         self.state.modules.refresh_now(pid);
@@ -124,6 +124,16 @@ impl Collector {
                 kernel.prepare(path);
             }
         }
+        true
+    }
+
+    /// `--unwind tables`, a started command held at its entry point: the
+    /// loader has mapped its libraries (their tables were built at the
+    /// exec stop); they are described before `main` runs. Libraries opened
+    /// later are described when their addresses first come back unknown
+    /// (the maps are read again).
+    pub fn describe_at_entry(&mut self, pid: u32) {
+        self.state.modules.refresh_now(pid);
     }
 
     /// Reads `pid`'s memory maps now (a process the scope just found).

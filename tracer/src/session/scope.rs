@@ -219,11 +219,18 @@ impl Scope {
 
     /// On SIGCHLD: a started command's ptrace stops (see `Launched`);
     /// `at_exit(pid)` runs at its exit stop, while its maps can be read,
-    /// `at_exec(pid)` at an exec, before the new image runs.
-    pub fn service_child(&mut self, mut at_exit: impl FnMut(u32), mut at_exec: impl FnMut(u32)) {
+    /// `at_exec(pid)` at an exec, before the new image runs; if it returns
+    /// true, `at_entry(pid)` at the new image's entry point, its libraries
+    /// mapped.
+    pub fn service_child(
+        &mut self,
+        mut at_exit: impl FnMut(u32),
+        mut at_exec: impl FnMut(u32) -> bool,
+        mut at_entry: impl FnMut(u32),
+    ) {
         if let Some(launched) = self.launched() {
             let pid = launched.pid;
-            launched.service(|| at_exit(pid), || at_exec(pid));
+            launched.service(|| at_exit(pid), || at_exec(pid), || at_entry(pid));
         }
     }
 

@@ -257,7 +257,9 @@ impl Trace<'_> {
     /// it runs (in a chroot or another mount namespace these are other
     /// files than the host's).
     /// With `--unwind tables` it stays held until its new maps (and the
-    /// tables of the allocator libraries it will map) are in the kernel.
+    /// tables of the allocator libraries it will map) are in the kernel,
+    /// and stops again at its entry point, where the libraries the loader
+    /// mapped are described before `main` runs.
     pub fn service_child(&mut self) {
         let attach_only = !self.scope.follows_forks();
         let collector = std::cell::RefCell::new(&mut self.collector);
@@ -268,8 +270,9 @@ impl Trace<'_> {
                 let program = crate::tracee::search::Program::just_executed(pid);
                 hooks.hook_running(loaded, pid, program, attach_only.then_some(pid));
                 let libraries = hooks.hooked_objects().map(|h| h.host_path.as_path());
-                collector.borrow_mut().describe_at_exec(pid, libraries);
+                collector.borrow_mut().describe_at_exec(pid, libraries)
             },
+            |pid| collector.borrow_mut().describe_at_entry(pid),
         );
     }
 

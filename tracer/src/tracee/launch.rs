@@ -32,6 +32,7 @@ use std::{
 use anyhow::{bail, Context as _};
 use object::Object as _;
 
+use super::entry_stop::EntryBreak;
 use crate::error::TraceError;
 
 /// A started, still held command.
@@ -46,6 +47,9 @@ pub struct Launched {
     held_at_exit: bool,
     /// The wait status, once reaped.
     status: Option<i32>,
+    /// A breakpoint at the current image's entry point, not hit yet
+    /// (`entry_stop.rs`).
+    entry: Option<EntryBreak>,
 }
 
 impl Launched {
@@ -111,15 +115,23 @@ impl Launched {
             go: Some(go_end),
             held_at_exit,
             status: None,
+            entry: None,
         })
     }
 
     /// Handles the command's ptrace stops (call on SIGCHLD): at its exit
     /// stop, `at_exit` runs while its memory map can still be read, then it
-    /// is let go; at an exec stop, `at_exec` runs before the new image does;
+    /// is let go; at an exec stop, `at_exec` runs before the new image does,
+    /// and if it returns true the command stops again at its entry point
+    /// (its libraries mapped, `main` not yet run), where `at_entry` runs;
     /// a signal is passed on; a group stop is left to take effect. Also
     /// reaps it once it ended.
-    pub fn service(&mut self, mut at_exit: impl FnMut(), mut at_exec: impl FnMut()) {
+    pub fn service(
+        &mut self,
+        mut at_exit: impl FnMut(),
+        mut at_exec: impl FnMut() -> bool,
+        mut at_entry: impl FnMut(),
+    ) {
         loop {
             let Some(status) = self.try_wait() else {
                 return;
@@ -137,7 +149,11 @@ impl Launched {
                     at_exit();
                     libc::ptrace(libc::PTRACE_DETACH, pid, null, null);
                 } else if event == libc::PTRACE_EVENT_EXEC {
-                    at_exec();
+                    // The old image, and any breakpoint in it, is gone.
+                    self.entry = None;
+                    if at_exec() {
+                        self.entry = EntryBreak::set(pid);
+                    }
                     libc::ptrace(libc::PTRACE_CONT, pid, null, null);
                 } else if event == libc::PTRACE_EVENT_STOP {
                     if is_group_stop(libc::WSTOPSIG(status)) {
@@ -148,6 +164,12 @@ impl Launched {
                         // interrupt): the stop is over, it must run.
                         libc::ptrace(libc::PTRACE_CONT, pid, null, null);
                     }
+                } else if libc::WSTOPSIG(status) == libc::SIGTRAP
+                    && self.entry.is_some_and(|b| b.hit(pid))
+                {
+                    self.entry = None;
+                    at_entry();
+                    libc::ptrace(libc::PTRACE_CONT, pid, null, null);
                 } else {
                     let sig = libc::WSTOPSIG(status) as usize as *mut libc::c_void;
                     libc::ptrace(libc::PTRACE_CONT, pid, null, sig);
@@ -177,7 +199,7 @@ impl Launched {
             return;
         }
         self.held_at_exit = false;
-        self.service(|| {}, || {});
+        self.service(|| {}, || false, || {});
         let pid = self.pid as libc::pid_t;
         let null = std::ptr::null_mut::<libc::c_void>();
         // SAFETY: ptrace requests on our own tracee; they fail harmlessly
@@ -193,6 +215,11 @@ impl Launched {
             if !libc::WIFSTOPPED(status) {
                 self.status = Some(status);
                 return;
+            }
+            // Not at its entry point yet: the program's first instruction
+            // goes back in place before it runs untraced.
+            if let Some(entry) = self.entry.take() {
+                entry.remove(pid);
             }
             let event = (status >> 16) & 0xff;
             // A signal it was stopped for is delivered on the way out.

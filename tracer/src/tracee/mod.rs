@@ -5,6 +5,7 @@
 pub mod allocators;
 pub mod elf;
 pub mod entry_points;
+pub mod entry_stop;
 pub mod launch;
 pub mod ld_so_conf;
 pub mod liveness;
