@@ -100,10 +100,6 @@ pub struct State {
 }
 
 impl State {
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one caller (Collector::new) passes each part once; a struct of them would only rename the list"
-    )]
     pub(super) fn new(
         stacks: StackInterner,
         live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
