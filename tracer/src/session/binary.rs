@@ -212,6 +212,7 @@ impl Binary {
                     folded: 0,
                     oom_killed: None,
                     temporary: None,
+                    identity: crate::tracee::identity::read(pid),
                 });
             }
         }

@@ -173,6 +173,10 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
         folded: 0,
         oom_killed: None,
         temporary: None,
+        identity: match exited {
+            true => crate::report::Identity::default(),
+            false => crate::tracee::identity::read(pid),
+        },
     }
 }
 
