@@ -10,7 +10,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     counter, Event, InFlightStack, LiveKey, LiveValue, Role, StackSample, CONTROL_SESSION,
-    CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS, FORKS_COUNT, UNWIND_FP,
+    CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS,
+    FORKS_COUNT, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with

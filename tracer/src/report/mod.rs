@@ -6,8 +6,8 @@ use serde::Serialize;
 // The profile's data, defined in crate::profile, named here too for the
 // renderers and their callers.
 pub use crate::profile::{
-    Counts, ExitStack, Frame, GroupBy, Hook, Identity, Losses, NotFreedAtExit, Note, ProcessAllocator, ProcessInfo,
-    Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
+    Counts, ExitStack, Frame, GroupBy, Hook, Identity, Losses, NotFreedAtExit, Note,
+    ProcessAllocator, ProcessInfo, Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
 };
 
 mod churn_text;

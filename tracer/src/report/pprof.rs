@@ -294,7 +294,11 @@ impl<'a> Builder<'a> {
     }
 
     /// The string ids of a process's cgroup and container id, when known.
-    fn identity_strings(&mut self, pid: u32, start_time: Option<u64>) -> (Option<i64>, Option<i64>) {
+    fn identity_strings(
+        &mut self,
+        pid: u32,
+        start_time: Option<u64>,
+    ) -> (Option<i64>, Option<i64>) {
         if let Some(&ids) = self.identity_labels.get(&(pid, start_time)) {
             return ids;
         }

@@ -29,7 +29,8 @@ pub fn announce(config: &TraceConfig, scope: &Scope, hooks: &Hooks) {
     }
     if matches!(scope, Scope::Cgroup(_)) {
         console::say(format_args!(
-            "processes outside the cgroup that use {hooked} hit the probes too, and are turned              away in the kernel by their cgroup"
+            "processes outside the cgroup that use {hooked} hit the probes too, and are turned \
+             away in the kernel by their cgroup"
         ));
     }
     let functions = hooks

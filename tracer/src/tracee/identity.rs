@@ -241,7 +241,10 @@ mod tests {
         // Not under kubepods, or not a UUID: no pod.
         assert_eq!(names(&format!("/x/pod{uid}")).1, None);
         assert_eq!(names("/kubepods/pod1234").1, None);
-        assert_eq!(names("/kubepods/mypod1b4e28ba_2fa1_11d2_883f_0016d3cca427").1, None);
+        assert_eq!(
+            names("/kubepods/mypod1b4e28ba_2fa1_11d2_883f_0016d3cca427").1,
+            None
+        );
     }
 
     #[test]
@@ -251,7 +254,9 @@ mod tests {
             Some("redis.service")
         );
         assert_eq!(
-            names("/user.slice/user-0.slice/session-3.scope/x.service").2.as_deref(),
+            names("/user.slice/user-0.slice/session-3.scope/x.service")
+                .2
+                .as_deref(),
             Some("x.service")
         );
         assert_eq!(names("/user.slice").2, None);
