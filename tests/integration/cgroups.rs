@@ -235,12 +235,14 @@ fn a_process_in_its_own_namespaces_shows_its_namespace_pid_and_its_own_program()
     let root_arg = root.to_str().expect("utf-8 path");
     let program = format!("/{name}");
     // unshare forks the namespace's first process (pid 1 there), which
-    // chroots and runs the program; "ready" comes from it.
+    // chroots and runs the program; "ready" comes from it. It is killed
+    // with unshare (the target's drop).
     let mut outer = Target::start(
         std::path::Path::new("/usr/bin/unshare"),
         &[
             "--pid",
             "--fork",
+            "--kill-child",
             "--mount-proc",
             "/usr/sbin/chroot",
             root_arg,

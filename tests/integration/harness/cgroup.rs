@@ -164,6 +164,16 @@ fn remove_tree(mount: &Path, dir: &Path) {
     for pid in procs.lines() {
         let _ = std::fs::write(mount.join("cgroup.procs"), pid);
     }
+    // A process killed just before (a target dropped) is still exiting in
+    // it: the kernel says when the cgroup is empty (`populated 0`). Bounded:
+    // a teardown must not hang a failing test.
+    for _ in 0..500 {
+        let events = std::fs::read_to_string(dir.join("cgroup.events")).unwrap_or_default();
+        if !events.lines().any(|l| l == "populated 1") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     if let Err(e) = std::fs::remove_dir(dir) {
         eprintln!("could not remove {}: {e}", dir.display());
     }

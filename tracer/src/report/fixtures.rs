@@ -139,6 +139,7 @@ pub(super) fn one_process() -> Profile {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            identity: Default::default(),
             command: "/opt/demo/bin/server --port 8080".to_string(),
             program: String::new(),
             exited: false,
@@ -164,6 +165,7 @@ pub(super) fn one_process() -> Profile {
         min_age_secs: None,
         oom_kills: 0,
         temporary: None,
+        group_by: Default::default(),
     }
 }
 
@@ -248,6 +250,7 @@ pub(super) fn two_processes() -> Profile {
         min_age_secs: None,
         oom_kills: 0,
         temporary: None,
+        group_by: Default::default(),
     }
 }
 
@@ -270,6 +273,7 @@ pub(super) fn empty() -> Profile {
             exited: true,
             exit_status: None,
             allocators: Vec::new(),
+            identity: Default::default(),
         }],
         ..Profile::default()
     }
@@ -313,6 +317,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            identity: Default::default(),
             command: "/opt/demo/bin/server --worker".to_string(),
             program: String::new(),
             exited: false,
@@ -338,6 +343,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            identity: Default::default(),
             command: "/opt/demo/bin/server --worker".to_string(),
             program: String::new(),
             exited: true,

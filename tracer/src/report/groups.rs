@@ -198,4 +198,32 @@ mod tests {
         p.group_by = GroupBy::Process;
         assert!(p.groups().is_empty());
     }
+
+    #[test]
+    fn the_group_is_the_root_frame_and_the_text_report_lists_groups_escaped() {
+        // A container runtime picks its cgroup names: control bytes, `;`
+        // and a trailing number must neither forge lines nor frames.
+        let evil = "/evil;x\n\x1b[2J 7";
+        let p = Profile {
+            processes: vec![process(1, "/a", None), process(2, evil, None)],
+            stacks: vec![stack(1, 10), stack(2, 20)],
+            group_by: GroupBy::Cgroup,
+            ..Profile::default()
+        };
+        let mut out = Vec::new();
+        crate::report::write_collapsed(&p, crate::report::View::InuseSpace, &mut out)
+            .expect("render");
+        let out = String::from_utf8(out).expect("utf-8");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(lines[0].starts_with("/a;pid (pid 1);"), "{out}");
+        assert!(lines[1].starts_with("/evil:x\\n\\x1b[2J\\x207;"), "{out}");
+        let mut text = Vec::new();
+        crate::report::write_text(&p, 10, &mut text).expect("render");
+        let text = String::from_utf8(text).expect("utf-8");
+        assert!(!text.contains('\x1b'), "{text}");
+        assert!(text.contains("By cgroup:"), "{text}");
+        assert!(text.contains("#1  20 bytes in 1 object"), "{text}");
+        assert!(text.contains("pid 1 in /a"), "{text}");
+    }
 }

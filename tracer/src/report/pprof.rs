@@ -163,8 +163,11 @@ struct Builder<'a> {
     /// (`comm`, `command`) label strings of each process.
     process_labels: HashMap<(u32, Option<u64>), (i64, i64)>,
     /// (`cgroup`, `container_id`) label strings of each process, when known.
-    identity_labels: HashMap<(u32, Option<u64>), (Option<i64>, Option<i64>)>,
+    identity_labels: HashMap<(u32, Option<u64>), IdentityIds>,
 }
+
+/// The string ids of a process's `cgroup` and `container_id` labels.
+type IdentityIds = (Option<i64>, Option<i64>);
 
 impl<'a> Builder<'a> {
     fn new(p: &'a Profile) -> Builder<'a> {
@@ -294,11 +297,7 @@ impl<'a> Builder<'a> {
     }
 
     /// The string ids of a process's cgroup and container id, when known.
-    fn identity_strings(
-        &mut self,
-        pid: u32,
-        start_time: Option<u64>,
-    ) -> (Option<i64>, Option<i64>) {
+    fn identity_strings(&mut self, pid: u32, start_time: Option<u64>) -> IdentityIds {
         if let Some(&ids) = self.identity_labels.get(&(pid, start_time)) {
             return ids;
         }

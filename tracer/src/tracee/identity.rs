@@ -86,7 +86,8 @@ pub fn names_in(path: &str) -> Names {
         if let Some(uid) = kubepods.then(|| pod_uid(part)).flatten() {
             names.pod_uid = Some(uid);
         }
-        if part.len() <= MAX_UNIT && (part.ends_with(".service") || part.ends_with(".scope")) {
+        let kind = part.rsplit_once('.').map(|(_, kind)| kind);
+        if part.len() <= MAX_UNIT && matches!(kind, Some("service" | "scope")) {
             names.unit = Some(part.to_string());
         }
         parent = part;
