@@ -6,6 +6,7 @@
 
 mod allocators;
 mod buildup;
+mod cgroups;
 mod debug_files;
 mod errors;
 mod exec;

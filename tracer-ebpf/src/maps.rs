@@ -4,13 +4,14 @@
 
 use aya_ebpf::{
     bindings::BPF_F_NO_PREALLOC,
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns},
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
 };
 use tracer_common::{
     counter, Event, InFlightStack, LiveKey, LiveValue, Role, StackSample, CONTROL_SESSION,
-    CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_NONE, FILTER_PIDS, FORKS_COUNT, UNWIND_FP,
+    CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS,
+    FORKS_COUNT, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -68,7 +69,17 @@ pub(crate) static FILTER: u32 = FILTER_NONE;
 /// FILTER_ALL: only threads with this name (NUL-padded), if not empty.
 #[unsafe(no_mangle)]
 pub(crate) static COMM: [u8; 16] = [0; 16];
-/// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL), kept by user space.
+/// FILTER_CGROUP: the cgroup v2 id (its directory's inode) of the traced
+/// subtree's root, and its depth below the hierarchy's root (0 = the root).
+/// A task is traced when its own cgroup's ancestor at that depth is this
+/// one: cgroups made under it during the trace, and processes moved into
+/// it, are traced with no help from user space.
+#[unsafe(no_mangle)]
+pub(crate) static CGROUP_ID: u64 = 0;
+#[unsafe(no_mangle)]
+pub(crate) static CGROUP_LEVEL: u32 = 0;
+/// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL, FILTER_CGROUP), kept
+/// by user space.
 #[map]
 pub(crate) static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
 
@@ -101,8 +112,25 @@ pub(crate) fn traced(pid: u32) -> bool {
             let want = tunable(&COMM);
             want[0] == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == want)
         }
+        FILTER_CGROUP => {
+            // SAFETY: as above.
+            if unsafe { TRACED.get(pid) }.is_some() {
+                return false;
+            }
+            in_traced_cgroup()
+        }
         _ => true,
     }
+}
+
+/// Whether the current task's cgroup v2 is CGROUP_ID or below it. The
+/// helper returns 0 for a level deeper than the task's own cgroup, which
+/// no cgroup id equals.
+#[inline(always)]
+pub(crate) fn in_traced_cgroup() -> bool {
+    // SAFETY: helper without preconditions (any level is accepted).
+    let id = unsafe { bpf_get_current_ancestor_cgroup_id(tunable(&CGROUP_LEVEL) as i32) };
+    id == tunable(&CGROUP_ID)
 }
 
 /// Mean bytes between recorded allocations (`--sample-rate`); 1 records

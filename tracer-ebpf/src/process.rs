@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     counter, Event, Role, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_OOM_KILL, FILTER_ALL,
-    FILTER_NONE, FILTER_PIDS, FORKS_FOLLOW,
+    FILTER_CGROUP, FILTER_NONE, FILTER_PIDS, FORKS_FOLLOW,
 };
 
 use crate::inflight;
@@ -149,8 +149,9 @@ pub fn process_exit(ctx: RawTracePointContext) -> i32 {
             FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
             // --binary: a process that exec'ed away keeps its old image's
             // LIVE entries until it exits, so every exit is reported; user
-            // space ignores the pids it knows nothing of.
-            FILTER_PIDS => true,
+            // space ignores the pids it knows nothing of. --cgroup: the
+            // same for a process moved out of the cgroup before it exits.
+            FILTER_PIDS | FILTER_CGROUP => true,
             _ => traced(pid),
         }
     };
@@ -184,13 +185,13 @@ fn on_oom_victim(task: u64) {
         return;
     };
     // Under FILTER_NONE user space keeps the one traced process in
-    // TRACED; under FILTER_ALL TRACED holds the excluded tgids, and the
-    // thread-name filter cannot be checked here (the current task is not
+    // TRACED; under FILTER_ALL and FILTER_CGROUP TRACED holds the excluded
+    // tgids, and the thread-name and cgroup filters cannot be checked here (the current task is not
     // the victim): user space ignores victims it has no allocation from.
     // SAFETY: the value is not read.
     let in_map = unsafe { TRACED.get(tgid) }.is_some();
     let wanted = match tunable(&FILTER) {
-        FILTER_ALL => !in_map,
+        FILTER_ALL | FILTER_CGROUP => !in_map,
         _ => in_map,
     };
     if wanted {

@@ -92,3 +92,112 @@ fn memory_root() -> (PathBuf, bool) {
     let root = v1.expect("no cgroup hierarchy with the memory controller in /proc/self/mountinfo");
     (root, false)
 }
+
+/// A cgroup v2 made for one test under the cgroup2 mount, removed when
+/// dropped, even when the test failed: processes still in it (or in
+/// cgroups made below it) are moved to the hierarchy's root first.
+pub struct V2Cgroup {
+    dir: PathBuf,
+    mount: PathBuf,
+}
+
+impl V2Cgroup {
+    /// `memtrace-test-TAG-PID` at the top of the hierarchy.
+    pub fn new(tag: &str) -> V2Cgroup {
+        let mount = v2_mount();
+        let dir = mount.join(format!("memtrace-test-{tag}-{}", std::process::id()));
+        // Left over by an earlier run killed before its Drop.
+        remove_tree(&mount, &dir);
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("create the cgroup {}: {e}", dir.display()));
+        V2Cgroup { dir, mount }
+    }
+
+    /// A cgroup below this one, removed on its own drop (or this one's).
+    pub fn child(&self, name: &str) -> V2Cgroup {
+        let dir = self.dir.join(name);
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("create the cgroup {}: {e}", dir.display()));
+        V2Cgroup {
+            dir,
+            mount: self.mount.clone(),
+        }
+    }
+
+    /// Its directory under the mount.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Its path in the hierarchy, as /proc/PID/cgroup shows it.
+    pub fn path(&self) -> String {
+        let below = self.dir.strip_prefix(&self.mount).expect("under the mount");
+        format!("/{}", below.display())
+    }
+
+    /// Moves process `pid` into it; done when this returns.
+    pub fn add(&self, pid: u32) {
+        let procs = self.dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string())
+            .unwrap_or_else(|e| panic!("move pid {pid} into {}: {e}", procs.display()));
+    }
+}
+
+impl Drop for V2Cgroup {
+    fn drop(&mut self) {
+        remove_tree(&self.mount, &self.dir);
+    }
+}
+
+/// Removes cgroup `dir` and those below it, moving any process left in
+/// them to the root cgroup (`mount`).
+fn remove_tree(mount: &Path, dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(mount, &entry.path());
+        }
+    }
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.lines() {
+        let _ = std::fs::write(mount.join("cgroup.procs"), pid);
+    }
+    // A process killed just before (a target dropped) is still exiting in
+    // it: the kernel says when the cgroup is empty (`populated 0`). Bounded:
+    // a teardown must not hang a failing test.
+    for _ in 0..500 {
+        let events = std::fs::read_to_string(dir.join("cgroup.events")).unwrap_or_default();
+        if !events.lines().any(|l| l == "populated 1") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if let Err(e) = std::fs::remove_dir(dir) {
+        eprintln!("could not remove {}: {e}", dir.display());
+    }
+}
+
+/// The cgroup2 mount point, from /proc/self/mountinfo.
+pub fn v2_mount() -> PathBuf {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    mountinfo
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let dash = fields.iter().position(|&f| f == "-")?;
+            (fields.get(dash + 1) == Some(&"cgroup2")).then(|| PathBuf::from(fields[4]))
+        })
+        .expect("no cgroup2 mount in /proc/self/mountinfo")
+}
+
+/// A cgroup v1 hierarchy's mount point, if the host has one.
+pub fn v1_mount() -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    mountinfo.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let dash = fields.iter().position(|&f| f == "-")?;
+        (fields.get(dash + 1) == Some(&"cgroup")).then(|| PathBuf::from(fields[4]))
+    })
+}

@@ -18,6 +18,8 @@ impl Cli {
             Target::Command(self.command.clone())
         } else if let Some(binary) = &self.binary {
             Target::Binary(binary.clone())
+        } else if let Some(cgroup) = &self.cgroup {
+            Target::Cgroup(cgroup.clone())
         } else {
             Target::SystemWide {
                 comm: self.comm.clone(),
@@ -41,6 +43,7 @@ impl Cli {
                 view: self.view,
                 top: self.top,
                 sort: self.sort(),
+                group_by: self.group_by,
             },
             probes: ProbeChoice {
                 sample_rate: self.sample_rate,

@@ -6,7 +6,7 @@ use clap::Parser;
 
 use crate::{
     probes::{ProbePlacement, Sessions, UnwindMode},
-    report::{Format, Sort, View},
+    report::{Format, GroupBy, Sort, View},
 };
 
 mod addr;
@@ -37,6 +37,22 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", conflicts_with = "pid")]
     pub binary: Option<std::path::PathBuf>,
 
+    /// Trace every process of this cgroup v2 subtree (a container, a
+    /// systemd service or slice, a Kubernetes pod), those in it now and
+    /// those that join it or cgroups made below it during the trace: a
+    /// directory under the cgroup2 mount, or a path relative to it (as on
+    /// the `0::` line of /proc/PID/cgroup).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "binary"])]
+    pub cgroup: Option<std::path::PathBuf>,
+
+    /// The top level of the report: `process` (each process its own),
+    /// `cgroup` or `container` (each cgroup, or each container, pod or
+    /// unit, with the processes in it summed): the text report's first
+    /// table, the root frame of collapsed stacks and flamegraphs, JSON's
+    /// `groups`.
+    #[arg(long, value_enum, default_value_t = GroupBy::Process)]
+    pub group_by: GroupBy,
+
     /// System-wide: only threads with this name (as in /proc/PID/comm).
     #[arg(long, value_name = "NAME")]
     pub comm: Option<String>,
@@ -48,7 +64,7 @@ pub struct Cli {
     /// Command to start and trace from its first instruction, after `--`.
     /// When the trace ends first (--duration, SIGINT, SIGTERM), the command
     /// gets SIGTERM (SIGINT for SIGINT), a few seconds to exit, then SIGKILL.
-    #[arg(last = true, value_name = "CMD", conflicts_with_all = ["pid", "binary"])]
+    #[arg(last = true, value_name = "CMD", conflicts_with_all = ["pid", "binary", "cgroup"])]
     pub command: Vec<std::ffi::OsString>,
 
     /// With a command: when the trace ends before it, leave it running
@@ -223,9 +239,19 @@ impl Cli {
     }
 
     fn validate_target(&self) -> Result<(), String> {
-        let system_wide = self.pid.is_none() && self.binary.is_none() && self.command.is_empty();
+        let system_wide = self.pid.is_none()
+            && self.binary.is_none()
+            && self.cgroup.is_none()
+            && self.command.is_empty();
         if !system_wide && (self.comm.is_some() || !self.exclude_pid.is_empty()) {
-            return Err("--comm and --exclude-pid filter system-wide tracing: drop --pid, --binary and the command".into());
+            return Err("--comm and --exclude-pid filter system-wide tracing: drop --pid, --binary, --cgroup and the command".into());
+        }
+        if self
+            .cgroup
+            .as_ref()
+            .is_some_and(|c| c.as_os_str().is_empty())
+        {
+            return Err("--cgroup takes a cgroup v2 directory, or a path relative to the cgroup2 mount, not an empty string".into());
         }
         // clap's `requires` does not see the trailing command as absent.
         if self.command.is_empty() {
@@ -243,7 +269,10 @@ impl Cli {
             }
         }
         if self.follow_forks && self.pid.is_none() && self.command.is_empty() {
-            return Err(if self.binary.is_some() {
+            return Err(if self.cgroup.is_some() {
+                "--follow-forks follows the children of --pid or of a command: --cgroup already \
+                 traces every process of the cgroup, forked or moved in (drop --follow-forks)"
+            } else if self.binary.is_some() {
                 "--follow-forks follows the children of --pid or of a command: --binary already \
                  traces every process running the program, forked or started (drop \
                  --follow-forks, or trace one of them with --pid PID --follow-forks)"

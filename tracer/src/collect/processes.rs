@@ -4,11 +4,14 @@
 //! new program).
 //!
 //! Bounded: a record is about 200 bytes (command lines cut at
-//! `MAX_CMDLINE`); the collector folds exited processes beyond the last
+//! `MAX_CMDLINE`), plus its identity (cgroup path and program cut at 4 KiB,
+//! see tracee/identity.rs); the collector folds exited processes beyond the last
 //! `--exited-processes` into one group record per program (`fold`), whose
 //! slot is then reused.
 
 use std::collections::HashMap;
+
+use crate::profile::Identity;
 
 /// Index of a process in the table.
 pub type ProcessIndex = u32;
@@ -31,6 +34,8 @@ pub struct ProcessRecord {
     /// 0 for a process. A group record (pid 0) stands for this many exited
     /// processes of `program`, folded into it with their stacks.
     pub folded: u64,
+    /// Its cgroup, container, namespace pid, read with its command line.
+    pub identity: Identity,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +81,7 @@ impl ProcessTable {
             exited: false,
             executed: false,
             folded: 0,
+            identity: crate::tracee::identity::read(pid),
         })
     }
 
@@ -126,6 +132,7 @@ impl ProcessTable {
                     exited: true,
                     executed: false,
                     folded: 0,
+                    identity: Identity::default(),
                 });
                 self.groups.insert(program, g);
                 g
@@ -156,6 +163,12 @@ impl ProcessTable {
         };
         record.program = program.unwrap_or_else(|| comm.to_string());
         record.executed = true;
+        // A new image: a new program as its root shows it; gone already,
+        // the identity read before stands.
+        let identity = crate::tracee::identity::read(pid);
+        if identity.cgroup.is_some() {
+            record.identity = identity;
+        }
     }
 
     /// Process `pid` exited: a later process with its pid is a new entry.

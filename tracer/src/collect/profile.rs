@@ -90,6 +90,8 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         min_age_secs: meta.min_age.map(|age| age.as_secs_f64()),
         oom_kills: state.oom.seen,
         temporary,
+        // The session sets it (--group-by).
+        group_by: crate::profile::GroupBy::Process,
     }
 }
 

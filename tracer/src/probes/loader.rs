@@ -57,7 +57,7 @@ pub struct Loaded {
     session_links: Vec<OwnedFd>,
     /// Why uprobe sessions are not used, when they were wanted.
     pub session_error: Option<String>,
-    /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL).
+    /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL, FILTER_CGROUP).
     traced: aya::maps::HashMap<MapData, u32, u8>,
 }
 
@@ -143,6 +143,8 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .override_global("SAMPLE_RATE", &limits.sample_rate, true)
         .override_global("FILTER", &limits.filter, true)
         .override_global("COMM", &limits.comm, true)
+        .override_global("CGROUP_ID", &limits.cgroup.id, true)
+        .override_global("CGROUP_LEVEL", &limits.cgroup.level, true)
         .override_global("EXP_TABLE", table.as_slice(), true)
         .override_global("FOLLOW_FORKS", &forks.follow, true)
         .override_global("TASK_TGID_OFFSET", &forks.tgid_offset, true)

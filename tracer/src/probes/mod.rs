@@ -15,4 +15,4 @@ pub mod roles;
 mod session_btf;
 pub mod uprobe_session;
 
-pub use options::{Limits, ProbePlacement, Sessions, UnwindMode};
+pub use options::{CgroupFilter, Limits, ProbePlacement, Sessions, UnwindMode};

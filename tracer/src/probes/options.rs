@@ -60,4 +60,15 @@ pub struct Limits {
     pub comm: [u8; 16],
     /// --follow-forks: children of traced processes join the traced set.
     pub follow_forks: bool,
+    /// FILTER_CGROUP: the traced subtree's root (id, depth).
+    pub cgroup: CgroupFilter,
+}
+
+/// `--cgroup`: the cgroup v2 id of the subtree's root (its directory's
+/// inode number) and its depth below the hierarchy's root (tracer-ebpf's
+/// CGROUP_ID and CGROUP_LEVEL). Zero without --cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupFilter {
+    pub id: u64,
+    pub level: u32,
 }

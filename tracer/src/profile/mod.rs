@@ -56,6 +56,19 @@ pub struct Profile {
     /// Temporary allocations of every stack: exact mode only, null when
     /// sampling (docs/oom-and-temporary.md).
     pub temporary: Option<Temporary>,
+    /// `--group-by`: the report's top level (docs/cgroups.md).
+    pub group_by: GroupBy,
+}
+
+/// What the top level of a report is: each process, each cgroup, or each
+/// container (or pod, or systemd unit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupBy {
+    #[default]
+    Process,
+    Cgroup,
+    Container,
 }
 
 /// Allocations freed by the thread that made them before its next
@@ -140,6 +153,9 @@ pub struct ProcessInfo {
     /// Its traced heap at its highest (null when it allocated nothing
     /// traced); for a folded group, the sum of its processes' peaks.
     pub peak: Option<Peak>,
+    /// Its cgroup, container, namespace pid (docs/cgroups.md).
+    #[serde(flatten)]
+    pub identity: Identity,
 }
 
 /// A process's traced in-use at its highest moment (docs/peak.md).
@@ -150,6 +166,31 @@ pub struct Peak {
     pub secs: Option<f64>,
     pub inuse_bytes: u64,
     pub inuse_objects: u64,
+}
+
+/// Where a process runs: its cgroup v2 and what the cgroup's path names,
+/// its pid in its own pid namespace, its program as its own root shows it.
+/// Each is null when unknown or not named. Read from /proc, which the
+/// process controls in part (a container picks its own cgroup names):
+/// bounded when read, escaped by the renderers.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Identity {
+    /// Its cgroup v2 path from the hierarchy's root (`/system.slice/x.service`).
+    pub cgroup: Option<String>,
+    /// The container id its cgroup names (`docker-<id>.scope`,
+    /// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>.scope`,
+    /// or `/docker/<id>`).
+    pub container_id: Option<String>,
+    /// The Kubernetes pod UID its cgroup names (`kubepods…pod<uid>`), with
+    /// dashes.
+    pub pod_uid: Option<String>,
+    /// The systemd unit (`.service` or `.scope`) its cgroup names.
+    pub unit: Option<String>,
+    /// Its pid in its own pid namespace, when it has one (NSpid).
+    pub ns_pid: Option<u32>,
+    /// The program it runs as its own root shows it, when that differs from
+    /// this host's root (a container's mount namespace, a chroot).
+    pub ns_program: Option<String>,
 }
 
 /// One allocator object a process uses and what of it is hooked.

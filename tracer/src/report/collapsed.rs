@@ -85,6 +85,8 @@ impl Folded {
 struct Names {
     frames: PtrMap<String>,
     processes: HashMap<(u32, Option<u64>, Option<String>), String>,
+    /// --group-by cgroup|container: each process's group, as a root frame.
+    groups: HashMap<(u32, Option<u64>, Option<String>), String>,
 }
 
 impl Names {
@@ -101,10 +103,26 @@ impl Names {
             .entry((stack.pid, stack.start_time, stack.exited_group.clone()))
             .or_insert_with(|| sanitize(&p.stack_label(stack)))
     }
+
+    fn group(&mut self, p: &Profile, stack: &StackReport) -> Option<&str> {
+        if p.group_by == super::GroupBy::Process {
+            return None;
+        }
+        let name = self
+            .groups
+            .entry((stack.pid, stack.start_time, stack.exited_group.clone()))
+            .or_insert_with(|| {
+                p.group_of(stack)
+                    .map(|g| sanitize(&g.group))
+                    .unwrap_or_default()
+            });
+        Some(name)
+    }
 }
 
 /// Appends `root;...;leaf` to `out`, with a process root frame when
-/// several processes share the profile.
+/// several processes share the profile, under the process's group's frame
+/// with --group-by cgroup or container.
 fn push_stack(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names, out: &mut String) {
     let mut first = true;
     let mut push = |name: &str| {
@@ -114,6 +132,9 @@ fn push_stack(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names, 
         first = false;
         out.push_str(name);
     };
+    if let Some(group) = names.group(p, stack) {
+        push(group);
+    }
     if multi {
         push(names.process(p, stack));
     }

@@ -156,6 +156,7 @@ fn one_process_at_end() -> Profile {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            identity: Default::default(),
             command: "/opt/demo/bin/server --port 8080".to_string(),
             program: String::new(),
             exited: false,
@@ -182,6 +183,7 @@ fn one_process_at_end() -> Profile {
         min_age_secs: None,
         oom_kills: 0,
         temporary: None,
+        group_by: Default::default(),
     }
 }
 
@@ -266,6 +268,7 @@ pub(super) fn two_processes() -> Profile {
         min_age_secs: None,
         oom_kills: 0,
         temporary: None,
+        group_by: Default::default(),
     }
 }
 
@@ -289,6 +292,7 @@ pub(super) fn empty() -> Profile {
             exit_status: None,
             allocators: Vec::new(),
             peak: None,
+            identity: Default::default(),
         }],
         ..Profile::default()
     }
@@ -332,6 +336,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            identity: Default::default(),
             command: "/opt/demo/bin/server --worker".to_string(),
             program: String::new(),
             exited: false,
@@ -358,6 +363,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            identity: Default::default(),
             command: "/opt/demo/bin/server --worker".to_string(),
             program: String::new(),
             exited: true,

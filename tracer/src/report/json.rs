@@ -202,8 +202,9 @@ impl Serialize for Document<'_> {
             min_age_secs,
             oom_kills,
             temporary,
+            group_by,
         } = self.p;
-        let mut m = s.serialize_struct("Profile", 18)?;
+        let mut m = s.serialize_struct("Profile", 20)?;
         m.serialize_field("format", FORMAT)?;
         m.serialize_field("target", target)?;
         m.serialize_field("duration_secs", duration_secs)?;
@@ -213,6 +214,8 @@ impl Serialize for Document<'_> {
         m.serialize_field("min_age_secs", min_age_secs)?;
         m.serialize_field("snapshots", snapshots)?;
         m.serialize_field("processes", processes)?;
+        m.serialize_field("group_by", group_by)?;
+        m.serialize_field("groups", &self.p.groups())?;
         m.serialize_field("hooks", hooks)?;
         m.serialize_field("totals", totals)?;
         m.serialize_field("temporary", temporary)?;

@@ -6,14 +6,16 @@ use serde::Serialize;
 // The profile's data, defined in crate::profile, named here too for the
 // renderers and their callers.
 pub use crate::profile::{
-    Counts, ExitStack, Frame, Hook, Losses, NotFreedAtExit, Note, Peak, ProcessAllocator,
-    ProcessInfo, Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
+    Counts, ExitStack, Frame, GroupBy, Hook, Identity, Losses, NotFreedAtExit, Note, Peak,
+    ProcessAllocator, ProcessInfo, Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
 };
 
 mod churn_text;
 mod collapsed;
 mod distinct;
 mod flamegraph;
+mod groups;
+mod groups_text;
 mod growth;
 mod interruptible;
 mod json;
@@ -31,6 +33,7 @@ mod text_peak;
 
 pub use collapsed::write_collapsed;
 pub use flamegraph::{write_flamegraph, write_flamegraph_of};
+pub use groups::Group;
 pub use growth::{rate_per_min, sparkline, Sort};
 pub use json::write_json;
 pub use losses::{write_losses, LossLine};

@@ -31,6 +31,7 @@ pub fn write_text_by(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) ->
     writeln!(w)?;
     write_totals(p, w)?;
     writeln!(w)?;
+    super::groups_text::write_groups(p, w)?;
     write_stacks(p, top, sort, w)?;
     super::text_peak::write_peak(p, top, w)?;
     super::churn_text::write_temporary_stacks(p, w, |stack, mut w| {
@@ -118,7 +119,11 @@ fn process_lines(p: &Profile) -> Vec<String> {
                 true => String::new(),
                 false => format!("  [{}]", allocators.join(" + ")),
             };
-            format!("{:>width$}  {command}{exited}{allocators}", proc.pid)
+            let identity = super::groups_text::identity_suffix(&proc.identity);
+            format!(
+                "{:>width$}  {command}{exited}{allocators}{identity}",
+                proc.pid
+            )
         })
         .collect();
     let more = &p.processes[lines.len()..];
@@ -327,7 +332,11 @@ fn write_stack(
         plural(c.alloc_objects, "object"),
         match &stack.exited_group {
             Some(_) => esc(&p.stack_label(stack)).into_owned(),
-            None => format!("pid {}", stack.pid),
+            None => format!(
+                "pid {}{}",
+                stack.pid,
+                super::groups_text::stack_group(p, stack)
+            ),
         }
     )?;
     if let Some(growth) = growth_line(stack) {

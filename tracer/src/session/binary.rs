@@ -213,6 +213,7 @@ impl Binary {
                     oom_killed: None,
                     temporary: None,
                     peak: None,
+                    identity: crate::tracee::identity::read(pid),
                 });
             }
         }

@@ -6,7 +6,7 @@ use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::{
     probes::{ProbePlacement, UnwindMode},
-    report::{Format, Sort, View},
+    report::{Format, GroupBy, Sort, View},
 };
 
 /// What to trace.
@@ -19,6 +19,8 @@ pub enum Target {
     Command(Vec<OsString>),
     /// `--binary`: every process running the program, as given.
     Binary(PathBuf),
+    /// `--cgroup`: every process of a cgroup v2 subtree, as given.
+    Cgroup(PathBuf),
     /// No target: every process, but those filtered out.
     SystemWide {
         /// `--comm`: only threads of this name.
@@ -37,6 +39,8 @@ pub struct RenderChoice {
     pub top: usize,
     /// Order of the stacks in the text and JSON reports.
     pub sort: Sort,
+    /// `--group-by`: the report's top level.
+    pub group_by: GroupBy,
 }
 
 /// The BPF side: what is recorded and how.

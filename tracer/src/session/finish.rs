@@ -27,6 +27,12 @@ pub fn announce(config: &TraceConfig, scope: &Scope, hooks: &Hooks) {
              allocation while the trace runs"
         ));
     }
+    if matches!(scope, Scope::Cgroup(_)) {
+        console::say(format_args!(
+            "processes outside the cgroup that use {hooked} hit the probes too, and are turned \
+             away in the kernel by their cgroup"
+        ));
+    }
     let functions = hooks
         .lines()
         .iter()

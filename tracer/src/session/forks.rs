@@ -174,6 +174,10 @@ fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
         oom_killed: None,
         temporary: None,
         peak: None,
+        identity: match exited {
+            true => crate::report::Identity::default(),
+            false => crate::tracee::identity::read(pid),
+        },
     }
 }
 

@@ -5,6 +5,7 @@
 //! last snapshot.
 
 mod binary;
+mod cgroup;
 pub mod config;
 mod facts;
 mod finish;
@@ -272,7 +273,9 @@ impl<'a> Trace<'a> {
             kernel_unwind: self.collector.kernel_unwind(&self.loaded.counters),
         };
         let losses = read_losses(&self.loaded.counters);
-        profile::build(meta, &self.collector, losses, &mut self.names)
+        let mut profile = profile::build(meta, &self.collector, losses, &mut self.names);
+        profile.group_by = self.settings.config.render.group_by;
+        profile
     }
 
     /// A history tick: the heap's per-stack sums now go into its history;

@@ -1,16 +1,17 @@
 //! What is traced: one process or a command started by memtrace-bpf
-//! (`Single`), every process running a program file (`Binary`), or every
-//! process on the machine.
+//! (`Single`), every process running a program file (`Binary`), every
+//! process of a cgroup v2 subtree (`Cgroup`), or every process on the
+//! machine.
 
 use crate::collect::ProcessChange;
 use crate::session::config::{Target, TraceConfig};
-use tracer_common::{FILTER_ALL, FILTER_NONE, FILTER_PIDS};
+use tracer_common::{FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS};
 
 use crate::{
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
     report::{Note, ProcessInfo},
-    session::{binary::Binary, single::Single},
+    session::{binary::Binary, cgroup::Cgroup, single::Single},
     tracee::{launch::Launched, liveness::PidFd, process::Mapping, search::Program},
 };
 
@@ -19,6 +20,8 @@ pub enum Scope {
     Single(Single),
     /// `--binary`.
     Binary(Binary),
+    /// `--cgroup`.
+    Cgroup(Cgroup),
     SystemWide,
 }
 
@@ -40,6 +43,7 @@ impl Scope {
                 Vec::new(),
             ),
             Target::Binary(binary) => (Scope::Binary(Binary::new(binary)?), Vec::new()),
+            Target::Cgroup(path) => (Scope::Cgroup(Cgroup::new(path)?), Vec::new()),
             Target::SystemWide { .. } => (Scope::SystemWide, Vec::new()),
         };
         Ok(Start { scope, maps })
@@ -52,6 +56,7 @@ impl Scope {
         match self {
             Scope::Single(single) => single.hook_initial(loaded, hooks),
             Scope::Binary(binary) => binary.hook_initial(loaded, hooks),
+            Scope::Cgroup(cgroup) => cgroup.hook_initial(loaded, hooks),
             Scope::SystemWide => hook_every_process(loaded, hooks),
         }
     }
@@ -66,6 +71,10 @@ impl Scope {
                 false
             }
             Scope::Binary(binary) => binary.on_exec(pid, loaded, hooks),
+            Scope::Cgroup(cgroup) => {
+                cgroup.on_exec(pid, loaded, hooks);
+                false
+            }
             Scope::SystemWide => {
                 hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
                 false
@@ -78,7 +87,7 @@ impl Scope {
         match self {
             Scope::Single(single) => single.on_process_changes(changes),
             Scope::Binary(binary) => binary.on_process_changes(changes),
-            Scope::SystemWide => {}
+            Scope::Cgroup(_) | Scope::SystemWide => {}
         }
     }
 
@@ -91,7 +100,7 @@ impl Scope {
     pub fn fork_notes(&self, loaded: &Loaded) -> Vec<Note> {
         match self {
             Scope::Single(single) => single.forks.notes(single.pid, &loaded.counters),
-            Scope::Binary(_) | Scope::SystemWide => Vec::new(),
+            Scope::Binary(_) | Scope::Cgroup(_) | Scope::SystemWide => Vec::new(),
         }
     }
 
@@ -100,7 +109,16 @@ impl Scope {
             Scope::Single(_) if self.follows_forks() => FILTER_PIDS,
             Scope::Single(_) => FILTER_NONE,
             Scope::Binary(_) => FILTER_PIDS,
+            Scope::Cgroup(_) => FILTER_CGROUP,
             Scope::SystemWide => FILTER_ALL,
+        }
+    }
+
+    /// `--cgroup`: what the BPF filter compares (zero otherwise).
+    pub fn cgroup_filter(&self) -> crate::probes::CgroupFilter {
+        match self {
+            Scope::Cgroup(cgroup) => cgroup.filter(),
+            _ => crate::probes::CgroupFilter::default(),
         }
     }
 
@@ -136,7 +154,7 @@ impl Scope {
     pub fn root(&self) -> Option<u32> {
         match self {
             Scope::Single(single) => Some(single.pid),
-            Scope::Binary(_) | Scope::SystemWide => None,
+            Scope::Binary(_) | Scope::Cgroup(_) | Scope::SystemWide => None,
         }
     }
 
@@ -144,7 +162,7 @@ impl Scope {
     pub fn command_path(&self) -> Option<&std::path::Path> {
         match self {
             Scope::Single(single) => single.command_path(),
-            Scope::Binary(_) | Scope::SystemWide => None,
+            Scope::Binary(_) | Scope::Cgroup(_) | Scope::SystemWide => None,
         }
     }
 
@@ -152,7 +170,7 @@ impl Scope {
     pub fn exit_fd(&self) -> Option<&PidFd> {
         match self {
             Scope::Single(single) => Some(&single.pidfd),
-            Scope::Binary(_) | Scope::SystemWide => None,
+            Scope::Binary(_) | Scope::Cgroup(_) | Scope::SystemWide => None,
         }
     }
 
@@ -168,6 +186,7 @@ impl Scope {
             Scope::Binary(binary) => {
                 format!("every process running {}", binary.shown())
             }
+            Scope::Cgroup(cgroup) => cgroup.label(),
             Scope::SystemWide => "every process".to_string(),
         };
         label + children
@@ -180,6 +199,7 @@ impl Scope {
                 Some(given) => format!("binary {} ({})", given.display(), binary.path.display()),
                 None => format!("binary {}", binary.path.display()),
             },
+            Scope::Cgroup(cgroup) => cgroup.target(),
             Scope::SystemWide => "system-wide".to_string(),
         }
     }
@@ -204,6 +224,7 @@ impl Scope {
                 Ok(Vec::new())
             }
             Scope::Binary(binary) => Ok(binary.poll(loaded, hooks)),
+            Scope::Cgroup(cgroup) => Ok(cgroup.poll(loaded, hooks)),
         }
     }
 
@@ -213,6 +234,7 @@ impl Scope {
     pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> Vec<u32> {
         match self {
             Scope::Binary(binary) => binary.poll(loaded, hooks),
+            Scope::Cgroup(cgroup) => cgroup.poll(loaded, hooks),
             Scope::Single(_) | Scope::SystemWide => Vec::new(),
         }
     }
@@ -237,7 +259,7 @@ impl Scope {
     fn launched(&mut self) -> Option<&mut Launched> {
         match self {
             Scope::Single(single) => single.launched(),
-            Scope::Binary(_) | Scope::SystemWide => None,
+            Scope::Binary(_) | Scope::Cgroup(_) | Scope::SystemWide => None,
         }
     }
 
@@ -268,7 +290,7 @@ impl Scope {
     pub fn notes(&self) -> Vec<Note> {
         match self {
             Scope::Binary(binary) => binary.notes(),
-            Scope::Single(_) | Scope::SystemWide => Vec::new(),
+            Scope::Single(_) | Scope::Cgroup(_) | Scope::SystemWide => Vec::new(),
         }
     }
 
@@ -293,6 +315,7 @@ impl Scope {
                 temporary: None,
                 // Filled in by the profile (collect/profile.rs).
                 peak: None,
+                identity: r.identity.clone(),
             })
             .collect();
         // Groups of folded exited processes last.
@@ -300,7 +323,7 @@ impl Scope {
         match self {
             Scope::Single(single) => single.merge_processes(&mut all),
             Scope::Binary(binary) => binary.merge_processes(&mut all),
-            Scope::SystemWide => {}
+            Scope::Cgroup(_) | Scope::SystemWide => {}
         }
         all
     }

@@ -80,6 +80,7 @@ impl<'a> Settings<'a> {
             filter: scope.filter(),
             comm: self.comm,
             follow_forks: scope.follows_forks(),
+            cgroup: scope.cgroup_filter(),
         }
     }
 

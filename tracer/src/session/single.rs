@@ -211,6 +211,7 @@ fn root_first(all: &mut Vec<ProcessInfo>, root: u32) -> &mut ProcessInfo {
             pid: root,
             start_time: crate::tracee::liveness::start_time(root),
             program: program_of(root).unwrap_or_default(),
+            identity: crate::tracee::identity::read(root),
             ..ProcessInfo::default()
         },
     };

@@ -3,9 +3,11 @@
 //! loader's search order.
 
 pub mod allocators;
+pub mod cgroup;
 pub mod elf;
 pub mod entry_points;
 pub mod entry_stop;
+pub mod identity;
 pub mod launch;
 pub mod ld_so_conf;
 pub mod liveness;

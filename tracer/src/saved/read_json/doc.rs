@@ -82,6 +82,12 @@ pub(super) struct ProcessDoc {
     folded: u64,
     oom_killed: Option<OomDoc>,
     temporary: Option<TemporaryDoc>,
+    cgroup: Option<String>,
+    container_id: Option<String>,
+    pod_uid: Option<String>,
+    unit: Option<String>,
+    ns_pid: Option<u32>,
+    ns_program: Option<String>,
     /// Absent from files written before peaks were tracked.
     peak: Option<PeakDoc>,
 }
@@ -230,6 +236,8 @@ impl Doc {
             min_age_secs: self.min_age_secs,
             oom_kills: self.oom_kills,
             temporary: self.temporary.map(TemporaryDoc::temporary),
+            // Re-rendered as each process (`report` has no --group-by).
+            group_by: crate::profile::GroupBy::Process,
         })
     }
 }
@@ -296,6 +304,14 @@ impl ProcessDoc {
                 inuse_objects: o.inuse_objects,
             }),
             temporary: self.temporary.map(TemporaryDoc::temporary),
+            identity: crate::profile::Identity {
+                cgroup: self.cgroup,
+                container_id: self.container_id,
+                pod_uid: self.pod_uid,
+                unit: self.unit,
+                ns_pid: self.ns_pid,
+                ns_program: self.ns_program,
+            },
             peak: self.peak.map(|p| Peak {
                 // A hostile file's NaN or negative time is no time.
                 secs: p.secs.filter(|s| s.is_finite() && *s >= 0.0),
