@@ -113,6 +113,7 @@ fn host_name() -> String {
 
 /// Resolves `--otlp`'s destination from the process's environment.
 pub fn destination(flag: &str) -> anyhow::Result<Destination> {
+    // The message names the flag or the variable it read.
     resolve(flag, |name| std::env::var(name).ok())
-        .map_err(|e| anyhow::anyhow!("--otlp: {}", escape::text(&e.to_string())))
+        .map_err(|e| anyhow::anyhow!("{}", escape::text(&e.to_string())))
 }

@@ -116,9 +116,9 @@ fn otlp_pushes(
     if failed > 0 || dropped > 0 {
         write!(
             f,
-            "; {} failed, {dropped} dropped (the collector was down, slow or refused them; \
-             docs/otlp.md)",
-            counted(failed, "send", "sends")
+            "; {failed} failed {}, {dropped} dropped (the collector was down, slow or refused \
+             them; docs/otlp.md)",
+            plural(failed, "send", "sends")
         )?;
     }
     Ok(())
