@@ -68,7 +68,10 @@ fn assert_exact(resource: &Value) {
         let want = per_thread.map(|v| v * THREADS);
         // Sites that keep nothing and allocate nothing have no sample.
         let got = got.get(*site).copied().unwrap_or_default();
-        assert_eq!(got, want, "{site}: [inuse bytes, inuse objects, alloc bytes, alloc objects]");
+        assert_eq!(
+            got, want,
+            "{site}: [inuse bytes, inuse objects, alloc bytes, alloc objects]"
+        );
     }
 }
 
@@ -95,8 +98,14 @@ fn a_pushed_profile_decodes_to_the_exact_numbers_per_site() {
         "otlp-exact",
         &["--pid", pid.as_str(), "--otlp", url.as_str()],
         &[
-            ("OTEL_EXPORTER_OTLP_HEADERS", "x-scope-orgid=tenant%201,x-other=2"),
-            ("OTEL_EXPORTER_OTLP_PROFILES_HEADERS", "x-scope-orgid=tenant%202"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-scope-orgid=tenant%201,x-other=2",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_PROFILES_HEADERS",
+                "x-scope-orgid=tenant%202",
+            ),
         ],
     );
     target.run_sites();
@@ -107,7 +116,11 @@ fn a_pushed_profile_decodes_to_the_exact_numbers_per_site() {
     assert_eq!(request["content_type"], "application/x-protobuf");
     // The profiles' own list replaces the general one, decoded.
     assert_eq!(request["headers"]["x-scope-orgid"], "tenant 2");
-    assert!(request["headers"].get("x-other").is_none(), "{}", request["headers"]);
+    assert!(
+        request["headers"].get("x-other").is_none(),
+        "{}",
+        request["headers"]
+    );
     for (table, ok) in request["zero_entries"].as_object().expect("zero entries") {
         assert_eq!(ok, true, "{table}_table[0] is not the zero value");
     }
@@ -156,7 +169,9 @@ fn a_collector_that_refuses_then_accepts_gets_the_profile() {
     target.run_sites();
     receiver.stdout.wait_for("refused 2", "the second refusal");
     // A tick's profile, retried after two refusals, gets through.
-    receiver.stdout.wait_for("accepted 1", "a push after the refusals");
+    receiver
+        .stdout
+        .wait_for("accepted 1", "a push after the refusals");
     let (report, out) = tracer.stop();
     assert_sites_exact(&report);
     let sent = receiver.accepted();
@@ -167,7 +182,8 @@ fn a_collector_that_refuses_then_accepts_gets_the_profile() {
         "{note}"
     );
     assert!(
-        out.stderr.contains("failed: HTTP 503; retrying with backoff"),
+        out.stderr
+            .contains("failed: HTTP 503; retrying with backoff"),
         "{}",
         out.stderr
     );
@@ -179,19 +195,32 @@ fn a_collector_that_refuses_then_accepts_gets_the_profile() {
 fn a_collector_that_never_answers_does_not_hold_the_trace() {
     // Connections complete in the listener's backlog; nobody answers.
     let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://127.0.0.1:{}", silent.local_addr().expect("bound").port());
+    let url = format!(
+        "http://127.0.0.1:{}",
+        silent.local_addr().expect("bound").port()
+    );
     let bin = compile_c("sites", "otlp-silent", O0_FLAGS);
     let mut target = Target::start(&bin, &[]);
     let pid = target.pid().to_string();
     let tracer = JsonTracer::start(
         "otlp-silent",
-        &["--pid", pid.as_str(), "--otlp", url.as_str(), "--interval", "0.5"],
+        &[
+            "--pid",
+            pid.as_str(),
+            "--otlp",
+            url.as_str(),
+            "--interval",
+            "0.5",
+        ],
     );
     target.run_sites();
     let stopped = Instant::now();
     let (report, out) = tracer.stop();
     // Shown with --nocapture: what the end's bounded wait cost.
-    println!("SIGINT to exit with a silent collector: {:?}", stopped.elapsed());
+    println!(
+        "SIGINT to exit with a silent collector: {:?}",
+        stopped.elapsed()
+    );
     assert_sites_exact(&report);
     assert!(
         out.stderr.contains("OTLP: waiting at most 3 s for"),
@@ -199,22 +228,44 @@ fn a_collector_that_never_answers_does_not_hold_the_trace() {
         out.stderr
     );
     let note = otlp_note(&report);
-    assert!(note.starts_with(&format!("OTLP: 0 profiles sent to {url}")), "{note}");
+    assert!(
+        note.starts_with(&format!("OTLP: 0 profiles sent to {url}")),
+        "{note}"
+    );
     let dropped: u64 = note
         .rsplit_once(" dropped")
         .and_then(|(head, _)| head.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("a dropped count in {note}"));
     assert!(dropped >= 1, "{note}");
-    assert!(out.stderr.contains("warning: OTLP: 0 profiles sent"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("warning: OTLP: 0 profiles sent"),
+        "{}",
+        out.stderr
+    );
     drop(silent);
 }
 
+/// Arguments, environment, and what the error must say.
+type BadCase = (
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
+
 #[test]
 fn bad_otlp_urls_are_refused_before_anything_is_attached() {
-    let cases: [(&[&str], &[(&str, &str)], &str); 4] = [
-        (&["--otlp", "https://collector:4318"], &[], "https:// is not supported"),
-        (&["--otlp", "collector:4318"], &[], "write it as http://HOST:PORT"),
+    let cases: [BadCase; 4] = [
+        (
+            &["--otlp", "https://collector:4318"],
+            &[],
+            "https:// is not supported",
+        ),
+        (
+            &["--otlp", "collector:4318"],
+            &[],
+            "write it as http://HOST:PORT",
+        ),
         (
             &["--otlp"],
             &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:99999")],

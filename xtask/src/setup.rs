@@ -274,7 +274,11 @@ fn otlp_proto(apt: &mut Apt) -> Result<()> {
     if !venv_works {
         apt.ensure(&["python3-venv"])?;
     }
-    run_cmd(Command::new("/usr/bin/python3").args(["-m", "venv"]).arg(&venv))?;
+    run_cmd(
+        Command::new("/usr/bin/python3")
+            .args(["-m", "venv"])
+            .arg(&venv),
+    )?;
     run_cmd(
         Command::new(venv.join("bin/pip"))
             .args(["install", "--quiet", "--disable-pip-version-check"])

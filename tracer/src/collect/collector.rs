@@ -68,9 +68,9 @@ impl Collector {
                 sample_rate,
                 trace_root,
                 keep_exited,
-                maps_at_exec,
             ),
         };
+        collector.state.maps_at_exec = maps_at_exec;
         collector.state.heap.snapshot_factor = snapshot_on_peak.map(|f| 1.0 + f);
         Ok(collector)
     }

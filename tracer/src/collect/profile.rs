@@ -28,7 +28,7 @@ use crate::{
 
 /// The profile of what `collector` holds now; `names` keeps the frames
 /// named for earlier snapshots.
-pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
+pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
     let state = &collector.state;
     names.add(&state.modules, state.stacks.table.all_frames());
     let names = &*names;

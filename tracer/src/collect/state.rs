@@ -108,7 +108,6 @@ impl State {
         sample_rate: u64,
         trace_root: Option<u32>,
         keep_exited: usize,
-        maps_at_exec: bool,
     ) -> State {
         State {
             live_map,
@@ -130,7 +129,7 @@ impl State {
             execs: std::collections::VecDeque::new(),
             execs_skipped: 0,
             process_changes: Vec::new(),
-            maps_at_exec,
+            maps_at_exec: true,
             tracked: HashMap::new(),
             last_reap: Instant::now(),
             oom: OomKills::default(),
