@@ -136,7 +136,8 @@ impl Exporter {
 
     /// Ends the exporter: what is queued is sent until `wait` is over;
     /// what is left then is dropped (counted) and the thread is left to
-    /// end on its own (its request's deadline is the same). `waiting` is
+    /// end on its own: a request it sends now has at most its own
+    /// timeout, and the tracer does not wait for it. `waiting` is
     /// called once if the wait lasts beyond `quiet` (to say so).
     pub fn finish(self, wait: Duration, quiet: Duration, waiting: impl FnOnce()) -> Stats {
         let deadline = Instant::now() + wait;

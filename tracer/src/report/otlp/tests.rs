@@ -10,6 +10,8 @@ use prost::Message as _;
 use super::proto::opentelemetry::proto::collector::profiles::v1development::ExportProfilesServiceRequest;
 use super::*;
 use crate::report::fixtures::{counts, frame, inlined};
+use crate::report::pprof::LOAD_BIAS;
+use crate::report::Frame;
 
 fn stack(pid: u32, counts: Counts, frames: Vec<Frame>, truncated: bool) -> StackReport {
     StackReport {
