@@ -176,9 +176,11 @@ fn a_collector_that_refuses_then_accepts_gets_the_profile() {
     assert_sites_exact(&report);
     let sent = receiver.accepted();
     let note = otlp_note(&report);
+    // Every refusal is counted; a push still queued when the end's wait is
+    // over (a loaded machine) would be counted as dropped, not lost.
     assert!(
         note.contains(&format!("OTLP: {sent} profiles sent to "))
-            && note.contains("; 2 failed sends, 0 dropped"),
+            && note.contains("; 2 failed sends, "),
         "{note}"
     );
     assert!(
@@ -187,8 +189,13 @@ fn a_collector_that_refuses_then_accepts_gets_the_profile() {
         "{}",
         out.stderr
     );
-    // The last push is the final report.
-    assert_exact(resource(&receiver.request(sent), target.pid()));
+    // The final report goes first at the end: the push covering the
+    // longest time is there, with the exact numbers.
+    let last = (1..=sent)
+        .map(|n| receiver.request(n))
+        .max_by_key(|r| resource(r, target.pid())["profiles"][0]["duration_nano"].as_u64())
+        .expect("a request");
+    assert_exact(resource(&last, target.pid()));
 }
 
 #[test]

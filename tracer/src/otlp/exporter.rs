@@ -134,14 +134,30 @@ impl Exporter {
         self.shared.lock().stats
     }
 
-    /// Ends the exporter: what is queued is sent until `wait` is over;
+    /// Ends the exporter: `last` (the final profile) goes first, being the
+    /// whole trace, then what is queued, until `wait` is over;
     /// what is left then is dropped (counted) and the thread is left to
     /// end on its own: a request it sends now has at most its own
     /// timeout, and the tracer does not wait for it. `waiting` is
     /// called once if the wait lasts beyond `quiet` (to say so).
-    pub fn finish(self, wait: Duration, quiet: Duration, waiting: impl FnOnce()) -> Stats {
+    pub fn finish(
+        self,
+        last: Option<Vec<u8>>,
+        wait: Duration,
+        quiet: Duration,
+        waiting: impl FnOnce(),
+    ) -> Stats {
         let deadline = Instant::now() + wait;
-        self.shared.lock().deadline = Some(deadline);
+        let mut s = self.shared.lock();
+        if let Some(last) = last {
+            if s.queue.len() >= QUEUE {
+                s.queue.pop_front();
+                s.stats.dropped += 1;
+            }
+            s.queue.push_front(last);
+        }
+        s.deadline = Some(deadline);
+        drop(s);
         self.shared.wake.notify_all();
         if self.done.recv_timeout(quiet.min(wait)) == Err(mpsc::RecvTimeoutError::Timeout) {
             waiting();

@@ -12,7 +12,7 @@
 //! let dest = otlp::resolve("http://127.0.0.1:4318", |name| std::env::var(name).ok())?;
 //! let push = otlp::Push::start(dest)?;
 //! push.profile(profile); // queued; sent in the background
-//! let note = push.finish(); // waits a few seconds at most
+//! let note = push.finish(profile); // the last one: waits 3 s at most
 //! # Ok(()) }
 //! ```
 
@@ -73,12 +73,13 @@ impl Push {
         ));
     }
 
-    /// Waits `END_WAIT` at most for what is queued (saying so when it takes
-    /// a while), says what became of the pushes, and returns it as the
-    /// report's note.
-    pub fn finish(self) -> Note {
+    /// Sends `last`, the final profile, before what is still queued, waits
+    /// `END_WAIT` at most (saying so when it takes a while), says what
+    /// became of the pushes, and returns it as the report's note.
+    pub fn finish(self, last: &Profile) -> Note {
         let url = self.exporter.url.clone();
-        let s = self.exporter.finish(END_WAIT, QUIET_WAIT, || {
+        let last = otlp_request(last, &self.host).encode_to_vec();
+        let s = self.exporter.finish(Some(last), END_WAIT, QUIET_WAIT, || {
             console::say(format_args!(
                 "OTLP: waiting at most {} s for {url} to take the last profile",
                 END_WAIT.as_secs()

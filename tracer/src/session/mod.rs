@@ -97,8 +97,8 @@ pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
     // The last push, waited for a few seconds at most; the report says
     // what became of them all.
     if let Some(push) = trace.otlp.take() {
-        push.profile(&profile);
-        profile.notes.push(push.finish());
+        let note = push.finish(&profile);
+        profile.notes.push(note);
     }
     trace.report(&profile)
 }

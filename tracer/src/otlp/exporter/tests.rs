@@ -79,11 +79,13 @@ fn a_refused_request_is_retried_until_accepted_in_order() {
         ("/v1development/profiles".to_string(), b"first".to_vec())
     );
     assert_eq!(got[1].1, b"second");
-    let stats = exporter.finish(Duration::from_secs(5), Duration::from_secs(5), || {});
+    let last = Some(b"last".to_vec());
+    let stats = exporter.finish(last, Duration::from_secs(5), Duration::from_secs(5), || {});
+    assert_eq!(rx.recv().expect("last").1, b"last");
     assert_eq!(
         stats,
         Stats {
-            sent: 2,
+            sent: 3,
             failed: 3,
             dropped: 0,
             queued: 0
@@ -101,7 +103,7 @@ fn a_status_that_is_not_retryable_drops_the_request() {
     exporter.push(b"bad".to_vec());
     exporter.push(b"good".to_vec());
     assert_eq!(rx.recv().expect("accepted").1, b"good");
-    let stats = exporter.finish(Duration::from_secs(5), Duration::from_secs(5), || {});
+    let stats = exporter.finish(None, Duration::from_secs(5), Duration::from_secs(5), || {});
     assert_eq!((stats.sent, stats.failed, stats.dropped), (1, 1, 1));
 }
 
@@ -116,7 +118,9 @@ fn a_silent_collector_costs_the_end_its_wait_and_the_queue_stays_bounded() {
         assert!(exporter.stats().queued <= QUEUE as u64);
     }
     let mut said = false;
+    let last = Some(b"last".to_vec());
     let stats = exporter.finish(
+        last,
         Duration::from_millis(300),
         Duration::from_millis(100),
         || {
@@ -124,10 +128,10 @@ fn a_silent_collector_costs_the_end_its_wait_and_the_queue_stays_bounded() {
         },
     );
     assert!(said, "a wait past the quiet time is said");
-    // Every request is accounted for, none delivered.
+    // Every request is accounted for, the last one too; none delivered.
     assert_eq!(
         (stats.sent, stats.dropped, stats.queued),
-        (0, pushes, 0),
+        (0, pushes + 1, 0),
         "{stats:?}"
     );
     drop(listener);
@@ -146,6 +150,6 @@ fn a_collector_that_is_down_fails_every_attempt_and_drops() {
     };
     let exporter = Exporter::start(dest, policy).expect("start");
     exporter.push(b"x".to_vec());
-    let stats = exporter.finish(Duration::from_secs(5), Duration::from_secs(5), || {});
+    let stats = exporter.finish(None, Duration::from_secs(5), Duration::from_secs(5), || {});
     assert_eq!((stats.sent, stats.failed, stats.dropped), (0, 3, 1));
 }
