@@ -27,6 +27,7 @@ mod offline;
 mod offline_errors;
 mod offline_go;
 mod oom;
+mod otlp;
 mod output_dest;
 mod page;
 mod peak;

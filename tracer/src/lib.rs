@@ -23,6 +23,7 @@ pub mod escape;
 pub mod fuzzing;
 pub mod limits;
 pub mod model;
+pub mod otlp;
 pub mod probes;
 pub mod profile;
 pub mod report;

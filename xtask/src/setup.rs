@@ -31,6 +31,7 @@ pub fn run() -> Result<()> {
     nodejs(&mut apt)?;
     speedscope(&mut apt)?;
     chromium(&mut apt)?;
+    otlp_proto(&mut apt)?;
     lint_tools()?;
     Ok(())
 }
@@ -239,6 +240,50 @@ fn chromium(apt: &mut Apt) -> Result<()> {
     }
     println!("installing: chromium (for the speedscope and live-page tests, headless)");
     apt.ensure(&["chromium"])
+}
+
+/// The `opentelemetry-proto` release the --otlp tests decode with: 1.45.2
+/// has `opentelemetry.proto.profiles.v1development` with the layout of the
+/// protos vendored in tracer/proto/opentelemetry (checked field by field).
+const OTLP_PROTO: &str = "opentelemetry-proto==1.45.2";
+
+/// The --otlp tests' receiver (tests/integration/harness/otlp_receiver.py)
+/// decodes with the official Python package, from PyPI into a venv under
+/// target/ (Debian has no package of it).
+fn otlp_proto(apt: &mut Apt) -> Result<()> {
+    let venv = crate::cmd::target_dir().join("otlp-venv");
+    let python = venv.join("bin/python");
+    let has = Command::new(&python)
+        .args([
+            "-c",
+            "import opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2",
+        ])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if has {
+        println!("ok: {OTLP_PROTO} (target/otlp-venv)");
+        return Ok(());
+    }
+    println!("installing: {OTLP_PROTO} from PyPI into target/otlp-venv (for the --otlp tests)");
+    let venv_works = Command::new("/usr/bin/python3")
+        .args(["-c", "import ensurepip, venv"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !venv_works {
+        apt.ensure(&["python3-venv"])?;
+    }
+    run_cmd(
+        Command::new("/usr/bin/python3")
+            .args(["-m", "venv"])
+            .arg(&venv),
+    )?;
+    run_cmd(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .arg(OTLP_PROTO),
+    )
 }
 
 /// The --serve test parses /metrics with the Prometheus client library's

@@ -14,6 +14,7 @@ pub mod chromium;
 pub mod hostile;
 pub mod http;
 pub mod offline;
+pub mod otlp;
 pub mod pprof;
 pub mod process;
 mod report;

@@ -49,8 +49,14 @@ impl Tracer {
     }
 
     fn spawn_with(args: &[&OsStr], exact: bool) -> Tracer {
+        Tracer::spawn_with_env(args, exact, &[])
+    }
+
+    /// `spawn_with`, `env` added to the tracer's environment.
+    fn spawn_with_env(args: &[&OsStr], exact: bool, env: &[(&str, &str)]) -> Tracer {
         require_root();
         let mut command = Command::new(TRACER);
+        command.envs(env.iter().copied());
         // The defaults below go before the test's own arguments, which may
         // end with `-- CMD ...`.
         // Every allocation is recorded (exact mode) and the suite runs its
@@ -153,13 +159,32 @@ impl JsonTracer {
         JsonTracer::launch(tag, args, true, false)
     }
 
+    /// `start` with `env` added to the tracer's environment.
+    pub fn start_with_env<A: AsRef<OsStr>>(
+        tag: &str,
+        args: &[A],
+        env: &[(&str, &str)],
+    ) -> JsonTracer {
+        JsonTracer::launch_env(tag, args, true, true, env)
+    }
+
     fn launch<A: AsRef<OsStr>>(tag: &str, args: &[A], exact: bool, wait: bool) -> JsonTracer {
+        JsonTracer::launch_env(tag, args, exact, wait, &[])
+    }
+
+    fn launch_env<A: AsRef<OsStr>>(
+        tag: &str,
+        args: &[A],
+        exact: bool,
+        wait: bool,
+        env: &[(&str, &str)],
+    ) -> JsonTracer {
         let path = scratch(&format!("{tag}.json"));
         // Before the test's arguments, which may end with `-- CMD ...`.
         let mut all: Vec<&OsStr> = ["--format", "json", "-o"].map(OsStr::new).to_vec();
         all.push(path.as_os_str());
         all.extend(args.iter().map(AsRef::as_ref));
-        let mut tracer = Tracer::spawn_with(&all, exact);
+        let mut tracer = Tracer::spawn_with_env(&all, exact, env);
         if wait {
             tracer
                 .stderr

@@ -37,6 +37,7 @@ impl Cli {
             snapshot_on_peak: self.snapshot_on_peak,
             min_age: min_age(self.min_age),
             serve: self.serve,
+            otlp: self.otlp.clone(),
             output: self.output.clone(),
             render: RenderChoice {
                 format: self.format,

@@ -131,6 +131,15 @@ pub struct Cli {
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_addr)]
     pub serve: Option<std::net::SocketAddr>,
 
+    /// Push the profile to an OpenTelemetry collector as OTLP profiles
+    /// (OTLP/HTTP protobuf, http:// only) at each --interval tick and at the
+    /// end. URL without a path: /v1development/profiles is added. Without
+    /// URL: OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT
+    /// or http://localhost:4318, as OpenTelemetry SDKs read them; headers from
+    /// OTEL_EXPORTER_OTLP_(PROFILES_)HEADERS. docs/otlp.md.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub otlp: Option<String>,
+
     /// Report format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     pub format: Format,

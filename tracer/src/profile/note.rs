@@ -101,6 +101,13 @@ pub enum Note {
     NegativeSamples { values: u64 },
     /// A pprof sample type that is not a heap number.
     IgnoredSampleType { name: String, unit: String },
+    /// --otlp: what became of the pushes to `url` (`otlp::Stats`).
+    OtlpPushes {
+        url: String,
+        sent: u64,
+        failed: u64,
+        dropped: u64,
+    },
 }
 
 impl From<String> for Note {

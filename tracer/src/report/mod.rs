@@ -22,6 +22,7 @@ mod json;
 mod json_layout;
 mod losses;
 mod notes;
+mod otlp;
 pub mod output;
 mod pprof;
 mod pprof_meta;
@@ -37,6 +38,9 @@ pub use groups::Group;
 pub use growth::{rate_per_min, sparkline, Sort};
 pub use json::write_json;
 pub use losses::{write_losses, LossLine};
+pub use otlp::{
+    otlp_request, proto as otlp_proto, Host as OtlpHost, SAMPLE_TYPES as OTLP_SAMPLE_TYPES,
+};
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
 pub use render::{losses_for_stderr, render, Format, RenderOptions};

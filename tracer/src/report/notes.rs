@@ -91,8 +91,37 @@ impl fmt::Display for Note {
                 f,
                 "sample type {name}/{unit} is not a heap number memtrace-bpf knows: ignored"
             ),
+            Note::OtlpPushes {
+                url,
+                sent,
+                failed,
+                dropped,
+            } => otlp_pushes(f, url, *sent, *failed, *dropped),
         }
     }
+}
+
+fn otlp_pushes(
+    f: &mut fmt::Formatter<'_>,
+    url: &str,
+    sent: u64,
+    failed: u64,
+    dropped: u64,
+) -> fmt::Result {
+    write!(
+        f,
+        "OTLP: {} sent to {url}",
+        counted(sent, "profile", "profiles")
+    )?;
+    if failed > 0 || dropped > 0 {
+        write!(
+            f,
+            "; {failed} failed {}, {dropped} dropped (the collector was down, slow or refused \
+             them; docs/otlp.md)",
+            plural(failed, "send", "sends")
+        )?;
+    }
+    Ok(())
 }
 
 const FRAME_POINTER_STACKS: &str = "stacks are frame-pointer walks: code built without frame \

@@ -82,6 +82,9 @@ pub struct TraceConfig {
     /// `--min-age`: in use counts only blocks at least this old (None: all).
     pub min_age: Option<Duration>,
     pub serve: Option<SocketAddr>,
+    /// `--otlp`: its URL, "" when given without one (the environment's or
+    /// the default); resolved in `Settings::new`.
+    pub otlp: Option<String>,
     pub output: Option<PathBuf>,
     pub render: RenderChoice,
     pub probes: ProbeChoice,

@@ -26,7 +26,7 @@ use crate::{
         collector::{Collector, CollectorOptions},
         profile::{self, Meta},
     },
-    console, escape,
+    console, escape, otlp,
     probes::{
         counters::read_losses,
         hooks::Hooks,
@@ -95,6 +95,12 @@ pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
     let mut profile = trace.snapshot_at(&end_reason, duration, config.min_age);
     profile.sort_stacks(config.render.sort);
     profile.notes.extend(command_note);
+    // The last push, waited for a few seconds at most; the report says
+    // what became of them all.
+    if let Some(push) = trace.otlp.take() {
+        let note = push.finish(&profile);
+        profile.notes.push(note);
+    }
     trace.report(&profile)
 }
 
@@ -120,6 +126,8 @@ pub struct Trace<'a> {
     stats: stats::Stats,
     /// --serve: the server's requests for snapshots.
     serve: Option<serve::SnapshotRequests>,
+    /// --otlp: the pushes to the collector.
+    otlp: Option<otlp::Push>,
 }
 
 impl<'a> Trace<'a> {
@@ -192,6 +200,7 @@ impl<'a> Trace<'a> {
             last_peak_snapshot: None,
             stats: stats::Stats::new(),
             serve: None,
+            otlp: settings.otlp.clone().map(otlp::Push::start).transpose()?,
         })
     }
 
@@ -287,6 +296,20 @@ impl<'a> Trace<'a> {
         self.collector.tick_history(elapsed.as_secs_f64());
         if self.settings.numbered() {
             self.write_snapshot("the trace went on");
+        }
+        if self.otlp.is_some() {
+            self.push_snapshot();
+        }
+    }
+
+    /// --otlp: the profile now, queued for the collector (sent by the
+    /// exporter's thread: a collector that is down costs the trace
+    /// nothing but this snapshot).
+    fn push_snapshot(&mut self) {
+        let mut profile = self.snapshot("snapshot pushed while tracing (the trace went on)");
+        profile.sort_stacks(self.settings.config.render.sort);
+        if let Some(push) = &self.otlp {
+            push.profile(&profile);
         }
     }
 

@@ -30,6 +30,8 @@ pub struct Settings<'a> {
     pub attach: AttachOptions,
     /// --comm, NUL-padded as the BPF side compares it.
     comm: [u8; 16],
+    /// --otlp: where profiles are pushed.
+    pub otlp: Option<crate::otlp::Destination>,
 }
 
 impl<'a> Settings<'a> {
@@ -40,6 +42,12 @@ impl<'a> Settings<'a> {
             .output
             .as_deref()
             .map(|path| Output::prepare(&numbered_path(path, 1)))
+            .transpose()?;
+        // A bad URL or header list is said before anything is attached.
+        let otlp = config
+            .otlp
+            .as_deref()
+            .map(crate::otlp::destination)
             .transpose()?;
         crate::probes::preflight::check(config.pid(), config.command().is_some())?;
         let mut comm = [0u8; 16];
@@ -63,6 +71,7 @@ impl<'a> Settings<'a> {
                 sessions: config.probes.sessions,
             },
             comm,
+            otlp,
         })
     }
 

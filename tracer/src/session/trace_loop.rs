@@ -177,6 +177,9 @@ impl Trace<'_> {
                 _ = stats_tick.tick(), if verbose => {
                     self.stats
                         .print(self.collector.stats(), self.collector.live_map_entries());
+                    if let Some(push) = &self.otlp {
+                        push.say_stats();
+                    }
                     Next::Continue
                 }
                 guard = events.readable() => {

@@ -1,0 +1,281 @@
+//! Where `--otlp` sends profiles, resolved as OpenTelemetry SDKs resolve
+//! an OTLP/HTTP exporter's endpoint and headers (the OTLP exporter
+//! specification, "Configuration Options" and "Endpoint URLs for
+//! OTLP/HTTP"):
+//! - `--otlp URL`: URL as given, or with `/v1development/profiles` when it
+//!   has no path;
+//! - `--otlp` alone: `OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT` as-is (the
+//!   signal's own URL), else `OTEL_EXPORTER_OTLP_ENDPOINT` with
+//!   `v1development/profiles` appended to its path (a base URL), else
+//!   `http://localhost:4318/v1development/profiles`;
+//! - headers: `OTEL_EXPORTER_OTLP_PROFILES_HEADERS`, else
+//!   `OTEL_EXPORTER_OTLP_HEADERS`, as `key=value,key2=value2` with
+//!   percent-encoded values (W3C Baggage's list format), the signal's own
+//!   list replacing the general one as the Python and Go SDKs do.
+//!
+//! Plain http:// only: https:// is refused with a way out (a local
+//! collector forwards with TLS).
+
+use std::fmt;
+
+/// The signal's path on a collector (profiles_service_http.yaml).
+pub const PROFILES_PATH: &str = "/v1development/profiles";
+
+/// Where the SDKs send when nothing is configured.
+pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
+
+/// Headers and URLs are refused past these sizes (they come from the
+/// environment, and every request carries them).
+const MAX_HEADERS: usize = 64;
+const MAX_HEADER_BYTES: usize = 8192;
+const MAX_URL_BYTES: usize = 2048;
+
+/// A resolved OTLP/HTTP destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Destination {
+    /// The URL requests go to, for messages.
+    pub url: String,
+    /// Host name or address, as in the URL (an IPv6 address without its
+    /// brackets): what is connected to.
+    pub host: String,
+    pub port: u16,
+    /// The `Host` header: the URL's authority.
+    pub authority: String,
+    /// The request target: path and query.
+    pub path: String,
+    /// Extra request headers (OTEL_EXPORTER_OTLP_*HEADERS).
+    pub headers: Vec<(String, String)>,
+}
+
+/// What went wrong, in words that say what to do.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadConfig(pub String);
+
+impl fmt::Display for BadConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadConfig {}
+
+/// The destination for `--otlp` (`flag`: its URL, or "" when given
+/// alone), reading the environment through `env`.
+pub fn resolve(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Destination, BadConfig> {
+    let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    for name in [
+        "OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ] {
+        if let Some(protocol) = env(name) {
+            if protocol.trim() != "http/protobuf" {
+                return Err(BadConfig(format!(
+                    "{name}={:?}: --otlp sends OTLP/HTTP protobuf only; set it to http/protobuf \
+                     or unset it (a collector's otlp receiver takes both on its http endpoint, \
+                     port 4318)",
+                    protocol.trim()
+                )));
+            }
+            break;
+        }
+    }
+    let (url, source, append) = if !flag.is_empty() {
+        (flag.to_string(), "--otlp", Append::IfNoPath)
+    } else if let Some(url) = env("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") {
+        (url, "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT", Append::Never)
+    } else if let Some(url) = env("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        (url, "OTEL_EXPORTER_OTLP_ENDPOINT", Append::Always)
+    } else {
+        (
+            DEFAULT_ENDPOINT.to_string(),
+            "the default",
+            Append::IfNoPath,
+        )
+    };
+    let mut dest = parse_url(url.trim(), append).map_err(|why| {
+        BadConfig(format!(
+            "{source} {:?}: {why}",
+            crate::escape::text(url.trim())
+        ))
+    })?;
+    let (name, headers) = match env("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") {
+        Some(h) => ("OTEL_EXPORTER_OTLP_PROFILES_HEADERS", h),
+        None => (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            env("OTEL_EXPORTER_OTLP_HEADERS").unwrap_or_default(),
+        ),
+    };
+    dest.headers = parse_headers(&headers).map_err(|why| BadConfig(format!("{name}: {why}")))?;
+    Ok(dest)
+}
+
+/// How the signal's path joins the URL's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Append {
+    /// A base URL: `v1development/profiles` goes after its path.
+    Always,
+    /// The signal's own URL, used as-is (no path: `/`).
+    Never,
+    /// `--otlp URL`: as-is, or the signal's path when there is none.
+    IfNoPath,
+}
+
+fn parse_url(url: &str, append: Append) -> Result<Destination, String> {
+    if url.len() > MAX_URL_BYTES {
+        return Err(format!("longer than {MAX_URL_BYTES} bytes"));
+    }
+    if url
+        .bytes()
+        .any(|b| b.is_ascii_control() || b == b' ' || !b.is_ascii())
+    {
+        return Err("has spaces, control or non-ASCII characters: percent-encode them".into());
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!(
+            "not a URL: write it as http://HOST:PORT, e.g. {DEFAULT_ENDPOINT} (a collector's \
+             otlp receiver, http protocol)"
+        ));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => {}
+        "https" => {
+            return Err(
+                "https:// is not supported: send to a collector over http:// (e.g. an \
+                        OpenTelemetry collector on this host or in this pod at \
+                        http://127.0.0.1:4318) and let it forward with TLS"
+                    .into(),
+            )
+        }
+        other => {
+            return Err(format!(
+                "scheme {other:?} is not supported: --otlp sends OTLP/HTTP to http://HOST:PORT"
+            ))
+        }
+    }
+    // The fragment is never sent.
+    let rest = rest.split('#').next().unwrap_or("");
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    if authority.contains('@') {
+        return Err("credentials in the URL are not sent: put them in \
+                    OTEL_EXPORTER_OTLP_HEADERS (e.g. Authorization=Basic%20...)"
+            .into());
+    }
+    let (host, port) = split_host_port(authority)?;
+    let path = match (append, path) {
+        (Append::Always, p) => {
+            let (p, query) = p.split_once('?').map_or((p, ""), |(p, q)| (p, q));
+            let joined = format!("{}{PROFILES_PATH}", p.trim_end_matches('/'));
+            match query {
+                "" => joined,
+                q => format!("{joined}?{q}"),
+            }
+        }
+        (Append::IfNoPath, "" | "/") => PROFILES_PATH.to_string(),
+        (_, p) if p.starts_with('?') => format!("/{p}"),
+        (_, "") => "/".to_string(),
+        (_, p) => p.to_string(),
+    };
+    Ok(Destination {
+        url: format!("http://{authority}{path}"),
+        host,
+        port,
+        authority: authority.to_string(),
+        path,
+        headers: Vec::new(),
+    })
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`; port 80 when absent.
+fn split_host_port(authority: &str) -> Result<(String, u16), String> {
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6
+            .split_once(']')
+            .ok_or("an IPv6 address needs its closing `]`")?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or("`]` must be followed by :PORT")?),
+        };
+        (host, port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host: write it as http://HOST:PORT".into());
+    }
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._:%".contains(&b))
+    {
+        return Err(format!("{host:?} is not a host name or address"));
+    }
+    let port = match port {
+        None => 80,
+        Some(p) => match p.parse::<u16>() {
+            Ok(port) if port > 0 => port,
+            _ => return Err(format!("port {p:?} is not a number from 1 to 65535")),
+        },
+    };
+    Ok((host.to_string(), port))
+}
+
+/// `key=value,key2=value2`, values percent-decoded; an empty list is no
+/// headers. A key must be an HTTP token, and no value may hold a line
+/// break (it would end the header in the request).
+fn parse_headers(list: &str) -> Result<Vec<(String, String)>, String> {
+    if list.len() > MAX_HEADER_BYTES {
+        return Err(format!("longer than {MAX_HEADER_BYTES} bytes"));
+    }
+    let mut headers = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(format!(
+                "{:?} is not key=value (the list is key1=value1,key2=value2)",
+                crate::escape::text(item)
+            ));
+        };
+        let key = key.trim();
+        let is_token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if key.is_empty() || !key.bytes().all(is_token) {
+            return Err(format!(
+                "{:?} is not an HTTP header name",
+                crate::escape::text(key)
+            ));
+        }
+        let value = percent_decode(value.trim())
+            .filter(|v| !v.chars().any(|c| c.is_control() && c != '\t'))
+            .ok_or_else(|| {
+                format!("the value of {key} is not valid percent-encoded text without line breaks")
+            })?;
+        headers.push((key.to_string(), value));
+        if headers.len() > MAX_HEADERS {
+            return Err(format!("more than {MAX_HEADERS} headers"));
+        }
+    }
+    Ok(headers)
+}
+
+/// `%XX` escapes decoded; None when one is malformed or the bytes are not
+/// UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b != b'%' {
+            out.push(b);
+            continue;
+        }
+        let hex = [bytes.next()?, bytes.next()?];
+        let hex = std::str::from_utf8(&hex).ok()?;
+        out.push(u8::from_str_radix(hex, 16).ok()?);
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests;
