@@ -190,13 +190,19 @@ fn resource_attributes(
     attributes
 }
 
-/// The hook for #23's identity (container id, pod UID): the resource
-/// attributes `container.id` and `k8s.pod.uid`, for a process the profile
-/// knows them of. `ProcessInfo` carries neither yet; when it does, return
-/// them here, e.g. `("container.id", id.clone())`, and every OTLP resource
-/// has them.
-fn identity_attributes(_process: &ProcessInfo) -> Vec<(&'static str, String)> {
-    Vec::new()
+/// What the process's cgroup names (docs/cgroups.md): `container.id`,
+/// `k8s.pod.uid`, and its cgroup path, as OTel's semantic conventions name
+/// them (values escaped by `str_attribute`).
+fn identity_attributes(process: &ProcessInfo) -> Vec<(&'static str, String)> {
+    let id = &process.identity;
+    [
+        ("container.id", &id.container_id),
+        ("k8s.pod.uid", &id.pod_uid),
+        ("process.cgroup", &id.cgroup),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| value.clone().map(|v| (key, v)))
+    .collect()
 }
 
 fn str_attribute(key: &str, value: &str) -> KeyValue {

@@ -35,6 +35,12 @@ fn profile() -> Profile {
                 start_time: Some(7),
                 command: "/opt/app --serve".into(),
                 program: "/opt/app".into(),
+                identity: crate::profile::Identity {
+                    cgroup: Some("/kubepods.slice/x/cri-containerd-0123456789ab.scope".into()),
+                    container_id: Some("0123456789ab".into()),
+                    pod_uid: Some("6e5f3c1a-2b7d-4e8f-9a0b-1c2d3e4f5a6b".into()),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             ProcessInfo {
@@ -194,8 +200,15 @@ fn resources_name_the_process_and_the_host_escaped() {
     assert_eq!(first["process.command_line"], "/opt/app --serve");
     assert_eq!(first["host.name"], "box");
     assert_eq!(first["service.name"], "unknown_service:app");
+    assert_eq!(first["container.id"], "0123456789ab");
+    assert_eq!(first["k8s.pod.uid"], "6e5f3c1a-2b7d-4e8f-9a0b-1c2d3e4f5a6b");
+    assert_eq!(
+        first["process.cgroup"],
+        "/kubepods.slice/x/cri-containerd-0123456789ab.scope"
+    );
     let second = attrs(1);
     assert_eq!(second["process.executable.path"], "worker\\x1b[2J");
+    assert!(!second.contains_key("container.id"), "{second:?}");
 }
 
 #[test]
