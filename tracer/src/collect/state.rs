@@ -306,7 +306,7 @@ impl State {
             t.forget_process(pid);
         }
         self.stale_live
-            .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
+            .extend(addrs.into_iter().map(|addr| LiveKey::reported(pid, addr)));
         if let Some(i) = self.processes.current(pid).filter(|_| !root) {
             self.exited.push_back(i);
         }
