@@ -91,6 +91,10 @@ pub struct State {
 }
 
 impl State {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "came with the oomtemp merge on main; the collector's one constructor call"
+    )]
     pub(super) fn new(
         stacks: StackInterner,
         live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
