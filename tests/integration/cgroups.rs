@@ -98,15 +98,6 @@ fn assert_group_exact(report: &Value, pid: u32, n: u64) -> &Value {
     group
 }
 
-fn process<'a>(report: &'a Value, pid: u32) -> &'a Value {
-    report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not in processes: {}", report["processes"]))
-}
-
 #[test]
 fn cgroup_traces_its_subtree_only_with_processes_moved_in_during_the_trace() {
     let top = V2Cgroup::new("scope");
@@ -151,9 +142,18 @@ fn cgroup_traces_its_subtree_only_with_processes_moved_in_during_the_trace() {
             "pid {pid}"
         );
     }
-    assert_eq!(process(&report, in_a.pid())["cgroup"], a.path());
-    assert_eq!(process(&report, moved.pid())["cgroup"], a.path());
-    assert_eq!(process(&report, moved_below.pid())["cgroup"], below.path());
+    assert_eq!(
+        crate::harness::process_entry(&report, in_a.pid())["cgroup"],
+        a.path()
+    );
+    assert_eq!(
+        crate::harness::process_entry(&report, moved.pid())["cgroup"],
+        a.path()
+    );
+    assert_eq!(
+        crate::harness::process_entry(&report, moved_below.pid())["cgroup"],
+        below.path()
+    );
     let traced = [in_a.pid(), moved.pid(), moved_below.pid()];
     for stack in report["stacks"].as_array().expect("stacks") {
         let pid = stack["pid"].as_u64().and_then(|p| u32::try_from(p).ok());
@@ -257,7 +257,7 @@ fn a_process_in_its_own_namespaces_shows_its_namespace_pid_and_its_own_program()
     outer.run_sites();
     let (report, _) = tracer.stop();
     assert_process_exact(&report, inner);
-    let p = process(&report, inner);
+    let p = crate::harness::process_entry(&report, inner);
     assert_eq!(p["ns_pid"], 1, "{p}");
     assert_eq!(p["ns_program"], program.as_str(), "{p}");
     assert_eq!(p["command"], program.as_str(), "{p}");

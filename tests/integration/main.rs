@@ -36,6 +36,7 @@ mod privileges;
 mod progress;
 mod redis;
 mod replaced_on_disk;
+mod ripgrep;
 mod rjem;
 mod safety;
 mod sampling;

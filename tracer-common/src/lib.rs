@@ -271,7 +271,9 @@ pub struct Event {
     pub addr: u64,
     /// Requested size in bytes (ALLOC only).
     pub size: u64,
-    /// `bpf_ktime_get_ns()` when the event was recorded.
+    /// `bpf_ktime_get_ns()` when the event was recorded; 0 for FREE
+    /// (nothing reads it there, and the clock read is a measurable part of
+    /// a free's cost in exact mode).
     pub timestamp_ns: u64,
     /// The `Role` of the hooked function that produced the event.
     pub role: u32,
@@ -283,9 +285,47 @@ pub struct Event {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LiveKey {
     pub pid: u32,
-    pub _pad: u32,
+    /// `LIVE_REPORTED`, or `LIVE_UNREPORTED` for a block whose ALLOC
+    /// event was dropped: free() then finds a reported block with a
+    /// single delete, and looks for an unreported one only once some
+    /// block went unreported (`STATE_UNREPORTED`).
+    pub tag: u32,
     pub addr: u64,
 }
+
+/// `LiveKey::tag` of a block user space was told of.
+pub const LIVE_REPORTED: u32 = 0;
+/// `LiveKey::tag` of a block whose ALLOC event was dropped.
+pub const LIVE_UNREPORTED: u32 = 1;
+
+impl LiveKey {
+    pub const fn reported(pid: u32, addr: u64) -> LiveKey {
+        LiveKey {
+            pid,
+            tag: LIVE_REPORTED,
+            addr,
+        }
+    }
+
+    pub const fn unreported(pid: u32, addr: u64) -> LiveKey {
+        LiveKey {
+            pid,
+            tag: LIVE_UNREPORTED,
+            addr,
+        }
+    }
+}
+
+/// Indexes of the STATE array (u64 slots shared by user space and BPF).
+/// The unwind-rule caches' generation: user space bumps it after every
+/// change to UNWIND_MAPPINGS, and a walker's per-CPU cache entry is used
+/// only while the generation it was filled under is current. 0 = no
+/// mapping yet (the caches are not used).
+pub const STATE_UNWIND_GEN: u32 = 0;
+/// Set to 1 by BPF the first time a block enters LIVE unreported.
+pub const STATE_UNREPORTED: u32 = 1;
+/// Number of STATE slots.
+pub const STATE_SLOTS: u32 = 2;
 
 /// Value of the LIVE map.
 #[repr(C)]

@@ -137,6 +137,9 @@ pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn is_live(pid: u32, addr: u64) -> bool {
-    // SAFETY: the value is not read.
-    unsafe { LIVE.get(LiveKey { pid, _pad: 0, addr }) }.is_some()
+    // SAFETY: the values are not read.
+    unsafe {
+        LIVE.get(LiveKey::reported(pid, addr)).is_some()
+            || LIVE.get(LiveKey::unreported(pid, addr)).is_some()
+    }
 }

@@ -2,11 +2,11 @@
 //! unrecorded block costs one hash lookup.
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, programs::ProbeContext};
-use tracer_common::{counter, Event, LiveKey, Role, EVENT_FREE};
+use tracer_common::{counter, Event, LiveKey, Role, EVENT_FREE, STATE_UNREPORTED};
 
 use crate::{
     args::arg,
-    maps::{count, event, stopped, traced, wakeup_flags, EVENTS, LIVE},
+    maps::{count, state, stopped, traced, wakeup_flags, EVENTS, LIVE},
     sampling::sampling,
 };
 
@@ -14,28 +14,42 @@ use crate::{
 /// false when it was not in LIVE.
 #[inline(always)]
 pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) -> bool {
-    let key = LiveKey { pid, _pad: 0, addr };
-    // SAFETY: a copy of the value is taken at once.
-    let Some(value) = (unsafe { LIVE.get(key) }).copied() else {
-        return false;
-    };
-    // The delete decides whether this block was recorded (another CPU may
-    // free the same address: only one delete succeeds).
-    if LIVE.remove(key).is_err() {
-        return true;
-    }
-    if value.unreported != 0 {
-        // User space never heard of this block: nothing to tell it.
-        count(counter::FREE_OF_DROPPED_ALLOC);
-        return true;
+    // The delete alone decides whether this block was recorded (another
+    // CPU may free the same address: only one delete succeeds); no lookup
+    // first, which was a third of a free's cost in exact mode.
+    if LIVE.remove(LiveKey::reported(pid, addr)).is_err() {
+        return free_unreported(pid, addr);
     }
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         count(counter::RINGBUF_FULL);
         count(counter::FREE_DROPPED);
         return true;
     };
-    entry.write(event(EVENT_FREE, pid, tid, 0, addr, 0, role));
+    // No timestamp: user space does not read it for a FREE.
+    entry.write(Event {
+        kind: EVENT_FREE,
+        pid,
+        tid,
+        stack_id: 0,
+        addr,
+        size: 0,
+        timestamp_ns: 0,
+        role: role as u32,
+        _pad: 0,
+    });
     entry.submit(wakeup_flags());
+    true
+}
+
+/// A block whose ALLOC event was dropped (user space never heard of it:
+/// nothing to tell it). Looked for only once some block went unreported,
+/// so that an unrecorded free costs one delete attempt, not two.
+#[inline(always)]
+fn free_unreported(pid: u32, addr: u64) -> bool {
+    if state(STATE_UNREPORTED) == 0 || LIVE.remove(LiveKey::unreported(pid, addr)).is_err() {
+        return false;
+    }
+    count(counter::FREE_OF_DROPPED_ALLOC);
     true
 }
 

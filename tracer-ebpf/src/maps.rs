@@ -11,7 +11,7 @@ use aya_ebpf::{
 use tracer_common::{
     counter, Event, InFlightStack, LiveKey, LiveValue, Role, StackSample, CONTROL_SESSION,
     CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS,
-    FORKS_COUNT, UNWIND_FP,
+    FORKS_COUNT, STATE_SLOTS, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -40,6 +40,17 @@ pub(crate) static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(cou
 /// the return run.
 #[map]
 pub(crate) static CONTROL: Array<u32> = Array::with_max_entries(1, 0);
+/// `tracer_common::STATE_*` slots: the unwind-rule caches' generation
+/// (written by user space) and whether any block entered LIVE unreported
+/// (written here).
+#[map]
+pub(crate) static STATE: Array<u64> = Array::with_max_entries(STATE_SLOTS, 0);
+
+/// Slot `i` of STATE.
+#[inline(always)]
+pub(crate) fn state(i: u32) -> u64 {
+    STATE.get(i).copied().unwrap_or(0)
+}
 
 /// How stacks are captured: `UNWIND_FP` (kernel frame-pointer walk into
 /// STACKS) or `UNWIND_DWARF` (registers + a copy of the stack, unwound in

@@ -10,12 +10,12 @@ use aya_ebpf::{
 use tracer_common::{
     counter, Event, FramesHeader, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC,
     EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE, FRAMES_RESUME, MAX_FRAMES, MAX_STACK_BYTES,
-    STACK_CHUNK, UNWIND_DWARF, UNWIND_TABLES,
+    STACK_CHUNK, STATE_UNREPORTED, UNWIND_DWARF, UNWIND_TABLES,
 };
 
 use crate::{
     maps::{
-        count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES,
+        count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES, STATE,
         UNWIND_MODE,
     },
     walk::{walk, FRAMES_BUF},
@@ -43,7 +43,7 @@ pub(crate) fn record_alloc(
         insert_unreported(pid, addr, size);
         return;
     };
-    let key = LiveKey { pid, _pad: 0, addr };
+    let key = LiveKey::reported(pid, addr);
     if LIVE.insert(key, live(size, 0), 0).is_err() {
         count(counter::LIVE_MAP_FULL);
         entry.discard(0);
@@ -98,7 +98,7 @@ fn record_alloc_sample(
         stack_len: len as u32,
         _pad: 0,
     };
-    let key = LiveKey { pid, _pad: 0, addr };
+    let key = LiveKey::reported(pid, addr);
     if LIVE.insert(key, live(size, 0), 0).is_err() {
         count(counter::LIVE_MAP_FULL);
         return;
@@ -123,11 +123,19 @@ fn live(size: u64, unreported: u32) -> LiveValue {
     }
 }
 
-/// A block whose ALLOC event was dropped (see `LiveValue::unreported`).
+/// A block whose ALLOC event was dropped (see `LiveKey::tag`). Where a
+/// reported entry was inserted first, it goes: the block is in LIVE once.
 #[inline(always)]
 fn insert_unreported(pid: u32, addr: u64, size: u64) {
-    let key = LiveKey { pid, _pad: 0, addr };
-    if LIVE.insert(key, live(size, 1), 0).is_err() {
+    let _ = LIVE.remove(LiveKey::reported(pid, addr));
+    if let Some(flag) = STATE.get_ptr_mut(STATE_UNREPORTED) {
+        // SAFETY: a u64 slot of an array map; a racing write stores 1 too.
+        unsafe { *flag = 1 };
+    }
+    if LIVE
+        .insert(LiveKey::unreported(pid, addr), live(size, 1), 0)
+        .is_err()
+    {
         count(counter::LIVE_MAP_FULL);
     }
 }
@@ -173,7 +181,7 @@ fn record_alloc_frames(
     if total > core::mem::size_of::<tracer_common::FramesSample>() {
         return; // cannot happen: depth <= MAX_FRAMES, stack_len <= MAX_STACK_BYTES
     }
-    let key = LiveKey { pid, _pad: 0, addr };
+    let key = LiveKey::reported(pid, addr);
     if LIVE.insert(key, live(size, 0), 0).is_err() {
         count(counter::LIVE_MAP_FULL);
         return;

@@ -27,6 +27,7 @@ pub fn run() -> Result<()> {
     allocators(&mut apt)?;
     prometheus_parser(&mut apt)?;
     redis(&mut apt)?;
+    ripgrep(&mut apt)?;
     go(&mut apt)?;
     nodejs(&mut apt)?;
     speedscope(&mut apt)?;
@@ -176,6 +177,18 @@ fn redis(apt: &mut Apt) -> Result<()> {
         apt.ensure(&[package])?;
     }
     Ok(())
+}
+
+/// A Rust program nobody here wrote, without frame pointers and with
+/// frames larger than any stack copy: Debian's ripgrep, for the ripgrep
+/// test of complete stacks.
+fn ripgrep(apt: &mut Apt) -> Result<()> {
+    if std::path::Path::new("/usr/bin/rg").exists() {
+        println!("ok: /usr/bin/rg");
+        return Ok(());
+    }
+    println!("installing: ripgrep (for the ripgrep test)");
+    apt.ensure(&["ripgrep"])
 }
 
 /// The pprof tests open our files with the real consumer, `go tool pprof`

@@ -316,7 +316,7 @@ impl State {
             t.forget_process(pid);
         }
         self.stale_live
-            .extend(addrs.into_iter().map(|addr| LiveKey { pid, _pad: 0, addr }));
+            .extend(addrs.into_iter().map(|addr| LiveKey::reported(pid, addr)));
         if let (Some(peak), Some(i)) = (self.heap.take_peak(pid), self.processes.current(pid)) {
             self.ended_peaks.ended(i, peak);
         }

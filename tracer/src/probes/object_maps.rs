@@ -42,6 +42,7 @@ pub(super) fn take_unwind(
     Ok(Some(BpfUnwindMaps::new(
         Array::try_from(take(ebpf, "UNWIND_ROWS")?)?,
         aya::maps::LpmTrie::try_from(take(ebpf, "UNWIND_MAPPINGS")?)?,
+        Array::try_from(take(ebpf, "STATE")?)?,
     )?))
 }
 

@@ -1,6 +1,8 @@
 //! `UnwindMaps` on the real BPF maps: UNWIND_ROWS is memory-mapped
 //! (BPF_F_MMAPABLE), so a table is written with one copy instead of a
-//! syscall per row; UNWIND_MAPPINGS is an aya LPM trie.
+//! syscall per row; UNWIND_MAPPINGS is an aya LPM trie. Every change to
+//! the trie bumps STATE_UNWIND_GEN afterwards, which empties the walkers'
+//! per-CPU rule caches (tracer-ebpf walk.rs RULE_CACHE).
 
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
@@ -19,12 +21,16 @@ pub struct BpfUnwindMaps {
     rows: *mut u64,
     capacity: u32,
     mappings: LpmTrie<MapData, MappingKey, MappingValue>,
+    /// The BPF STATE array, and the last generation written to it.
+    state: Array<MapData, u64>,
+    gen: u64,
 }
 
 impl BpfUnwindMaps {
     pub fn new(
         rows_map: Array<MapData, u64>,
         mappings: LpmTrie<MapData, MappingKey, MappingValue>,
+        state: Array<MapData, u64>,
     ) -> anyhow::Result<BpfUnwindMaps> {
         let capacity = rows_map.len();
         let fd = rows_map.map().fd().as_fd().as_raw_fd();
@@ -48,7 +54,20 @@ impl BpfUnwindMaps {
             rows: rows.cast(),
             capacity,
             mappings,
+            state,
+            gen: 0,
         })
+    }
+
+    /// After a trie change: cached rules from before it no longer count.
+    /// Bumped after the change, so that a walk that read the trie before
+    /// it filled its cache under a generation that is now stale.
+    fn bump_generation(&mut self) -> anyhow::Result<()> {
+        self.gen += 1;
+        self.state
+            .set(tracer_common::STATE_UNWIND_GEN, self.gen, 0)
+            .context("bumping the unwind-rule caches' generation")?;
+        Ok(())
     }
 }
 
@@ -77,13 +96,19 @@ impl UnwindMaps for BpfUnwindMaps {
     }
 
     fn insert_mapping(&mut self, key: PrefixKey, value: MappingValue) -> anyhow::Result<()> {
-        self.mappings
-            .insert(&Key::new(key.prefix_len, key.key), value, 0)?;
+        let inserted = self
+            .mappings
+            .insert(&Key::new(key.prefix_len, key.key), value, 0);
+        // A failed insert may still have replaced nothing; bump anyway.
+        self.bump_generation()?;
+        inserted?;
         Ok(())
     }
 
     fn remove_mapping(&mut self, key: PrefixKey) -> anyhow::Result<()> {
-        self.mappings.remove(&Key::new(key.prefix_len, key.key))?;
+        let removed = self.mappings.remove(&Key::new(key.prefix_len, key.key));
+        self.bump_generation()?;
+        removed?;
         Ok(())
     }
 }
