@@ -207,27 +207,29 @@ mod tests {
 
     #[test]
     fn interleaved_stacks_merge_into_the_first_of_each_in_order() {
-        let mut t = Table::default();
-        let (a, b, c) = (&[("a", 1)][..], &[("b", 2)][..], &[("c", 3)][..]);
-        let stacks = vec![
-            t.stack(1, a, 1),
-            t.stack(1, b, 10),
-            t.stack(1, a, 100),
-            t.stack(1, c, 1000),
-            t.stack(1, b, 10000),
-            t.stack(1, a, 100000),
+        let mut table = Table::default();
+        let sites = [&[("a", 1)][..], &[("b", 2)][..], &[("c", 3)][..]];
+        let order = [
+            (0, 1),
+            (1, 10),
+            (0, 100),
+            (2, 1_000),
+            (1, 10_000),
+            (0, 100_000),
         ];
+        let stacks = order
+            .iter()
+            .map(|&(site, bytes)| table.stack(1, sites[site], bytes))
+            .collect();
         let merged = same_frames(stacks);
         let got: Vec<(&str, u64, u64)> = merged
             .iter()
             .map(|s| {
-                let f = s.frames[0].function.as_str();
-                (f, s.counts.alloc_bytes, s.counts.alloc_objects)
+                let counts = &s.counts;
+                let function = s.frames[0].function.as_str();
+                (function, counts.alloc_bytes, counts.alloc_objects)
             })
             .collect();
-        assert_eq!(
-            got,
-            [("a", 100101, 3), ("b", 10010, 2), ("c", 1000, 1)]
-        );
+        assert_eq!(got, [("a", 100_101, 3), ("b", 10_010, 2), ("c", 1_000, 1)]);
     }
 }

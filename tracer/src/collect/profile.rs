@@ -102,47 +102,47 @@ fn stack_reports(
     let mut stacks: Vec<StackReport> = Vec::with_capacity(state.heap.stack_count());
     stacks.extend(
         state
-        .heap
-        .stacks()
-        .filter(|(_, c)| c.alloc_objects > 0)
-        .filter_map(|(h, mut counts)| {
-            let stack = state.stacks.table.get(h)?;
-            // History and growth follow the whole heap: --min-age filters
-            // only what the report counts as in use now.
-            let growth = timeline
-                .map(|t| t.growth(h, &counts, meta.sample_rate))
-                .unwrap_or_default();
-            add(unfiltered, &counts);
-            if let Some(aged) = &aged {
-                let old = aged.get(&h).copied().unwrap_or_default();
-                (counts.inuse_bytes, counts.inuse_objects) = (old.bytes, old.objects);
-            }
-            if exited_early(state, unread, stack) {
-                unnamed.stacks += 1;
-                unnamed.pids.insert(stack.pid);
-                unnamed.truncated += u64::from(stack.truncated);
-            }
-            let frames = named(names, stack.frames.as_deref());
-            Some(StackReport {
-                pid: stack.pid,
-                start_time: state
-                    .processes
-                    .get(stack.process)
-                    .and_then(|p| p.start_time),
-                exited_group: state
-                    .processes
-                    .get(stack.process)
-                    .filter(|p| p.folded > 0)
-                    .map(|p| p.program.clone()),
-                counts,
-                truncated: super::roots::cut_short(&frames, stack.truncated),
-                frames,
-                series: growth.series,
-                growth_bytes_per_sec: growth.per_sec,
-                trend: growth.trend,
-                temporary: state.temporaries.as_ref().map(|t| t.of(h)),
-            })
-        }),
+            .heap
+            .stacks()
+            .filter(|(_, c)| c.alloc_objects > 0)
+            .filter_map(|(h, mut counts)| {
+                let stack = state.stacks.table.get(h)?;
+                // History and growth follow the whole heap: --min-age filters
+                // only what the report counts as in use now.
+                let growth = timeline
+                    .map(|t| t.growth(h, &counts, meta.sample_rate))
+                    .unwrap_or_default();
+                add(unfiltered, &counts);
+                if let Some(aged) = &aged {
+                    let old = aged.get(&h).copied().unwrap_or_default();
+                    (counts.inuse_bytes, counts.inuse_objects) = (old.bytes, old.objects);
+                }
+                if exited_early(state, unread, stack) {
+                    unnamed.stacks += 1;
+                    unnamed.pids.insert(stack.pid);
+                    unnamed.truncated += u64::from(stack.truncated);
+                }
+                let frames = named(names, stack.frames.as_deref());
+                Some(StackReport {
+                    pid: stack.pid,
+                    start_time: state
+                        .processes
+                        .get(stack.process)
+                        .and_then(|p| p.start_time),
+                    exited_group: state
+                        .processes
+                        .get(stack.process)
+                        .filter(|p| p.folded > 0)
+                        .map(|p| p.program.clone()),
+                    counts,
+                    truncated: super::roots::cut_short(&frames, stack.truncated),
+                    frames,
+                    series: growth.series,
+                    growth_bytes_per_sec: growth.per_sec,
+                    trend: growth.trend,
+                    temporary: state.temporaries.as_ref().map(|t| t.of(h)),
+                })
+            }),
     );
     let mut stacks = super::merge::same_frames(stacks);
     stacks.sort_unstable_by(|a, b| {

@@ -47,7 +47,11 @@ impl Phases {
             .iter()
             .map(|&(name, ms, rss, peak)| match name {
                 "trace" => format!("trace: RSS {} MiB, peak {} MiB", mib(rss), mib(peak)),
-                _ => format!("{name} {ms:.0} ms (RSS {} MiB, peak {} MiB)", mib(rss), mib(peak)),
+                _ => format!(
+                    "{name} {ms:.0} ms (RSS {} MiB, peak {} MiB)",
+                    mib(rss),
+                    mib(peak)
+                ),
             })
             .collect();
         console::say(format_args!("after the trace: {}", steps.join("; ")));

@@ -30,7 +30,9 @@ pub fn soak(args: &SoakArgs, bin: &Path) -> Result<Verdict> {
     let name = "tables";
     for tool in [PYTHON, RG] {
         if !Path::new(tool).exists() {
-            bail!("{tool} is missing: the tables soak runs it (apt-get install python3.11 ripgrep)");
+            bail!(
+                "{tool} is missing: the tables soak runs it (apt-get install python3.11 ripgrep)"
+            );
         }
     }
     let _lock = system_wide_lock()?;
