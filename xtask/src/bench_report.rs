@@ -1,11 +1,14 @@
 //! `cargo xtask bench-report`: how long the report of many distinct stacks
-//! takes and how much memory the tracer needs for it. bench/many_stacks.c
-//! makes 2^17 allocations, each from its own 40-frame stack (DWARF, exact
-//! mode, the default ring buffer); the tracer is stopped with SIGINT and
-//! timed until it exits, once per format. Peak RSS is the tracer's own
-//! (getrusage of the reaped child), so it includes the report. The CPU
-//! seconds the tracer spent from SIGINT to exit are shown too: on a busy
-//! machine they vary less than the wall time.
+//! takes and how much memory the tracer needs for it, issue #21's case:
+//! bench/many_stacks.c makes 100,000 allocations, each from its own
+//! 17-frame stack, traced in exact mode with the default unwinding
+//! (tables) and the default ring buffer; the tracer is stopped with SIGINT
+//! and timed until it exits, once per format, then once more in DWARF mode
+//! (text) for comparison. Peak RSS is the tracer's own over the whole trace
+//! (getrusage of the reaped child), so it includes the report; the peak
+//! before SIGINT (VmHWM) says how much of it the trace itself needed. The
+//! CPU seconds the tracer spent from SIGINT to exit are shown too: on a
+//! busy machine they vary less than the wall time.
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -18,7 +21,10 @@ use anyhow::{bail, Context, Result};
 use crate::cmd::{repo_root, run as run_cmd, target_dir};
 use crate::cpu::cpu_secs;
 
-const LEVELS: u32 = 17;
+/// Calls between main and the allocating leaf: 12 + 5 = 17 frames.
+const LEVELS: u32 = 12;
+/// Distinct stacks (at most 3^LEVELS).
+const STACKS: u32 = 100_000;
 
 pub fn run() -> Result<()> {
     crate::setup::run()?;
@@ -33,28 +39,62 @@ pub fn run() -> Result<()> {
             .arg(repo_root().join("bench/many_stacks.c")),
     )?;
     println!(
-        "{} distinct stacks of about 40 frames, exact mode:",
-        1u32 << LEVELS
+        "{STACKS} distinct stacks of {} frames, exact mode; load average {}:",
+        LEVELS + 5,
+        load_average()
     );
     println!(
-        "{:<10} {:>10} {:>10} {:>14} {:>10} {:>12}  rendering alone (--verbose)",
-        "format", "report s", "CPU s", "peak RSS MiB", "file MiB", "lost events"
+        "{:<7} {:<10} {:>9} {:>7} {:>9} {:>13} {:>9} {:>6}  rendering alone (--verbose)",
+        "unwind", "format", "report s", "CPU s", "peak MiB", "before report", "file MiB", "lost"
     );
-    for format in ["text", "collapsed", "json", "pprof"] {
+    let runs = [
+        ("tables", "text"),
+        ("tables", "collapsed"),
+        ("tables", "json"),
+        ("tables", "pprof"),
+        ("dwarf", "text"),
+    ];
+    for (unwind, format) in runs {
         let Run {
             secs,
             cpu_secs,
             peak_kib,
+            traced_peak_kib,
             lost,
             render,
-        } = one(&tracer, &target, format)?;
+        } = one(&tracer, &target, unwind, format)?;
         let file_mib = std::fs::metadata(report_path(format))?.len() as f64 / (1024.0 * 1024.0);
         println!(
-            "{format:<10} {secs:>10.2} {cpu_secs:>10.2} {:>14} {file_mib:>10.1} {lost:>12}  {render}",
-            peak_kib / 1024
+            "{unwind:<7} {format:<10} {secs:>9.2} {cpu_secs:>7.2} {:>9} {:>13} {file_mib:>9.1} \
+             {lost:>6}  {render}",
+            peak_kib / 1024,
+            traced_peak_kib / 1024,
         );
     }
+    println!("load average {}", load_average());
     Ok(())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// VmHWM of `pid` in KiB (/proc/PID/status), 0 when unreadable.
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
 }
 
 /// What one trace measured.
@@ -64,15 +104,22 @@ struct Run {
     /// The tracer's CPU seconds (user + system) in that time.
     cpu_secs: f64,
     peak_kib: u64,
+    /// Its peak before SIGINT: what the trace needed, the report left out.
+    traced_peak_kib: u64,
     lost: u64,
     /// The tracer's own line on what rendering took.
     render: String,
 }
 
 /// One trace, stopped with SIGINT once the target has allocated.
-fn one(tracer: &std::path::Path, target: &std::path::Path, format: &str) -> Result<Run> {
+fn one(
+    tracer: &std::path::Path,
+    target: &std::path::Path,
+    unwind: &str,
+    format: &str,
+) -> Result<Run> {
     let mut t = Command::new(target)
-        .arg(LEVELS.to_string())
+        .args([LEVELS.to_string(), STACKS.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -87,6 +134,8 @@ fn one(tracer: &std::path::Path, target: &std::path::Path, format: &str) -> Resu
             &t.id().to_string(),
             "--sample-rate",
             "1",
+            "--unwind",
+            unwind,
             "--format",
             format,
             "--verbose",
@@ -113,6 +162,7 @@ fn one(tracer: &std::path::Path, target: &std::path::Path, format: &str) -> Resu
     t_out.read_line(&mut line)?;
     // Let the tracer catch up with the burst before it is stopped.
     std::thread::sleep(Duration::from_secs(2));
+    let traced_peak_kib = vm_hwm_kib(tr.id());
     let cpu_before = cpu_secs(tr.id()).context("reading the tracer's CPU time")?;
     let start = Instant::now();
     // SAFETY: kill sends a signal to our own child.
@@ -155,6 +205,7 @@ fn one(tracer: &std::path::Path, target: &std::path::Path, format: &str) -> Resu
         secs,
         cpu_secs: reaped.cpu_secs - cpu_before,
         peak_kib: reaped.peak_kib,
+        traced_peak_kib,
         lost,
         render,
     })

@@ -18,6 +18,7 @@
 
 mod monitor;
 mod single;
+mod tables;
 
 use std::{
     path::{Path, PathBuf},
@@ -83,9 +84,18 @@ pub struct SoakArgs {
     /// the report keeps) then dominate the growth.
     #[arg(long)]
     all_processes: bool,
-    /// Which scopes to soak (`both` = binary and system).
+    /// Which scopes to soak (`both` = binary and system; `all` = single,
+    /// binary and system; `tables` is run alone).
     #[arg(long, value_enum, default_value_t = Which::All)]
     scope: Which,
+    /// tables: fail when the rows in use after the loop exceed those
+    /// before it by more than this (other processes on the host come and
+    /// go too).
+    #[arg(long, default_value_t = 100_000)]
+    max_rows_growth: u64,
+    /// tables: the same for UNWIND_MAPPINGS entries.
+    #[arg(long, default_value_t = 2_000)]
+    max_mappings_growth: u64,
     /// Extra tracer arguments (e.g. `--unwind fp`), after `--`.
     #[arg(last = true)]
     tracer_args: Vec<String>,
@@ -98,6 +108,9 @@ enum Which {
     System,
     Both,
     All,
+    /// System-wide, every process, while python3.11, cc and rg start in
+    /// turn: RSS and the unwind tables' rows and trie entries.
+    Tables,
 }
 
 /// What a scope found: lines to print, and what failed.
@@ -156,6 +169,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     for scope in scopes {
         let verdict = match scope {
             Which::Single => single::soak(args, &bin)?,
+            Which::Tables => tables::soak(args, &bin)?,
             Which::Binary => python_soak(args, &bin, "binary", &["--binary", PYTHON])?,
             _ => python_soak(args, &bin, "system-wide", system)?,
         };

@@ -39,6 +39,15 @@ pub struct CollectorOptions {
 }
 
 impl Collector {
+    /// For a tracer about to exit: stops the ring buffer's reader and
+    /// leaves the heap, stacks and maps to the process's exit instead of
+    /// freeing them one by one.
+    pub fn leak_state(self) {
+        let Collector { events, state } = self;
+        drop(events);
+        std::mem::forget(state);
+    }
+
     pub fn new(
         maps: EventMaps,
         modules: Modules,
@@ -161,6 +170,11 @@ impl Collector {
             counters,
             tables.stats,
         ))
+    }
+
+    /// `--unwind tables`: the rows and trie entries in use now.
+    pub fn tables_in_use(&self) -> Option<crate::stacks::kernel_tables::TablesInUse> {
+        Some(self.state.modules.kernel.as_ref()?.in_use())
     }
 
     /// The unwinders' counters (--verbose).

@@ -1,6 +1,10 @@
 //! Stacks that print alike, merged at report time (see `same_frames`).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    hash::{Hash, Hasher},
+    sync::Arc,
+};
 
 use crate::profile::{Frame, StackReport};
 
@@ -19,40 +23,34 @@ fn is_unknown(f: &Frame) -> bool {
 /// maps were read, or JIT code) name nothing, so their addresses do not
 /// keep stacks apart; a merged stack shows them without one. Counts,
 /// series and rates add up.
-pub(super) fn same_frames(stacks: Vec<StackReport>) -> Vec<StackReport> {
-    // Named frames are shared Arcs (one per file and offset): compared by
-    // pointer, cheap for 100 k stacks.
-    type Key = (u32, Option<u64>, Option<String>, bool, Vec<usize>);
-    let mut out: Vec<StackReport> = Vec::with_capacity(stacks.len());
-    let mut seen: HashMap<Key, usize> = HashMap::with_capacity(stacks.len());
+pub(super) fn same_frames(mut out: Vec<StackReport>) -> Vec<StackReport> {
+    // The first stack with each key, found with keys that borrow the
+    // stacks: no allocation per stack (100 k stacks made 100 k key vectors).
+    let first: Vec<usize> = {
+        let mut seen: HashMap<Key<'_>, usize> = HashMap::with_capacity(out.len());
+        out.iter()
+            .enumerate()
+            .map(|(i, s)| *seen.entry(Key(s)).or_insert(i))
+            .collect()
+    };
+    // Compacted in place, in order: each first stack moves down to `kept`
+    // (what it displaces was merged already), the others add into theirs.
+    let mut at = vec![usize::MAX; out.len()];
+    let mut kept = 0;
     let mut merged = Vec::new();
-    for stack in stacks {
-        let frames = stack
-            .frames
-            .iter()
-            .map(|f| match is_unknown(f) {
-                true => 0,
-                false => Arc::as_ptr(f) as usize,
-            })
-            .collect();
-        let key = (
-            stack.pid,
-            stack.start_time,
-            stack.exited_group.clone(),
-            stack.truncated,
-            frames,
-        );
-        match seen.get(&key) {
-            Some(&i) => {
-                add_stack(&mut out[i], &stack);
-                merged.push(i);
-            }
-            None => {
-                seen.insert(key, out.len());
-                out.push(stack);
-            }
+    for (i, &f) in first.iter().enumerate() {
+        if f == i {
+            out.swap(kept, i);
+            at[i] = kept;
+            kept += 1;
+        } else {
+            let into = at[f];
+            let (head, tail) = out.split_at_mut(i);
+            add_stack(&mut head[into], &tail[0]);
+            merged.push(into);
         }
     }
+    out.truncate(kept);
     for i in merged {
         let stack = &mut out[i];
         if stack.frames.iter().any(|f| is_unknown(f) && f.offset != 0) {
@@ -71,6 +69,43 @@ pub(super) fn same_frames(stacks: Vec<StackReport>) -> Vec<StackReport> {
     }
     out
 }
+
+/// What makes two stacks one: process, exited group, truncation, and
+/// frames compared by identity (named frames are shared Arcs, one per file
+/// and offset: cheap for 100 k stacks), every `[unknown]` frame alike.
+struct Key<'a>(&'a StackReport);
+
+impl Key<'_> {
+    fn frames(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.frames.iter().map(|f| match is_unknown(f) {
+            true => 0,
+            false => Arc::as_ptr(f) as usize,
+        })
+    }
+}
+
+impl Hash for Key<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        let s = self.0;
+        (s.pid, s.start_time, &s.exited_group, s.truncated).hash(h);
+        self.0.frames.len().hash(h);
+        for f in self.frames() {
+            f.hash(h);
+        }
+    }
+}
+
+impl PartialEq for Key<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.0, other.0);
+        (a.pid, a.start_time, &a.exited_group, a.truncated)
+            == (b.pid, b.start_time, &b.exited_group, b.truncated)
+            && a.frames.len() == b.frames.len()
+            && self.frames().eq(other.frames())
+    }
+}
+
+impl Eq for Key<'_> {}
 
 /// `from`'s numbers added to `into`'s (same stack, merged).
 fn add_stack(into: &mut StackReport, from: &StackReport) {
@@ -172,5 +207,33 @@ mod tests {
         assert_eq!(merged[1].frames[0].offset, 0x5577_1000, "alone: as it was");
         assert_eq!(merged[2].counts.alloc_bytes, 11);
         assert_eq!(merged[3].frames[0].offset, 0x24);
+    }
+
+    #[test]
+    fn interleaved_stacks_merge_into_the_first_of_each_in_order() {
+        let mut table = Table::default();
+        let sites = [&[("a", 1)][..], &[("b", 2)][..], &[("c", 3)][..]];
+        let order = [
+            (0, 1),
+            (1, 10),
+            (0, 100),
+            (2, 1_000),
+            (1, 10_000),
+            (0, 100_000),
+        ];
+        let stacks = order
+            .iter()
+            .map(|&(site, bytes)| table.stack(1, sites[site], bytes))
+            .collect();
+        let merged = same_frames(stacks);
+        let got: Vec<(&str, u64, u64)> = merged
+            .iter()
+            .map(|s| {
+                let counts = &s.counts;
+                let function = s.frames[0].function.as_str();
+                (function, counts.alloc_bytes, counts.alloc_objects)
+            })
+            .collect();
+        assert_eq!(got, [("a", 100_101, 3), ("b", 10_010, 2), ("c", 1_000, 1)]);
     }
 }

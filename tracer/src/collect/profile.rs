@@ -136,62 +136,78 @@ fn stack_reports(
             .heap
             .inuse_older_than(super::state::monotonic_ns(), saturating_ns(age))
     });
-    let stacks: Vec<StackReport> = state
-        .heap
-        .stacks()
-        .filter(|(_, c)| c.alloc_objects > 0)
-        .filter_map(|(h, mut counts)| {
-            let stack = state.stacks.table.get(h)?;
-            let at_peak = state.heap.stack_peak(h, state.process_peak(stack.process));
-            (counts.peak_inuse_bytes, counts.peak_inuse_objects) = (at_peak.bytes, at_peak.objects);
-            // History and growth follow the whole heap: --min-age filters
-            // only what the report counts as in use now.
-            let growth = timeline
-                .map(|t| t.growth(h, &counts, meta.sample_rate))
-                .unwrap_or_default();
-            add(unfiltered, &counts);
-            if let Some(aged) = &aged {
-                let old = aged.get(&h).copied().unwrap_or_default();
-                (counts.inuse_bytes, counts.inuse_objects) = (old.bytes, old.objects);
-            }
-            if exited_early(state, unread, stack) {
-                unnamed.stacks += 1;
-                unnamed.pids.insert(stack.pid);
-                unnamed.truncated += u64::from(stack.truncated);
-            }
-            let frames = match &stack.frames {
-                Some(frames) => frames.iter().flat_map(|f| names.get(f)).cloned().collect(),
-                None => vec![stack_lost_frame()],
-            };
-            Some(StackReport {
-                pid: stack.pid,
-                start_time: state
-                    .processes
-                    .get(stack.process)
-                    .and_then(|p| p.start_time),
-                exited_group: state
-                    .processes
-                    .get(stack.process)
-                    .filter(|p| p.folded > 0)
-                    .map(|p| p.program.clone()),
-                counts,
-                truncated: super::roots::cut_short(&frames, stack.truncated),
-                frames,
-                series: growth.series,
-                growth_bytes_per_sec: growth.per_sec,
-                trend: growth.trend,
-                temporary: state.temporaries.as_ref().map(|t| t.of(h)),
-            })
-        })
-        .collect();
+    // Sized once: 100 k stacks grown by doubling would copy and briefly
+    // hold them twice.
+    let mut stacks: Vec<StackReport> = Vec::with_capacity(state.heap.stack_count());
+    stacks.extend(
+        state
+            .heap
+            .stacks()
+            .filter(|(_, c)| c.alloc_objects > 0)
+            .filter_map(|(h, mut counts)| {
+                let stack = state.stacks.table.get(h)?;
+                let at_peak = state.heap.stack_peak(h, state.process_peak(stack.process));
+                (counts.peak_inuse_bytes, counts.peak_inuse_objects) =
+                    (at_peak.bytes, at_peak.objects);
+                // History and growth follow the whole heap: --min-age filters
+                // only what the report counts as in use now.
+                let growth = timeline
+                    .map(|t| t.growth(h, &counts, meta.sample_rate))
+                    .unwrap_or_default();
+                add(unfiltered, &counts);
+                if let Some(aged) = &aged {
+                    let old = aged.get(&h).copied().unwrap_or_default();
+                    (counts.inuse_bytes, counts.inuse_objects) = (old.bytes, old.objects);
+                }
+                if exited_early(state, unread, stack) {
+                    unnamed.stacks += 1;
+                    unnamed.pids.insert(stack.pid);
+                    unnamed.truncated += u64::from(stack.truncated);
+                }
+                let frames = named(names, stack.frames.as_deref());
+                Some(StackReport {
+                    pid: stack.pid,
+                    start_time: state
+                        .processes
+                        .get(stack.process)
+                        .and_then(|p| p.start_time),
+                    exited_group: state
+                        .processes
+                        .get(stack.process)
+                        .filter(|p| p.folded > 0)
+                        .map(|p| p.program.clone()),
+                    counts,
+                    truncated: super::roots::cut_short(&frames, stack.truncated),
+                    frames,
+                    series: growth.series,
+                    growth_bytes_per_sec: growth.per_sec,
+                    trend: growth.trend,
+                    temporary: state.temporaries.as_ref().map(|t| t.of(h)),
+                })
+            }),
+    );
     let mut stacks = super::merge::same_frames(stacks);
     stacks.sort_unstable_by(|a, b| {
         (b.counts.inuse_bytes, b.counts.alloc_bytes)
             .cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes))
-            .then_with(|| frame_key(a).cmp(frame_key(b)))
+            .then_with(|| cmp_frames(&a.frames, &b.frames))
             .then_with(|| a.pid.cmp(&b.pid))
     });
     stacks
+}
+
+/// A stack's frames as the report names them (inlined functions are
+/// frames of their own), or `[stack lost]`. One allocation per stack:
+/// sized for the common case of no inlined frame.
+fn named(names: &Names, frames: Option<&[NormFrame]>) -> Vec<Arc<Frame>> {
+    let Some(frames) = frames else {
+        return vec![stack_lost_frame()];
+    };
+    let mut out = Vec::with_capacity(frames.len());
+    for f in frames {
+        out.extend(names.get(f).iter().cloned());
+    }
+    out
 }
 
 /// Addresses outside the maps read before the process exited have no
@@ -330,10 +346,10 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
             out.stacks_left_out += 1;
             continue;
         }
-        let frames = match state.stacks.table.get(h).and_then(|s| s.frames.as_ref()) {
-            Some(frames) => frames.iter().flat_map(|f| names.get(f)).cloned().collect(),
-            None => vec![stack_lost_frame()],
-        };
+        let frames = named(
+            names,
+            state.stacks.table.get(h).and_then(|s| s.frames.as_deref()),
+        );
         out.stacks.push(ExitStack {
             program: program.to_string(),
             processes: unfreed.processes,
@@ -346,10 +362,22 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
     out
 }
 
+/// Frames compared by (function, offset), leaf first, then by depth.
 /// Compared lazily: ties on the numbers are common (every stack of a
-/// many-stack report may hold the same bytes) and must not allocate.
-fn frame_key(s: &StackReport) -> impl Iterator<Item = (&str, u64)> {
-    s.frames.iter().map(|f| (f.function.as_str(), f.offset))
+/// many-stack report may hold the same bytes) and must not allocate; a
+/// frame shared by both stacks (one `Arc` per named frame) is equal
+/// without comparing its name.
+fn cmp_frames(a: &[Arc<Frame>], b: &[Arc<Frame>]) -> std::cmp::Ordering {
+    for (x, y) in a.iter().zip(b) {
+        if Arc::ptr_eq(x, y) {
+            continue;
+        }
+        let order = (x.function.as_str(), x.offset).cmp(&(y.function.as_str(), y.offset));
+        if order.is_ne() {
+            return order;
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 fn stack_lost_frame() -> Arc<Frame> {

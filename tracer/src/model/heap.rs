@@ -294,6 +294,11 @@ impl Heap {
         self.peak_grown = false;
     }
 
+    /// Stacks with numbers (what `stacks` yields).
+    pub fn stack_count(&self) -> usize {
+        self.per_stack.len()
+    }
+
     /// Per-stack totals, rounded, in no particular order.
     pub fn stacks(&self) -> impl Iterator<Item = (StackHandle, Counts)> + '_ {
         self.per_stack.iter().map(|(&h, c)| (h, c.rounded()))

@@ -10,6 +10,7 @@ pub mod config;
 mod facts;
 mod finish;
 pub mod forks;
+mod phases;
 pub mod progress;
 pub mod scope;
 mod settings;
@@ -90,9 +91,12 @@ pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
         server.stop();
     }
     let duration = trace.started.elapsed();
+    let mut phases = phases::Phases::start(config.verbose);
     trace.finish()?;
+    phases.mark("drained");
     // The history's last point is the report's time.
     let mut profile = trace.snapshot_at(&end_reason, duration, config.min_age);
+    phases.mark("profile built");
     profile.sort_stacks(config.render.sort);
     profile.notes.extend(command_note);
     // The last push, waited for a few seconds at most; the report says
@@ -101,7 +105,12 @@ pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
         let note = push.finish(&profile);
         profile.notes.push(note);
     }
-    trace.report(&profile)
+    let status = trace.report(&profile, &mut phases);
+    phases.mark("trace closed");
+    phases.say();
+    // As the trace's state (see `report`): the process exits next.
+    std::mem::forget(profile);
+    status
 }
 
 /// A trace in progress: what was attached, and what was collected so far.
@@ -349,7 +358,7 @@ impl<'a> Trace<'a> {
     }
 
     /// Writes the final report, detaches, and says how the trace went.
-    fn report(mut self, profile: &Profile) -> anyhow::Result<u8> {
+    fn report(mut self, profile: &Profile, phases: &mut phases::Phases) -> anyhow::Result<u8> {
         let config = self.settings.config;
         let written = match self.settings.numbered() {
             true => self
@@ -357,6 +366,7 @@ impl<'a> Trace<'a> {
                 .write_numbered(self.numbered + 1, profile, true)?,
             false => self.settings.write(profile)?,
         };
+        phases.mark("written");
         if profile.totals.alloc_objects == 0 && profile.not_freed_at_exit.objects == 0 {
             console::warn(format_args!(
                 "no allocation through {} was seen during the trace: the target was idle, or it \
@@ -367,6 +377,7 @@ impl<'a> Trace<'a> {
         let status = self.scope.command_status();
         // After the report: detaching takes seconds and changes nothing in it.
         loader::detach(self.loaded)?;
+        phases.mark("detached");
         console::say(format_args!(
             "{} after {:.1} s: {} recorded, {} still live ({}){}",
             profile.end_reason,
@@ -378,6 +389,10 @@ impl<'a> Trace<'a> {
                 .map(|path| format!("; report written to {}", escape::path(&path)))
                 .unwrap_or_default()
         ));
+        // The tracer exits next: freeing what the trace built block by
+        // block gains nothing (100 k stacks took 0.6-0.8 s here).
+        self.collector.leak_state();
+        std::mem::forget(self.names);
         // Known: without --keep-running a command is waited for until it
         // ends.
         Ok(match config.exit_status {

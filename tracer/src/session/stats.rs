@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::trace_stats::TraceStats;
+use crate::{stacks::kernel_tables::TablesInUse, trace_stats::TraceStats};
 
 /// Counting the LIVE map's keys costs one syscall per entry (about 1 s for
 /// a full million-entry map): at most this often.
@@ -31,15 +31,30 @@ impl Stats {
 
     /// Prints the line with the collector's numbers and the LIVE map's
     /// entries now, and starts the next interval.
-    pub fn print(&mut self, stats: TraceStats, live_map_entries: usize) {
+    pub fn print(
+        &mut self,
+        stats: TraceStats,
+        live_map_entries: usize,
+        tables: Option<TablesInUse>,
+    ) {
         let now = Instant::now();
         let secs = now.duration_since(self.since).as_secs_f64().max(1e-3);
         let rss = match crate::usage::own().rss_kib {
             0 => "unknown".to_string(),
             kib => format!("{:.1} MiB", kib as f64 / 1024.0),
         };
+        // Rows and trie entries: flat over a long trace once the files in
+        // use have their tables (a file's rows go with its last process).
+        let tables = tables
+            .map(|t| {
+                format!(
+                    ", unwind tables {} files {} rows, {} mappings of {} processes",
+                    t.files, t.rows, t.mappings, t.processes
+                )
+            })
+            .unwrap_or_default();
         crate::console::say(format_args!(
-            "[stats] {:.0} s: LIVE map {} entries, {} processes tracked, {} live blocks, \
+            "[stats] {:.0} s: LIVE map {} entries, {} processes tracked, {} live blocks{tables}, \
              RSS {rss}, {:.0} events/s",
             now.duration_since(self.started).as_secs_f64(),
             live_map_entries,

@@ -175,8 +175,11 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = stats_tick.tick(), if verbose => {
-                    self.stats
-                        .print(self.collector.stats(), self.collector.live_map_entries());
+                    self.stats.print(
+                        self.collector.stats(),
+                        self.collector.live_map_entries(),
+                        self.collector.tables_in_use(),
+                    );
                     if let Some(push) = &self.otlp {
                         push.say_stats();
                     }

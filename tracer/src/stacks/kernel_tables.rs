@@ -312,6 +312,26 @@ impl KernelTables {
     pub fn held(&self) -> (usize, usize) {
         (self.files.len(), self.procs.len())
     }
+
+    /// What the tables hold now (--verbose's stats line, the soak).
+    pub fn in_use(&self) -> TablesInUse {
+        TablesInUse {
+            files: self.stats.files,
+            rows: self.stats.rows_used,
+            mappings: self.procs.values().map(|p| p.entries.len() as u64).sum(),
+            processes: self.procs.len() as u64,
+        }
+    }
+}
+
+/// The tables' footprint now: rows in UNWIND_ROWS (8 bytes each) for
+/// `files` files, trie entries in UNWIND_MAPPINGS for `processes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TablesInUse {
+    pub files: u64,
+    pub rows: u64,
+    pub mappings: u64,
+    pub processes: u64,
 }
 
 impl FileTable {

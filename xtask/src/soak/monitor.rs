@@ -33,6 +33,22 @@ pub struct StatsLine {
     pub live: u64,
     pub tracked: u64,
     pub events_per_sec: f64,
+    /// `--unwind tables`: what the tables hold then.
+    pub tables: Option<Tables>,
+    /// What the soak had done by then (see `RssSample::progress`).
+    pub progress: u64,
+}
+
+/// The stats line's `unwind tables F files R rows, M mappings of P
+/// processes`, and the kernel's memory for the mappings (UNWIND_MAPPINGS,
+/// the tracer's one LPM trie: `memlock` in its fdinfo) when read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tables {
+    pub files: u64,
+    pub rows: u64,
+    pub mappings: u64,
+    pub processes: u64,
+    pub trie_bytes: Option<u64>,
 }
 
 pub struct Series {
@@ -93,7 +109,11 @@ impl Monitor {
         let (ready_tx, ready_rx) = mpsc::channel();
         let log_file =
             fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let stderr = thread::spawn(move || read_stderr(pipe, log_file, started, ready_tx));
+        let progress = Arc::new(AtomicU64::new(0));
+        let stderr = {
+            let (progress, pid) = (progress.clone(), child.id());
+            thread::spawn(move || read_stderr(pipe, log_file, started, ready_tx, &progress, pid))
+        };
         if ready_rx.recv().is_err() {
             let _ = child.wait();
             bail!(
@@ -105,7 +125,6 @@ impl Monitor {
             "soak {name}: tracing; the tracer's stderr is in {}",
             log.display()
         );
-        let progress = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let sampler = {
             let (progress, stop) = (progress.clone(), stop.clone());
@@ -156,6 +175,8 @@ fn read_stderr(
     mut log: fs::File,
     started: Instant,
     ready: mpsc::Sender<()>,
+    progress: &AtomicU64,
+    pid: u32,
 ) -> (Vec<StatsLine>, Option<u64>) {
     let mut stats = Vec::new();
     let mut peak = None;
@@ -164,8 +185,12 @@ fn read_stderr(
         if line.starts_with("memtrace-bpf: tracing ") {
             let _ = ready.send(());
         }
-        if let Some(s) = parse_stats(&line, started) {
+        if let Some(mut s) = parse_stats(&line, started) {
             eprintln!("{line}");
+            s.progress = progress.load(Ordering::Relaxed);
+            if let Some(t) = &mut s.tables {
+                t.trie_bytes = trie_memlock(pid);
+            }
             stats.push(s);
         } else if line.contains("warning") || line.contains("error") {
             eprintln!("{line}");
@@ -190,7 +215,42 @@ fn parse_stats(line: &str, started: Instant) -> Option<StatsLine> {
         live: number_before(" entries")? as u64,
         tracked: number_before(" processes tracked")? as u64,
         events_per_sec: number_before(" events/s")?,
+        tables: parse_tables(rest),
+        progress: 0,
     })
+}
+
+/// `unwind tables F files R rows, M mappings of P processes`.
+fn parse_tables(line: &str) -> Option<Tables> {
+    let rest = &line[line.find("unwind tables ")? + "unwind tables ".len()..];
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| -> Option<u64> { words.get(i)?.trim_end_matches(',').parse().ok() };
+    Some(Tables {
+        files: n(0)?,
+        rows: n(2)?,
+        mappings: n(4)?,
+        processes: n(7)?,
+        trie_bytes: None,
+    })
+}
+
+/// `memlock` of the tracer's LPM trie map (UNWIND_MAPPINGS; map_type 11
+/// in /proc/PID/fdinfo): what the kernel charges for its entries.
+fn trie_memlock(pid: u32) -> Option<u64> {
+    for entry in fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?.flatten() {
+        let Ok(info) = fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+        };
+        if field("map_type:") == Some("11") {
+            return field("memlock:")?.parse().ok();
+        }
+    }
+    None
 }
 
 fn sample_rss(
