@@ -60,7 +60,8 @@ pub fn build(mut meta: Meta, collector: &Collector, losses: Losses, names: &mut 
     for s in &stacks {
         add(&mut totals, &s.counts);
     }
-    let temporary = super::oom_notes::fill_processes(&mut meta, state, &stacks, super::state::monotonic_ns());
+    let temporary =
+        super::oom_notes::fill_processes(&mut meta, state, &stacks, super::state::monotonic_ns());
     let not_freed_at_exit = not_freed_at_exit(collector, names);
     let notes = super::profile_notes::notes(
         &meta,

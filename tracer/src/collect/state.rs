@@ -22,8 +22,8 @@ use crate::{
     model::{
         heap::{Heap, StackHandle},
         history::History,
-        temporary::Temporaries,
         peak::ProcessPeak,
+        temporary::Temporaries,
     },
     stacks::{modules::Modules, unwind::Sample},
     tracee::liveness::start_time,

@@ -10,11 +10,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::jit::{JitNames, JitStats, JitSymbols};
 use super::{
     debug_files::DebugInfo,
     roots::{path_in_root, Root, Roots},
 };
-use super::jit::{JitNames, JitStats, JitSymbols};
 use crate::tracee::process::{host_path, Mapping};
 
 /// Which file an object is: the same (device, inode) in every process that
