@@ -7,6 +7,7 @@
 mod allocators;
 mod buildup;
 mod debug_files;
+mod dist;
 mod errors;
 mod exec;
 mod forks;
