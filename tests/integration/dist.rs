@@ -276,10 +276,11 @@ fn the_units_command_line_serves_the_heap_and_sigterm_writes_the_report() {
     let mut cmd = under_unit_capabilities(&p.root);
     cmd.args(&words);
     let mut tracer = Tracer::spawn_command(cmd, Stdio::null());
-    let addr = served_addr(&mut tracer);
+    // The attach line comes first, then the address (as in serve.rs).
     tracer
         .stderr
         .wait_for("memtrace-bpf: tracing ", "tracer attach");
+    let addr = served_addr(&mut tracer);
     target.run_sites();
     let (status, body) = get(&addr, "/debug/pprof/heap");
     assert_eq!(status, 200);
@@ -347,6 +348,8 @@ fn the_completions_load_in_bash_zsh_and_fish() {
     let share = p.root.join("usr/share");
     let bash = share.join("bash-completion/completions/memtrace-bpf");
     checked(Command::new("bash").arg("-n").arg(&bash));
+    // Loaded, it registers a function for memtrace-bpf, which completes
+    // `memtrace-bpf --ser` as bash would call it.
     let spec = checked(
         Command::new("bash")
             .arg("-c")
@@ -354,7 +357,24 @@ fn the_completions_load_in_bash_zsh_and_fish() {
             .arg("bash")
             .arg(&bash),
     );
-    assert!(spec.contains("memtrace-bpf"), "bash: {spec}");
+    let function = spec
+        .split_whitespace()
+        .skip_while(|w| *w != "-F")
+        .nth(1)
+        .unwrap_or_else(|| panic!("bash: no -F FUNCTION in {spec}"));
+    let replies = checked(
+        Command::new("bash")
+            .arg("-c")
+            .arg(
+                r#"source "$1"; COMP_WORDS=(memtrace-bpf --ser); COMP_CWORD=1
+                COMP_LINE="memtrace-bpf --ser"; COMP_POINT=${#COMP_LINE}
+                "$2" memtrace-bpf --ser memtrace-bpf; printf '%s\n' "${COMPREPLY[@]}""#,
+            )
+            .arg("bash")
+            .arg(&bash)
+            .arg(function),
+    );
+    assert_eq!(replies.trim(), "--serve", "bash");
 
     let zsh_dir = share.join("zsh/vendor-completions");
     checked(
@@ -417,4 +437,58 @@ fn the_unit_passes_systemd_analyze_verify() {
     assert!(out.status.success(), "systemd-analyze verify: {text}");
     // Unknown keys and bad values are remarks with exit status 0.
     assert!(text.trim().is_empty(), "systemd-analyze verify: {text}");
+}
+
+#[test]
+fn dpkg_installs_it_keeps_the_conffile_on_remove_and_drops_it_on_purge() {
+    let p = package();
+    // An empty dpkg database in a scratch root: dpkg --root installs there
+    // (the root has no libc6 package, hence --force-depends; the host's
+    // versions are checked against Depends below).
+    let root = scratch("dist-dpkg-root");
+    let _ = std::fs::remove_dir_all(&root);
+    let db = root.join("var/lib/dpkg");
+    for dir in ["info", "updates", "triggers"] {
+        std::fs::create_dir_all(db.join(dir)).expect("dpkg database dirs");
+    }
+    std::fs::write(db.join("status"), "").expect("status");
+    let dpkg = |args: &[&str]| {
+        checked(
+            Command::new("dpkg")
+                .arg(format!("--root={}", root.display()))
+                .args(["--force-depends", "--force-script-chrootless"])
+                .args(args),
+        )
+    };
+    dpkg(&["-i", p.deb.to_str().expect("utf-8 path")]);
+    let status = checked(
+        Command::new("dpkg")
+            .arg(format!("--root={}", root.display()))
+            .args(["-s", "memtrace-bpf"]),
+    );
+    assert!(status.contains("Status: install ok installed"), "{status}");
+    assert!(
+        status.contains("Conffiles:\n /etc/default/memtrace-bpf "),
+        "{status}"
+    );
+    assert!(root.join(BIN).is_file());
+    dpkg(&["-r", "memtrace-bpf"]);
+    assert!(!root.join(BIN).exists(), "remove removes the binary");
+    assert!(root.join(DEFAULTS).is_file(), "remove keeps the conffile");
+    dpkg(&["--purge", "memtrace-bpf"]);
+    assert!(!root.join(DEFAULTS).exists(), "purge removes the conffile");
+
+    // This machine (where the binary ran) meets every Depends.
+    let depends = checked(
+        Command::new("dpkg-deb")
+            .arg("-f")
+            .arg(&p.deb)
+            .arg("Depends"),
+    );
+    for dep in depends.trim().split(", ") {
+        let (name, rest) = dep.split_once(" (>= ").expect("NAME (>= VERSION)");
+        let wanted = rest.strip_suffix(')').expect("closing parenthesis");
+        let installed = checked(Command::new("dpkg-query").args(["-W", "-f=${Version}", name]));
+        checked(Command::new("dpkg").args(["--compare-versions", &installed, "ge", wanted]));
+    }
 }
