@@ -8,6 +8,7 @@ mod allocators;
 mod buildup;
 mod cgroups;
 mod debug_files;
+mod dist;
 mod errors;
 mod exec;
 mod forks;

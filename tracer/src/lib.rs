@@ -17,6 +17,7 @@
 
 pub mod cli;
 pub mod collect;
+pub mod command_line;
 pub mod console;
 pub mod error;
 pub mod escape;

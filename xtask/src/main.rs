@@ -11,6 +11,7 @@ mod bench_report;
 mod cmd;
 mod cpu;
 mod demo;
+mod dist;
 mod fuzz;
 mod setup;
 mod soak;
@@ -33,7 +34,7 @@ enum Task {
     Setup,
     /// `setup`, then build the release binary target/release/memtrace-bpf.
     Build,
-    /// `setup`, then all tests (needs root), clippy and rustfmt.
+    /// `setup`, `dist`, then all tests (needs root), clippy and rustfmt.
     Test {
         /// Extra arguments for `cargo test`, after `--`.
         #[arg(last = true)]
@@ -41,6 +42,10 @@ enum Task {
     },
     /// `setup`, build, and trace the bundled leaky demo program.
     Demo,
+    /// Build target/dist/memtrace-bpf_VERSION_amd64.deb: the release
+    /// binary, man pages, shell completions, a systemd unit and
+    /// /etc/default/memtrace-bpf (docs/packaging.md).
+    Dist,
     /// The cost of tracing (fp vs dwarf) and unwinding throughput.
     Bench,
     /// redis-benchmark throughput against redis-server, untraced and traced
@@ -74,6 +79,7 @@ fn main() -> Result<()> {
         }
         Task::Test { args } => test(&args),
         Task::Demo => demo::run(),
+        Task::Dist => dist::run_dist(),
         Task::Bench => bench::run(),
         Task::BenchRedis => bench_redis::run(),
         Task::BenchReport => bench_report::run(),
@@ -91,7 +97,7 @@ fn build_release() -> Result<()> {
         .args(["build", "--release", "-p", "memtrace-bpf"]))
 }
 
-/// Runs tests, then clippy, then rustfmt, so the test results print first;
+/// Builds the package, then runs tests, clippy and rustfmt, so the test results print first;
 /// every step runs and any failure fails the command.
 fn test(extra: &[String]) -> Result<()> {
     if !cmd::is_root() {
@@ -101,6 +107,14 @@ fn test(extra: &[String]) -> Result<()> {
         );
     }
     setup::run()?;
+    // The package test (tests/integration/dist.rs) runs `cargo xtask dist`
+    // itself; building the release binary here first keeps that build from
+    // competing with the other tests for the CPU.
+    let mut failed = Vec::new();
+    if let Err(e) = dist::run_dist() {
+        eprintln!("xtask: dist failed: {e:#}");
+        failed.push("cargo xtask dist");
+    }
     let root = repo_root();
     let mut tests = cargo();
     tests
@@ -119,7 +133,6 @@ fn test(extra: &[String]) -> Result<()> {
     let mut fmt = cargo();
     fmt.current_dir(&root).args(["fmt", "--all", "--check"]);
 
-    let mut failed = Vec::new();
     for (name, mut step) in [
         ("cargo test", tests),
         ("cargo clippy", clippy),

@@ -21,6 +21,8 @@ pub fn run() -> Result<()> {
     nightly()?;
     rust_src()?;
     bpf_linker(&mut apt)?;
+    packaging(&mut apt)?;
+    package_checkers(&mut apt)?;
     c_compiler(&mut apt)?;
     make(&mut apt)?;
     setpriv(&mut apt)?;
@@ -34,6 +36,56 @@ pub fn run() -> Result<()> {
     chromium(&mut apt)?;
     otlp_proto(&mut apt)?;
     lint_tools()?;
+    Ok(())
+}
+
+/// What `cargo xtask dist` needs: the BPF toolchain for the release build
+/// and the Debian packaging tools; not the test programs' pieces.
+pub fn for_dist() -> Result<()> {
+    let mut apt = Apt::default();
+    nightly()?;
+    rust_src()?;
+    bpf_linker(&mut apt)?;
+    packaging(&mut apt)
+}
+
+/// `cargo xtask dist`: dpkg-deb (dpkg), dpkg-shlibdeps (dpkg-dev), objcopy
+/// (binutils) and gzip.
+fn packaging(apt: &mut Apt) -> Result<()> {
+    for (program, package) in [
+        ("dpkg-deb", "dpkg"),
+        ("dpkg-shlibdeps", "dpkg-dev"),
+        ("objcopy", "binutils"),
+        ("gzip", "gzip"),
+    ] {
+        if let Some(v) = first_line(program, "--version") {
+            println!("ok: {v}");
+            continue;
+        }
+        println!("installing: {package} (for `{program}` in `cargo xtask dist`)");
+        apt.ensure(&[package])?;
+    }
+    Ok(())
+}
+
+/// The package test checks what it installs with the programs that will
+/// read it: `systemd-analyze verify` (systemd) for the unit, groff and
+/// `man` (man-db) for the man pages, bash, zsh and fish for the completions.
+fn package_checkers(apt: &mut Apt) -> Result<()> {
+    for (program, arg, package) in [
+        ("systemd-analyze", "--version", "systemd"),
+        ("groff", "--version", "groff"),
+        ("man", "--version", "man-db"),
+        ("zsh", "--version", "zsh"),
+        ("fish", "--version", "fish"),
+    ] {
+        if let Some(v) = first_line(program, arg) {
+            println!("ok: {v}");
+            continue;
+        }
+        println!("installing: {package} (for the package test's `{program}`)");
+        apt.ensure(&[package])?;
+    }
     Ok(())
 }
 

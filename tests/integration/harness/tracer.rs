@@ -54,7 +54,6 @@ impl Tracer {
 
     /// `spawn_with`, `env` added to the tracer's environment.
     fn spawn_with_env(args: &[&OsStr], exact: bool, env: &[(&str, &str)]) -> Tracer {
-        require_root();
         let mut command = Command::new(TRACER);
         command.envs(env.iter().copied());
         // The defaults below go before the test's own arguments, which may
@@ -72,6 +71,14 @@ impl Tracer {
             command.args(["--sample-rate", "1"]);
         }
         command.args(args);
+        Tracer::spawn_command(command, Stdio::null())
+    }
+
+    /// Starts `command` as the tracer: a memtrace-bpf binary with all its
+    /// arguments (none are added), or a wrapper that execs one (setpriv),
+    /// with `stdin` (a command it starts inherits it).
+    pub fn spawn_command(mut command: Command, stdin: Stdio) -> Tracer {
+        require_root();
         // Its own process group, whose parent (this test) is in another
         // group of the same session: the group is never orphaned, however
         // the suite was started (from a session leader with no job control,
@@ -80,7 +87,7 @@ impl Tracer {
         // group (POSIX), so a started command could not be stopped by them.
         command.process_group(0);
         let mut child = command
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
