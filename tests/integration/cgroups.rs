@@ -28,21 +28,9 @@ fn sites_copy(tag: &str, name: &str) -> PathBuf {
     copy
 }
 
-/// The stacks of process `pid`, as a report of their own.
-fn stacks_of(report: &Value, pid: u32) -> Value {
-    let stacks: Vec<Value> = report["stacks"]
-        .as_array()
-        .expect("stacks")
-        .iter()
-        .filter(|s| s["pid"] == pid)
-        .cloned()
-        .collect();
-    serde_json::json!({ "stacks": stacks })
-}
-
 /// Process `pid`'s per-site numbers are exactly the known ones.
 fn assert_process_exact(report: &Value, pid: u32) {
-    let got = per_site(&stacks_of(report, pid));
+    let got = per_site(&crate::forks::only_pid(report, u64::from(pid)));
     for (site, per_thread) in EXPECTED_PER_THREAD {
         let want = per_thread.map(|v| v * THREADS);
         assert_eq!(got.get(*site), Some(&want), "pid {pid}, {site}: {got:#?}");
@@ -135,7 +123,7 @@ fn cgroup_traces_its_subtree_only_with_processes_moved_in_during_the_trace() {
         assert_process_exact(&report, pid);
     }
     for pid in [in_b.pid(), outside.pid()] {
-        let stacks = stacks_of(&report, pid);
+        let stacks = crate::forks::only_pid(&report, u64::from(pid));
         assert_eq!(
             stacks["stacks"].as_array().map(Vec::len),
             Some(0),
