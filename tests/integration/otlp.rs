@@ -161,10 +161,18 @@ fn a_collector_that_refuses_then_accepts_gets_the_profile() {
         "otlp-retry",
         &["--pid", pid.as_str(), "--otlp", "--interval", "0.5"],
         // --otlp without a URL: the profiles' own endpoint, used as-is.
-        &[(
-            "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
-            &format!("{}/v1development/profiles", receiver.url()),
-        )],
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
+                &format!("{}/v1development/profiles", receiver.url()),
+            ),
+            // Resource attributes from the environment, as SDKs read them.
+            ("OTEL_SERVICE_NAME", "checkout"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=prod,team=heap%20watchers",
+            ),
+        ],
     );
     target.run_sites();
     receiver.stdout.wait_for("refused 2", "the second refusal");
@@ -195,7 +203,12 @@ fn a_collector_that_refuses_then_accepts_gets_the_profile() {
         .map(|n| receiver.request(n))
         .max_by_key(|r| resource(r, target.pid())["profiles"][0]["duration_nano"].as_u64())
         .expect("a request");
-    assert_exact(resource(&last, target.pid()));
+    let r = resource(&last, target.pid());
+    assert_exact(r);
+    let attrs = &r["attributes"];
+    assert_eq!(attrs["service.name"], "checkout", "{attrs}");
+    assert_eq!(attrs["deployment.environment"], "prod", "{attrs}");
+    assert_eq!(attrs["team"], "heap watchers", "{attrs}");
 }
 
 #[test]

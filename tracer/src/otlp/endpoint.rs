@@ -11,7 +11,10 @@
 //! - headers: `OTEL_EXPORTER_OTLP_PROFILES_HEADERS`, else
 //!   `OTEL_EXPORTER_OTLP_HEADERS`, as `key=value,key2=value2` with
 //!   percent-encoded values (W3C Baggage's list format), the signal's own
-//!   list replacing the general one as the Python and Go SDKs do.
+//!   list replacing the general one as the Python and Go SDKs do;
+//! - resource: `OTEL_RESOURCE_ATTRIBUTES` (same list format) added to every
+//!   process's resource, and `OTEL_SERVICE_NAME` as `service.name`, which
+//!   wins over one in the list (the SDK resource specification).
 //!
 //! Plain http:// only: https:// is refused with a way out (a local
 //! collector forwards with TLS).
@@ -45,6 +48,17 @@ pub struct Destination {
     pub path: String,
     /// Extra request headers (OTEL_EXPORTER_OTLP_*HEADERS).
     pub headers: Vec<(String, String)>,
+    /// What the environment adds to every resource.
+    pub resource: EnvResource,
+}
+
+/// `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`, as SDKs read them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EnvResource {
+    /// `service.name` for every process, instead of `unknown_service:PROGRAM`.
+    pub service_name: Option<String>,
+    /// Other attributes, in the order given (`service.name` taken out).
+    pub attributes: Vec<(String, String)>,
 }
 
 /// What went wrong, in words that say what to do.
@@ -106,7 +120,36 @@ pub fn resolve(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Desti
         ),
     };
     dest.headers = parse_headers(&headers).map_err(|why| BadConfig(format!("{name}: {why}")))?;
+    dest.resource = env_resource(&env)?;
     Ok(dest)
+}
+
+/// Reads `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`. A malformed
+/// list is an error (SDKs drop it with a warning; before anything is
+/// attached, an error is easier to see).
+fn env_resource(env: impl Fn(&str) -> Option<String>) -> Result<EnvResource, BadConfig> {
+    const NAME: &str = "OTEL_RESOURCE_ATTRIBUTES";
+    let list = env(NAME).unwrap_or_default();
+    let mut attributes = parse_list(&list, "resource attributes", |_| true)
+        .map_err(|why| BadConfig(format!("{NAME}: {why}")))?;
+    let listed = attributes
+        .iter()
+        .position(|(k, _)| k == "service.name")
+        .map(|i| attributes.remove(i).1);
+    let service_name = match env("OTEL_SERVICE_NAME") {
+        Some(name) if name.len() > MAX_HEADER_BYTES || name.chars().any(char::is_control) => {
+            return Err(BadConfig(format!(
+                "OTEL_SERVICE_NAME: longer than {MAX_HEADER_BYTES} bytes or holds control \
+                 characters"
+            )))
+        }
+        Some(name) => Some(name.trim().to_string()),
+        None => listed,
+    };
+    Ok(EnvResource {
+        service_name,
+        attributes,
+    })
 }
 
 /// How the signal's path joins the URL's.
@@ -185,6 +228,7 @@ fn parse_url(url: &str, append: Append) -> Result<Destination, String> {
         authority: authority.to_string(),
         path,
         headers: Vec::new(),
+        resource: EnvResource::default(),
     })
 }
 
@@ -228,10 +272,22 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
 /// headers. A key must be an HTTP token, and no value may hold a line
 /// break (it would end the header in the request).
 fn parse_headers(list: &str) -> Result<Vec<(String, String)>, String> {
+    let is_token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    parse_list(list, "headers", |key| key.bytes().all(is_token))
+}
+
+/// W3C Baggage's list format, as the OTEL_* variables use it: at most
+/// MAX_HEADER_BYTES long, MAX_HEADERS items of `key=value` (values
+/// percent-decoded, no control characters but tab), keys that `key_ok`.
+fn parse_list(
+    list: &str,
+    what: &str,
+    key_ok: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, String> {
     if list.len() > MAX_HEADER_BYTES {
         return Err(format!("longer than {MAX_HEADER_BYTES} bytes"));
     }
-    let mut headers = Vec::new();
+    let mut items = Vec::new();
     for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((key, value)) = item.split_once('=') else {
             return Err(format!(
@@ -240,11 +296,14 @@ fn parse_headers(list: &str) -> Result<Vec<(String, String)>, String> {
             ));
         };
         let key = key.trim();
-        let is_token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-        if key.is_empty() || !key.bytes().all(is_token) {
+        if key.is_empty() || key.chars().any(char::is_control) || !key_ok(key) {
             return Err(format!(
-                "{:?} is not an HTTP header name",
-                crate::escape::text(key)
+                "{:?} is not {}",
+                crate::escape::text(key),
+                match what {
+                    "headers" => "an HTTP header name",
+                    _ => "a valid key",
+                }
             ));
         }
         let value = percent_decode(value.trim())
@@ -252,12 +311,12 @@ fn parse_headers(list: &str) -> Result<Vec<(String, String)>, String> {
             .ok_or_else(|| {
                 format!("the value of {key} is not valid percent-encoded text without line breaks")
             })?;
-        headers.push((key.to_string(), value));
-        if headers.len() > MAX_HEADERS {
-            return Err(format!("more than {MAX_HEADERS} headers"));
+        items.push((key.to_string(), value));
+        if items.len() > MAX_HEADERS {
+            return Err(format!("more than {MAX_HEADERS} {what}"));
         }
     }
-    Ok(headers)
+    Ok(items)
 }
 
 /// `%XX` escapes decoded; None when one is malformed or the bytes are not

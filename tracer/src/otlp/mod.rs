@@ -25,7 +25,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use prost::Message as _;
 
-pub use endpoint::{resolve, BadConfig, Destination, PROFILES_PATH};
+pub use endpoint::{resolve, BadConfig, Destination, EnvResource, PROFILES_PATH};
 pub use exporter::{Exporter, Policy, Stats, QUEUE};
 
 use crate::{
@@ -46,12 +46,14 @@ pub struct Push {
 
 impl Push {
     pub fn start(dest: Destination) -> anyhow::Result<Push> {
+        let host = OtlpHost {
+            name: host_name(),
+            service_name: dest.resource.service_name.clone(),
+            attributes: dest.resource.attributes.clone(),
+        };
         let exporter = Exporter::start(dest, Policy::default())
             .context("starting the OTLP exporter's thread")?;
-        Ok(Push {
-            exporter,
-            host: OtlpHost { name: host_name() },
-        })
+        Ok(Push { exporter, host })
     }
 
     /// Queues `profile` as one export request.

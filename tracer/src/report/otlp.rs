@@ -62,10 +62,17 @@ fn sample_value(i: usize, c: &Counts) -> u64 {
     }
 }
 
-/// What the resources say that the profile does not: the machine's name.
+/// What the resources say that the profile does not: the machine's name,
+/// and what the environment adds (OTEL_SERVICE_NAME,
+/// OTEL_RESOURCE_ATTRIBUTES).
 #[derive(Clone, Debug, Default)]
 pub struct Host {
     pub name: String,
+    /// `service.name` of every process; None: `unknown_service:PROGRAM`.
+    pub service_name: Option<String>,
+    /// Added to every resource where the process's own attributes do not
+    /// already name the key.
+    pub attributes: Vec<(String, String)>,
 }
 
 /// The export request for `p` (see the module documentation).
@@ -180,11 +187,17 @@ fn resource_attributes(
     if !host.name.is_empty() {
         attributes.push(str_attribute("host.name", &host.name));
     }
+    for (key, value) in &host.attributes {
+        if !attributes.iter().any(|a| a.key == *key) {
+            attributes.push(str_attribute(key, value));
+        }
+    }
     // What OpenTelemetry SDKs say when no service is named; backends
     // (Pyroscope) group by it.
-    let service = match name {
-        "" => "unknown_service".to_string(),
-        name => format!("unknown_service:{name}"),
+    let service = match (&host.service_name, name) {
+        (Some(service), _) => service.clone(),
+        (None, "") => "unknown_service".to_string(),
+        (None, name) => format!("unknown_service:{name}"),
     };
     attributes.push(str_attribute("service.name", &service));
     attributes

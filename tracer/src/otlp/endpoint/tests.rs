@@ -127,3 +127,54 @@ fn bad_urls_and_headers_say_what_to_do() {
     assert!(e.contains("http/protobuf"), "{e}");
     assert!(with_env("", &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]).is_ok());
 }
+
+#[test]
+fn the_environment_names_the_service_and_adds_resource_attributes() {
+    let dest = with_env(
+        "http://col:4318",
+        &[(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment=prod, service.name=listed,team=a%20b",
+        )],
+    )
+    .expect("valid");
+    assert_eq!(dest.resource.service_name.as_deref(), Some("listed"));
+    assert_eq!(
+        dest.resource.attributes,
+        [
+            ("deployment.environment".to_string(), "prod".to_string()),
+            ("team".to_string(), "a b".to_string())
+        ]
+    );
+    // OTEL_SERVICE_NAME wins over the list's service.name.
+    let dest = with_env(
+        "",
+        &[
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.name=listed"),
+            ("OTEL_SERVICE_NAME", "checkout"),
+        ],
+    )
+    .expect("valid");
+    assert_eq!(dest.resource.service_name.as_deref(), Some("checkout"));
+    assert!(dest.resource.attributes.is_empty());
+    assert_eq!(
+        with_env("", &[]).expect("valid").resource,
+        EnvResource::default()
+    );
+    let e = error_of("", &[("OTEL_RESOURCE_ATTRIBUTES", "justakey")]);
+    assert!(
+        e.starts_with("OTEL_RESOURCE_ATTRIBUTES: \"justakey\" is not key=value"),
+        "{e}"
+    );
+    let e = error_of("", &[("OTEL_RESOURCE_ATTRIBUTES", "a=%0a")]);
+    assert!(e.contains("without line breaks"), "{e}");
+    let e = error_of("", &[("OTEL_SERVICE_NAME", "a\u{1b}[2J")]);
+    assert!(e.starts_with("OTEL_SERVICE_NAME:"), "{e}");
+}
+
+fn error_of(flag: &str, vars: &[(&str, &str)]) -> String {
+    match with_env(flag, vars) {
+        Ok(d) => panic!("accepted: {d:?}"),
+        Err(e) => e.to_string(),
+    }
+}

@@ -74,7 +74,10 @@ fn profile() -> Profile {
 }
 
 fn decoded(p: &Profile) -> ExportProfilesServiceRequest {
-    let host = Host { name: "box".into() };
+    let host = Host {
+        name: "box".into(),
+        ..Host::default()
+    };
     let bytes = otlp_request(p, &host).encode_to_vec();
     ExportProfilesServiceRequest::decode(bytes.as_slice()).expect("decodes")
 }
@@ -229,4 +232,37 @@ fn mappings_are_page_ranges_holding_their_locations() {
             l.address - LOAD_BIAS
         );
     }
+}
+
+#[test]
+fn the_environment_names_the_service_and_adds_attributes_the_process_does_not_set() {
+    let host = Host {
+        name: "box".into(),
+        service_name: Some("checkout".into()),
+        attributes: vec![
+            ("deployment.environment".into(), "prod\u{1b}[2J".into()),
+            ("process.pid".into(), "1".into()),
+        ],
+    };
+    let request = otlp_request(&profile(), &host);
+    let attrs = &request.resource_profiles[0]
+        .resource
+        .as_ref()
+        .expect("resource")
+        .attributes;
+    let get = |key: &str| -> Vec<String> {
+        attrs
+            .iter()
+            .filter(|a| a.key == key)
+            .map(|a| format!("{:?}", a.value.as_ref().and_then(|v| v.value.clone())))
+            .collect()
+    };
+    assert_eq!(get("service.name"), [r#"Some(StringValue("checkout"))"#]);
+    // Escaped, as every string the profile carries.
+    assert_eq!(
+        get("deployment.environment"),
+        [r#"Some(StringValue("prod\\x1b[2J"))"#]
+    );
+    // The process's own pid, not the environment's.
+    assert_eq!(get("process.pid"), ["Some(IntValue(41))"]);
 }
