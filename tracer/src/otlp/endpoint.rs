@@ -120,7 +120,7 @@ pub fn resolve(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Desti
         ),
     };
     dest.headers = parse_headers(&headers).map_err(|why| BadConfig(format!("{name}: {why}")))?;
-    dest.resource = env_resource(&env)?;
+    dest.resource = env_resource(env)?;
     Ok(dest)
 }
 
