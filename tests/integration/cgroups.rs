@@ -189,6 +189,33 @@ fn system_wide_grouped_by_cgroup_gives_each_cgroup_its_own_numbers() {
     let other = assert_group_exact(&report, outside, 1);
     assert_ne!(other["group"], a.path());
     assert_ne!(other["group"], b.path());
+
+    // `report` keeps the trace's grouping, and --group-by changes it.
+    // The tracer's own file (the harness inlined the frames of `report`).
+    let saved = scratch("cgroup-group-by.json");
+    let rerender = |extra: &[&str]| -> Value {
+        let out = Command::new(TRACER)
+            .arg("report")
+            .arg(&saved)
+            .args(["--format", "json"])
+            .args(extra)
+            .output()
+            .expect("report");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let kept = rerender(&[]);
+    assert_eq!(kept["group_by"], "cgroup");
+    assert_eq!(kept["groups"], report["groups"]);
+    // By process, the processes are the top level: no groups.
+    let by_process = rerender(&["--group-by", "process"]);
+    assert_eq!(by_process["group_by"], "process");
+    assert_eq!(by_process["groups"], serde_json::json!([]));
+    assert_eq!(by_process["totals"], report["totals"]);
 }
 
 /// ROOT/NAME: `sites` in a chroot of its own, with copies of the dynamic

@@ -78,6 +78,13 @@ pub struct ReportArgs {
     /// when the profile has growth rates, inuse otherwise.
     #[arg(long, value_enum, value_name = "ORDER")]
     pub sort: Option<Sort>,
+    /// The top level of the text report, the root frame of collapsed
+    /// stacks and flamegraphs, and JSON's grouping (default: as the trace
+    /// grouped it). Group by cgroup or container needs a profile saved by
+    /// a trace that read the processes' cgroups (JSON; pprof files keep no
+    /// identities).
+    #[arg(long, value_enum, value_name = "BY")]
+    pub group_by: Option<crate::profile::GroupBy>,
     /// Write the report here instead of stdout.
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -156,6 +163,9 @@ fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
     );
     let output = prepare_output(a.output.as_deref(), binary, format_name(a.format))?;
     let mut profile = load(&a.file)?;
+    if let Some(group_by) = a.group_by {
+        profile.group_by = group_by;
+    }
     let sort = sort_stacks(&mut profile, a.sort, &a.file)?;
     let options = RenderOptions {
         format: a.format,

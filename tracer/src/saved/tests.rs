@@ -429,3 +429,19 @@ fn a_pprof_that_expands_past_the_budget_is_refused_as_it_is_read() {
     let err = err_of(need(enough - 1));
     assert!(err.contains("more than 0 MiB of memory"), "{err}");
 }
+
+#[test]
+fn json_keeps_the_traces_grouping_and_unknown_groupings_are_by_process() {
+    let mut p = profile(1, 10);
+    p.group_by = crate::profile::GroupBy::Container;
+    let back = json(&json_of(&p)).expect("reads");
+    assert_eq!(back.group_by, crate::profile::GroupBy::Container);
+    let raw = String::from_utf8(json_of(&p)).expect("utf-8");
+    let hostile = raw.replace(
+        "\"group_by\": \"container\"",
+        "\"group_by\": \"\\u001b[2J\"",
+    );
+    assert_ne!(raw, hostile, "the field is there to replace");
+    let back = json(hostile.as_bytes()).expect("reads");
+    assert_eq!(back.group_by, crate::profile::GroupBy::Process);
+}

@@ -34,6 +34,8 @@ pub(super) struct Doc {
     frames: Vec<FrameDoc>,
     oom_kills: u64,
     temporary: Option<TemporaryDoc>,
+    /// How the trace grouped its report; anything unknown is `process`.
+    group_by: Option<String>,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -236,8 +238,12 @@ impl Doc {
             min_age_secs: self.min_age_secs,
             oom_kills: self.oom_kills,
             temporary: self.temporary.map(TemporaryDoc::temporary),
-            // Re-rendered as each process (`report` has no --group-by).
-            group_by: crate::profile::GroupBy::Process,
+            // As the trace grouped it; `report --group-by` may change it.
+            group_by: match self.group_by.as_deref() {
+                Some("cgroup") => crate::profile::GroupBy::Cgroup,
+                Some("container") => crate::profile::GroupBy::Container,
+                _ => crate::profile::GroupBy::Process,
+            },
         })
     }
 }
