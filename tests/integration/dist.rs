@@ -25,8 +25,9 @@ use crate::harness::{
 const UNIT: &str = "lib/systemd/system/memtrace-bpf.service";
 const DEFAULTS: &str = "etc/default/memtrace-bpf";
 const BIN: &str = "usr/bin/memtrace-bpf";
-/// The release build it needs takes minutes on two busy cores when it is
-/// not already done (`cargo xtask test` runs `dist` before the tests).
+/// The build it needs (the dev binary the tests use, and the assets
+/// example) takes minutes on two busy cores when it is not already done
+/// (`cargo xtask test` runs `dist --dev` before the tests).
 const BUILD_TIMEOUT: Duration = Duration::from_secs(40 * 60);
 
 struct Package {
@@ -35,7 +36,8 @@ struct Package {
     root: PathBuf,
 }
 
-/// `cargo xtask dist`, once for all the tests here, unpacked.
+/// `cargo xtask dist --dev` (the release package's files, from the dev
+/// build), once for all the tests here, unpacked.
 fn package() -> &'static Package {
     static PACKAGE: OnceLock<Package> = OnceLock::new();
     PACKAGE.get_or_init(|| {
@@ -43,7 +45,7 @@ fn package() -> &'static Package {
         let out = run_timeout(
             Command::new(toolchain_binary("cargo"))
                 .current_dir(&repo)
-                .args(["xtask", "dist"]),
+                .args(["xtask", "dist", "--dev"]),
             BUILD_TIMEOUT,
         );
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -14,6 +14,11 @@
 //! `Depends:` comes from dpkg-shlibdeps (the libc6 and libgcc-s1 versions
 //! the binary's symbol versions need); `Version:` is memtrace-bpf's version
 //! in Cargo.toml. The last line on stdout is the package's path.
+//!
+//! `--dev` packages the dev-profile binary into target/dist-dev instead:
+//! the same package from the build the tests already make (the package
+//! test and `cargo xtask test` use it; the release build takes 5-12
+//! minutes more on two cores).
 
 use std::{fs, path::Path, process::Command, time::Instant};
 
@@ -52,7 +57,7 @@ const MAN_PAGES: &[&str] = &[
     "memtrace-bpf-diff.1",
 ];
 
-pub fn run_dist() -> Result<()> {
+pub fn run_dist(dev: bool) -> Result<()> {
     let started = Instant::now();
     if std::env::consts::ARCH != "x86_64" {
         bail!(
@@ -62,18 +67,16 @@ pub fn run_dist() -> Result<()> {
     }
     crate::setup::for_dist()?;
     let root = repo_root();
-    run(cargo().current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        PACKAGE,
-        "--bin",
-        PACKAGE,
-        "--example",
-        "dist_assets",
-    ]))?;
-    let release = target_dir().join("release");
-    let out = target_dir().join("dist");
+    let mut build = cargo();
+    build.current_dir(&root).arg("build");
+    if !dev {
+        build.arg("--release");
+    }
+    run(build.args(["-p", PACKAGE, "--bin", PACKAGE, "--example", "dist_assets"]))?;
+    let (release, out) = match dev {
+        false => (target_dir().join("release"), target_dir().join("dist")),
+        true => (target_dir().join("debug"), target_dir().join("dist-dev")),
+    };
     let stage = out.join("root");
     if stage.exists() {
         fs::remove_dir_all(&stage).with_context(|| format!("removing {}", stage.display()))?;
