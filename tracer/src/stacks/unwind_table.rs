@@ -167,7 +167,9 @@ pub(crate) struct UnwindTable {
 }
 
 impl UnwindTable {
-    /// Builds the table of an ELF file given its bytes.
+    /// Builds the table of an ELF file given its bytes (the tests; the
+    /// tracer reads files with `from_file`).
+    #[cfg(test)]
     pub(crate) fn from_elf(data: &[u8]) -> Result<UnwindTable, TableError> {
         UnwindTable::from_cfi(&elf::read_cfi(data)?)
     }

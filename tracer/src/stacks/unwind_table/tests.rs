@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, path::Path, process::Command};
 
-use object::{Object as _, ObjectSection as _};
+use object::Object as _;
 
 use super::*;
 
