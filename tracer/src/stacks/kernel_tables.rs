@@ -269,8 +269,8 @@ impl KernelTables {
         if let Some(f) = self.files.get(&id).filter(|f| f.users == 0) {
             // An inode number is reused once a deleted file is gone: a kept
             // table is the file's only if the file is unchanged.
-            let same = f.stamp.is_some()
-                && std::fs::metadata(path).ok().map(|m| Stamp::of(&m)) == f.stamp;
+            let same =
+                f.stamp.is_some() && std::fs::metadata(path).ok().map(|m| Stamp::of(&m)) == f.stamp;
             let could_fit_now = f.rows.is_none() && f.needed > 0 && self.could_fit(f.needed);
             if !same || could_fit_now {
                 self.free_file(id);

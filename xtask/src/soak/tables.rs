@@ -102,7 +102,9 @@ pub fn soak(args: &SoakArgs, bin: &Path) -> Result<Verdict> {
     );
     tables_verdict(&mut v, name, &series, args);
     if let Some(summary) = &series.tables_summary {
-        v.say(format!("soak {name}: final --verbose: unwind tables: {summary}"));
+        v.say(format!(
+            "soak {name}: final --verbose: unwind tables: {summary}"
+        ));
     }
     Ok(v)
 }

@@ -299,7 +299,11 @@ fn unused_tables_are_evicted_oldest_first_when_rows_run_out_and_tables_in_use_ne
     assert_eq!(loaded(&tables), [(1, 1), (2, 2), (3, 3)]);
     run(&mut tables, 4, (4, 4));
     assert_eq!(tables.stats.evicted, 1);
-    assert_eq!(loaded(&tables), [(1, 1), (2, 2), (4, 4)], "(3, 3) went first");
+    assert_eq!(
+        loaded(&tables),
+        [(1, 1), (2, 2), (4, 4)],
+        "(3, 3) went first"
+    );
     run(&mut tables, 5, (5, 5));
     assert_eq!(tables.stats.evicted, 2);
     assert_eq!(loaded(&tables), [(1, 1), (4, 4), (5, 5)]);

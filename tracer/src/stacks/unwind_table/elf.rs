@@ -63,7 +63,11 @@ pub(crate) fn read_cfi<'d, R: ReadRef<'d>>(data: R) -> Result<CfiInput<'d>, Tabl
         return Err(TableError::TooManySections);
     }
     let sections = header.sections(endian, data)?;
-    let find = |name: &str| sections.section_by_name(endian, name.as_bytes()).map(|(_, s)| s);
+    let find = |name: &str| {
+        sections
+            .section_by_name(endian, name.as_bytes())
+            .map(|(_, s)| s)
+    };
     let addr = |name: &str| find(name).map(|s| s.sh_addr(endian));
     let bytes = |name: &str| -> Result<Option<(u64, &'d [u8])>, TableError> {
         let Some(s) = find(name) else {

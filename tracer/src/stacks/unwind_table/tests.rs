@@ -439,10 +439,17 @@ fn a_table_read_from_the_open_file_is_the_one_built_from_its_bytes() {
         assert_eq!(read.rows, whole.rows, "{path:?}");
         assert_eq!(read.stats, whole.stats, "{path:?}");
         let parsed = object::File::parse(&*data).expect("parse");
-        assert_eq!(loads, crate::stacks::cfi::load_segments(&parsed), "{path:?}");
+        assert_eq!(
+            loads,
+            crate::stacks::cfi::load_segments(&parsed),
+            "{path:?}"
+        );
     }
     // Not ELF, empty: an error and no segments, never a panic.
     let (loads, table) = UnwindTable::from_file(&std::fs::File::open("/dev/null").expect("null"));
     assert!(loads.is_empty());
-    assert!(table.expect_err("no table").to_string().contains("not an ELF"));
+    assert!(table
+        .expect_err("no table")
+        .to_string()
+        .contains("not an ELF"));
 }
