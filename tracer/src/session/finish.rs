@@ -178,14 +178,20 @@ pub fn print_stats(collector: &Collector, kernel: Option<KernelUnwind>) {
 fn print_kernel_unwind(k: &KernelUnwind, collector: &Collector) {
     let t = k.tables;
     console::say(format_args!(
-        "unwind tables: {} files, {} of {} rows in use; built {} rows in {:.1} ms; \
-         no table: {} did not fit (--unwind-rows), {} without usable CFI; {} mappings did not fit; \
-         {} rows the walker cannot follow",
+        "unwind tables: {} files, {} of {} rows in use; built {} tables, {} rows in {:.1} ms; \
+         kept after their last process: {} reused, {} evicted for rows, {} expired after {} s \
+         unused; no table: {} did not fit (--unwind-rows), {} without usable CFI; \
+         {} mappings did not fit; {} rows the walker cannot follow",
         t.files,
         t.rows_used,
         t.rows_capacity,
+        t.tables_built,
         t.rows_written,
         t.build_nanos as f64 / 1e6,
+        t.reused,
+        t.evicted,
+        t.expired,
+        crate::stacks::kernel_tables::UNUSED_TABLE_TTL.as_secs(),
         t.rows_full,
         t.table_errors,
         t.mappings_full,

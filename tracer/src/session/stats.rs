@@ -44,12 +44,14 @@ impl Stats {
             kib => format!("{:.1} MiB", kib as f64 / 1024.0),
         };
         // Rows and trie entries: flat over a long trace once the files in
-        // use have their tables (a file's rows go with its last process).
+        // use have their tables (a file's rows are kept a while after its
+        // last process, within the rows' fixed capacity).
         let tables = tables
             .map(|t| {
                 format!(
-                    ", unwind tables {} files {} rows, {} mappings of {} processes",
-                    t.files, t.rows, t.mappings, t.processes
+                    ", unwind tables {} files {} rows, {} mappings of {} processes, \
+                     {} kept unused {} rows",
+                    t.files, t.rows, t.mappings, t.processes, t.kept_files, t.kept_rows
                 )
             })
             .unwrap_or_default();

@@ -1,14 +1,26 @@
 //! Unwind tables in the kernel's maps (`--unwind tables`, issue #21): each
 //! mapped file's rows (`unwind_table.rs`) loaded once into UNWIND_ROWS and
-//! shared by every process that maps the file, freed when none does; per
-//! process, UNWIND_MAPPINGS tells the BPF walker which rows and which load
-//! address apply to an address. `Modules` calls `sync` whenever it reads a
+//! shared by every process that maps the file; per process,
+//! UNWIND_MAPPINGS tells the BPF walker which rows and which load address
+//! apply to an address. `Modules` calls `sync` whenever it reads a
 //! process's maps, and `drop_process` when they are gone.
 //!
+//! A table whose last process has gone is kept (`kept.rs`), so that a
+//! program run again and again (a shell loop, a build) does not have its
+//! tables built each time: reused as it is when a process maps the same
+//! file again, evicted oldest-unused first when a new table needs rows
+//! that are not free, and after UNUSED_TABLE_TTL unused.
+//!
 //! Whatever does not fit is counted, never cut: a table larger than the
-//! free rows is not loaded at all (that file's frames take the
-//! frame-pointer chain, `rows_full`), a mapping the trie has no room for is
-//! left out (the walk hands that frame to user space, `mappings_full`).
+//! free rows and those of unused tables is not loaded at all (that file's
+//! frames take the frame-pointer chain, `rows_full`), a mapping the trie
+//! has no room for is left out (the walk hands that frame to user space,
+//! `mappings_full`).
+//!
+//! Held here: per file mapped by a live process or kept, a `FileTable`
+//! (about 130 bytes, its PT_LOAD list, a hash slot); per process, its trie
+//! entries (key and value, about 40 bytes each, typically 30 to 60) and
+//! the set of files it uses; all of a process's go at `drop_process`.
 //!
 //! ```ignore
 //! let mut tables = KernelTables::new(Box::new(bpf_maps));
@@ -22,23 +34,27 @@ use std::{
     ops::Range,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
+    time::Instant,
 };
 
 use tracer_common::{MappingKey, MappingValue, MAPPING_FP_ONLY, MAPPING_TABLE};
 
 use super::{
-    cfi::{load_bias, load_segments},
-    unwind_table::{UnwindTable, ROW_BYTES},
+    cfi::load_bias,
+    unwind_table::{Loads, UnwindTable, ROW_BYTES},
 };
 use crate::tracee::process::Mapping;
 
 mod bpf;
 mod extents;
+mod kept;
 #[cfg(test)]
 mod tests;
 
 pub use bpf::BpfUnwindMaps;
 use extents::Extents;
+pub use kept::UNUSED_TABLE_TTL;
+use kept::{Idle, Stamp};
 
 /// What the manager needs of the BPF maps (a fake in the tests).
 pub trait UnwindMaps {
@@ -73,9 +89,18 @@ pub struct TableStats {
     /// Rows the walker cannot follow (CFA from another register, ...), in
     /// the tables loaded: a stack through one ends there, counted.
     pub unsupported_rows: u64,
-    /// Rows written, and the time spent building and writing tables.
+    /// Tables built and rows written, and the time spent building and
+    /// writing them.
+    pub tables_built: u64,
     pub rows_written: u64,
     pub build_nanos: u64,
+    /// Kept tables (of files no process used any more) taken again as
+    /// they were, instead of built again.
+    pub reused: u64,
+    /// Kept tables dropped for the rows of a new one (oldest unused
+    /// first) or beyond MAX_UNUSED_FILES, and after UNUSED_TABLE_TTL.
+    pub evicted: u64,
+    pub expired: u64,
 }
 
 /// One file's table as loaded (or not).
@@ -83,11 +108,18 @@ struct FileTable {
     /// `(first row, rows, table base)`; None: frame-pointer chain only.
     rows: Option<(u32, u32, u64)>,
     /// PT_LOAD segments, for each mapping's load bias.
-    loads: Vec<(Range<u64>, u64)>,
+    loads: Loads,
     /// Processes whose mappings use it.
     users: u32,
-    /// Built ahead (`prepare`): kept while no process uses it yet.
-    prepared: bool,
+    /// The file as it was when the table was built (None: it could not be
+    /// read, and the entry goes with its last user).
+    stamp: Option<Stamp>,
+    /// Since when no process uses it (built ahead by `prepare`, or its
+    /// last user gone); None while in use.
+    idle: Option<Idle>,
+    /// The rows it needed when they could not be had (`rows_full`):
+    /// built again only once that many could be.
+    needed: u32,
 }
 
 /// Which file: (device, inode), as `Modules` identifies objects.
@@ -106,6 +138,9 @@ pub struct KernelTables {
     files: HashMap<FileId, FileTable>,
     free: Extents,
     procs: HashMap<u32, ProcEntries>,
+    /// Entries of `files` no process uses, and the release order's source.
+    idle_files: usize,
+    idle_seq: u64,
     pub stats: TableStats,
 }
 
@@ -117,6 +152,8 @@ impl KernelTables {
             files: HashMap::new(),
             free: Extents::new(capacity),
             procs: HashMap::new(),
+            idle_files: 0,
+            idle_seq: 0,
             stats: TableStats {
                 rows_capacity: u64::from(capacity),
                 ..TableStats::default()
@@ -142,6 +179,8 @@ impl KernelTables {
                 want.insert(key, fp_only());
             }
         }
+        // Each file used is acquired (its users counted) as soon as it is
+        // met, so that a table built later in this sync cannot evict it.
         let mut used = BTreeSet::new();
         for (m, &object) in maps.iter().zip(objects) {
             if !m.executable || m.start >= m.end {
@@ -149,10 +188,15 @@ impl KernelTables {
             }
             let value = match open(object) {
                 Some((id, path)) => {
-                    used.insert(id);
-                    mapping_value(self.file(id, path), m)
+                    if used.insert(id) {
+                        self.acquire(id, &path);
+                    }
+                    match self.files.get(&id) {
+                        Some(file) => mapping_value(file, m),
+                        None => fp_only(),
+                    }
                 }
-                None => mapping_value(&FileTable::none(Vec::new()), m),
+                None => fp_only(),
             };
             for key in prefixes(pid, m.start, m.end) {
                 want.insert(key, value);
@@ -174,21 +218,8 @@ impl KernelTables {
             }
             entries.insert(key, value);
         }
-        for &object in &used {
-            if let Some(f) = self.files.get_mut(&object) {
-                f.users += 1;
-            }
-        }
         for object in old.objects {
             self.release(object);
-        }
-        // Tables built for this sync but used by no mapping in the end.
-        let unused: Vec<FileId> = (self.files.iter())
-            .filter(|(_, f)| f.users == 0 && !f.prepared)
-            .map(|(&o, _)| o)
-            .collect();
-        for object in unused {
-            self.free_file(object);
         }
         self.procs.insert(
             pid,
@@ -199,8 +230,8 @@ impl KernelTables {
         );
     }
 
-    /// The process exited or exec'ed: its mappings go, and the tables no
-    /// other process uses.
+    /// The process exited or exec'ed: its mappings go; the tables no other
+    /// process uses are kept unused.
     pub fn drop_process(&mut self, pid: u32) {
         let Some(old) = self.procs.remove(&pid) else {
             return;
@@ -215,88 +246,125 @@ impl KernelTables {
 
     /// Builds and loads the table of the file at `path` before any process
     /// maps it (a command about to start, the libraries it will load), so
-    /// that its first allocations are walked in the kernel.
+    /// that its first allocations are walked in the kernel. Kept unused
+    /// until a process maps it, as a table whose last process has gone.
     pub fn prepare(&mut self, path: &Path) {
         let Ok(meta) = std::fs::metadata(path) else {
             return;
         };
         let id = (meta.dev(), meta.ino());
-        if !self.files.contains_key(&id) {
-            self.file(id, path.to_path_buf()).prepared = true;
+        if self.files.contains_key(&id) {
+            return;
+        }
+        let table = self.build(path);
+        if table.stamp.is_some() {
+            self.files.insert(id, table);
+            self.set_idle(id);
         }
     }
 
-    /// File `id`'s table, built and loaded the first time.
-    fn file(&mut self, id: FileId, path: PathBuf) -> &mut FileTable {
+    /// One process more uses file `id`'s table: a kept one as it is when
+    /// the file is the same, else built and loaded.
+    fn acquire(&mut self, id: FileId, path: &Path) {
+        if let Some(f) = self.files.get(&id).filter(|f| f.users == 0) {
+            // An inode number is reused once a deleted file is gone: a kept
+            // table is the file's only if the file is unchanged.
+            let same =
+                f.stamp.is_some() && std::fs::metadata(path).ok().map(|m| Stamp::of(&m)) == f.stamp;
+            let could_fit_now = f.rows.is_none() && f.needed > 0 && self.could_fit(f.needed);
+            if !same || could_fit_now {
+                self.free_file(id);
+            }
+        }
         if !self.files.contains_key(&id) {
-            let started = std::time::Instant::now();
-            let table = self.load(Some(path));
-            self.stats.build_nanos += started.elapsed().as_nanos() as u64;
+            let table = self.build(path);
             self.files.insert(id, table);
         }
-        self.files.get_mut(&id).expect("inserted above")
+        let Some(f) = self.files.get_mut(&id) else {
+            return;
+        };
+        if f.idle.take().is_some() {
+            self.idle_files -= 1;
+            self.stats.reused += 1;
+        }
+        f.users += 1;
     }
 
-    /// Builds a file's table and writes it into a free extent of rows.
-    fn load(&mut self, path: Option<PathBuf>) -> FileTable {
-        let no_table = FileTable::none;
-        let Some(bytes) = path.and_then(|p| std::fs::read(p).ok()) else {
+    /// Builds the table of the file at `path` and writes it into free rows.
+    fn build(&mut self, path: &Path) -> FileTable {
+        let started = Instant::now();
+        let table = self.load(path);
+        self.stats.tables_built += 1;
+        self.stats.build_nanos += started.elapsed().as_nanos() as u64;
+        table
+    }
+
+    /// Builds a file's table and writes it into a free extent of rows,
+    /// evicting unused tables when the free rows are too few.
+    fn load(&mut self, path: &Path) -> FileTable {
+        let Ok(file) = std::fs::File::open(path) else {
             self.stats.table_errors += 1;
-            return no_table(Vec::new());
+            return FileTable::none(Vec::new(), None);
         };
-        let loads = match object::File::parse(&*bytes) {
-            Ok(file) => load_segments(&file),
-            Err(_) => Vec::new(),
-        };
-        let built = UnwindTable::from_elf(&bytes).and_then(|t| {
+        let stamp = file.metadata().ok().map(|m| Stamp::of(&m));
+        let (loads, built) = UnwindTable::from_file(&file);
+        drop(file);
+        let built = built.and_then(|t| {
             let unsupported: usize = t.stats.unsupported.iter().sum();
             Ok((t.base, t.encoded()?, unsupported))
         });
         let Ok((base, rows, unsupported)) = built else {
             self.stats.table_errors += 1;
-            return no_table(loads);
+            return FileTable::none(loads, stamp);
         };
-        let Some(first) = u32::try_from(rows.len())
-            .ok()
-            .and_then(|n| self.free.alloc(n))
-        else {
+        let n = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+        let Some(first) = self.alloc_rows(n) else {
             self.stats.rows_full += 1;
-            return no_table(loads);
+            return FileTable {
+                needed: n,
+                ..FileTable::none(loads, stamp)
+            };
         };
         if self.maps.write_rows(first, &rows).is_err() {
-            self.free.release(first, rows.len() as u32);
+            self.free.release(first, n);
             self.stats.table_errors += 1;
-            return no_table(loads);
+            return FileTable::none(loads, stamp);
         }
         self.stats.files += 1;
         self.stats.unsupported_rows += unsupported as u64;
-        self.stats.rows_used += rows.len() as u64;
-        self.stats.rows_written += rows.len() as u64;
+        self.stats.rows_used += u64::from(n);
+        self.stats.rows_written += u64::from(n);
         FileTable {
-            rows: Some((first, rows.len() as u32, base)),
-            loads,
-            users: 0,
-            prepared: false,
+            rows: Some((first, n, base)),
+            ..FileTable::none(loads, stamp)
         }
     }
 
-    /// One process less uses file `id`'s table: freed when none does.
+    /// One process less uses file `id`'s table: kept unused (bounded by
+    /// MAX_UNUSED_FILES), or dropped when its file could not be read.
     fn release(&mut self, id: FileId) {
         let Some(f) = self.files.get_mut(&id) else {
             return;
         };
         f.users = f.users.saturating_sub(1);
-        if f.users == 0 {
-            self.free_file(id);
+        if f.users > 0 {
+            return;
         }
+        if f.stamp.is_none() {
+            self.free_file(id);
+            return;
+        }
+        self.set_idle(id);
     }
 
     fn free_file(&mut self, object: FileId) {
-        if let Some(FileTable {
-            rows: Some((first, n, _)),
-            ..
-        }) = self.files.remove(&object)
-        {
+        let Some(f) = self.files.remove(&object) else {
+            return;
+        };
+        if f.idle.is_some() {
+            self.idle_files -= 1;
+        }
+        if let Some((first, n, _)) = f.rows {
             self.free.release(first, n);
             self.stats.files -= 1;
             self.stats.rows_used -= u64::from(n);
@@ -315,9 +383,16 @@ impl KernelTables {
 
     /// What the tables hold now (--verbose's stats line, the soak).
     pub fn in_use(&self) -> TablesInUse {
+        let kept = self.files.values().filter(|f| f.idle.is_some());
+        let (kept_files, kept_rows) = kept.fold((0, 0), |(f, r), t| match t.rows {
+            Some((_, n, _)) => (f + 1, r + u64::from(n)),
+            None => (f, r),
+        });
         TablesInUse {
             files: self.stats.files,
             rows: self.stats.rows_used,
+            kept_files,
+            kept_rows,
             mappings: self.procs.values().map(|p| p.entries.len() as u64).sum(),
             processes: self.procs.len() as u64,
         }
@@ -325,23 +400,29 @@ impl KernelTables {
 }
 
 /// The tables' footprint now: rows in UNWIND_ROWS (8 bytes each) for
-/// `files` files, trie entries in UNWIND_MAPPINGS for `processes`.
+/// `files` files, of which `kept_files` with `kept_rows` rows are kept for
+/// files no process maps now; trie entries in UNWIND_MAPPINGS for
+/// `processes`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TablesInUse {
     pub files: u64,
     pub rows: u64,
+    pub kept_files: u64,
+    pub kept_rows: u64,
     pub mappings: u64,
     pub processes: u64,
 }
 
 impl FileTable {
     /// A file without a table: its frames take the frame-pointer chain.
-    fn none(loads: Vec<(Range<u64>, u64)>) -> FileTable {
+    fn none(loads: Loads, stamp: Option<Stamp>) -> FileTable {
         FileTable {
             rows: None,
             loads,
             users: 0,
-            prepared: false,
+            stamp,
+            idle: None,
+            needed: 0,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Compact unwind tables for unwinding in the kernel (issue #21), built from
 //! one ELF file's `.eh_frame` (and `.debug_frame` where `.eh_frame` does not
-//! cover a function). Dormant: nothing at run time uses it yet; the design,
-//! the BPF maps and the walker that will read these rows are in
-//! `docs/unwind-tables.md`.
+//! cover a function), reading only its headers and those sections
+//! (`elf.rs`). `kernel_tables.rs` loads the rows into the BPF maps; the
+//! design and the walker that reads them are in `docs/unwind-tables.md`.
 //!
 //! A table is a list of rows sorted by address, 8 bytes each: the row that
 //! applies to a program counter is the last one whose address is at or below
@@ -13,7 +13,8 @@
 //! from another register cannot be followed and is marked, not guessed.
 //!
 //! ```ignore
-//! let table = UnwindTable::from_elf(&std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6")?)?;
+//! let (loads, table) = UnwindTable::from_file(&File::open("/usr/lib/x86_64-linux-gnu/libc.so.6")?);
+//! let table = table?;
 //! let rule = table.lookup(return_address - bias - 1);
 //! let words: Vec<u64> = table.encoded(); // what user space writes to the BPF row map
 //! ```
@@ -22,9 +23,10 @@ use gimli::{
     BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, Operation,
     Register, RegisterRule, UnwindContext, UnwindSection, UnwindTableRow,
 };
-use object::{Object as _, ObjectSection as _};
-
+mod elf;
 mod encode;
+
+pub(crate) use elf::Loads;
 
 #[cfg(test)]
 use encode::decode_rule;
@@ -149,6 +151,10 @@ pub(crate) enum TableError {
     SectionTooLarge(u64),
     #[error("more than {MAX_ROWS} unwind rows")]
     TooManyRows,
+    #[error("more section headers than this tracer reads (65536)")]
+    TooManySections,
+    #[error("a compressed call frame section: this tracer does not decompress them")]
+    Compressed,
 }
 
 /// One file's rows, sorted by address.
@@ -161,37 +167,39 @@ pub(crate) struct UnwindTable {
 }
 
 impl UnwindTable {
-    /// Builds the table of an ELF file given its bytes.
+    /// Builds the table of an ELF file given its bytes (the tests; the
+    /// tracer reads files with `from_file`).
+    #[cfg(test)]
     pub(crate) fn from_elf(data: &[u8]) -> Result<UnwindTable, TableError> {
-        let file = object::File::parse(data)?;
-        let section = |name: &str| -> Result<Option<(u64, Vec<u8>)>, TableError> {
-            let Some(s) = file.section_by_name(name) else {
-                return Ok(None);
-            };
-            let size = s.compressed_data()?.uncompressed_size;
-            if size > MAX_CFI_SECTION {
-                return Err(TableError::SectionTooLarge(size));
-            }
-            Ok(Some((s.address(), s.uncompressed_data()?.into_owned())))
-        };
-        let addr = |name: &str| file.section_by_name(name).map(|s| s.address());
-        let eh = section(".eh_frame")?;
-        let debug = section(".debug_frame")?;
-        if eh.is_none() && debug.is_none() {
+        UnwindTable::from_cfi(&elf::read_cfi(data)?)
+    }
+
+    /// Builds the table of the ELF file open as `file` without reading it
+    /// whole (`elf.rs`), with its PT_LOAD segments (empty when the headers
+    /// cannot be read).
+    pub(crate) fn from_file(file: &std::fs::File) -> (Loads, Result<UnwindTable, TableError>) {
+        let data = object::ReadCache::new(file);
+        let loads = elf::read_loads(&data).unwrap_or_default();
+        let table = elf::read_cfi(&data).and_then(|cfi| UnwindTable::from_cfi(&cfi));
+        (loads, table)
+    }
+
+    fn from_cfi(cfi: &elf::CfiInput<'_>) -> Result<UnwindTable, TableError> {
+        if cfi.eh_frame.is_none() && cfi.debug_frame.is_none() {
             return Err(TableError::NoCfi);
         }
         let mut stats = BuildStats::default();
         let mut rows = Vec::new();
         let mut eh_ranges = Vec::new();
-        if let Some((eh_addr, bytes)) = &eh {
-            let mut bases = BaseAddresses::default().set_eh_frame(*eh_addr);
-            if let Some(a) = addr(".eh_frame_hdr") {
+        if let Some((eh_addr, bytes)) = cfi.eh_frame {
+            let mut bases = BaseAddresses::default().set_eh_frame(eh_addr);
+            if let Some(a) = cfi.eh_frame_hdr {
                 bases = bases.set_eh_frame_hdr(a);
             }
-            if let Some(a) = addr(".text") {
+            if let Some(a) = cfi.text {
                 bases = bases.set_text(a);
             }
-            if let Some(a) = addr(".got") {
+            if let Some(a) = cfi.got {
                 bases = bases.set_got(a);
             }
             let mut eh_frame = EhFrame::new(bytes, LittleEndian);
@@ -207,7 +215,7 @@ impl UnwindTable {
             )?;
         }
         eh_ranges.sort_unstable_by_key(|r: &(u64, u64)| r.0);
-        if let Some((_, bytes)) = &debug {
+        if let Some(bytes) = cfi.debug_frame {
             let mut debug_frame = DebugFrame::new(bytes, LittleEndian);
             debug_frame.set_address_size(8);
             let before = stats.fdes;

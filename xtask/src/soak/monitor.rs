@@ -48,6 +48,9 @@ pub struct Tables {
     pub rows: u64,
     pub mappings: u64,
     pub processes: u64,
+    /// Of `files` and `rows`: the tables of files no process maps now.
+    pub kept_files: u64,
+    pub kept_rows: u64,
     pub trie_bytes: Option<u64>,
 }
 
@@ -57,6 +60,9 @@ pub struct Series {
     /// The tracer's own peak RSS (KiB), the final report included, from
     /// its `--verbose` "peak RSS" line.
     pub peak_kib: Option<u64>,
+    /// `--unwind tables`: the tracer's final `unwind tables: ...` line
+    /// (tables built, rows written, build time, kept tables reused).
+    pub tables_summary: Option<String>,
 }
 
 impl Series {
@@ -75,7 +81,7 @@ pub struct Monitor {
     pub progress: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     sampler: JoinHandle<Vec<RssSample>>,
-    stderr: JoinHandle<(Vec<StatsLine>, Option<u64>)>,
+    stderr: JoinHandle<(Vec<StatsLine>, Option<u64>, Option<String>)>,
     /// The tracer's JSON report, once it has exited.
     pub report: PathBuf,
 }
@@ -152,7 +158,7 @@ impl Monitor {
         // SAFETY: kill with a pid we started and have not waited for yet.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
         let status = self.child.wait().context("waiting for the tracer")?;
-        let (stats, peak_kib) = self
+        let (stats, peak_kib, tables_summary) = self
             .stderr
             .join()
             .map_err(|_| anyhow::anyhow!("the tracer's stderr reader panicked"))?;
@@ -163,6 +169,7 @@ impl Monitor {
             rss,
             stats,
             peak_kib,
+            tables_summary,
         })
     }
 }
@@ -177,9 +184,10 @@ fn read_stderr(
     ready: mpsc::Sender<()>,
     progress: &AtomicU64,
     pid: u32,
-) -> (Vec<StatsLine>, Option<u64>) {
+) -> (Vec<StatsLine>, Option<u64>, Option<String>) {
     let mut stats = Vec::new();
     let mut peak = None;
+    let mut tables = None;
     for line in BufReader::new(pipe).lines().map_while(Result::ok) {
         let _ = writeln!(log, "{line}");
         if line.starts_with("memtrace-bpf: tracing ") {
@@ -198,8 +206,11 @@ fn read_stderr(
         if let Some(kib) = line.split("; peak RSS ").nth(1) {
             peak = kib.trim_end_matches(" KiB").parse().ok();
         }
+        if let Some(summary) = line.split("unwind tables: ").nth(1) {
+            tables = Some(summary.to_string());
+        }
     }
-    (stats, peak)
+    (stats, peak, tables)
 }
 
 /// `memtrace-bpf: [stats] 10 s: LIVE map N entries, M processes tracked,
@@ -220,7 +231,8 @@ fn parse_stats(line: &str, started: Instant) -> Option<StatsLine> {
     })
 }
 
-/// `unwind tables F files R rows, M mappings of P processes`.
+/// `unwind tables F files R rows, M mappings of P processes, K kept
+/// unused KR rows`.
 fn parse_tables(line: &str) -> Option<Tables> {
     let rest = &line[line.find("unwind tables ")? + "unwind tables ".len()..];
     let words: Vec<&str> = rest.split_whitespace().collect();
@@ -230,6 +242,8 @@ fn parse_tables(line: &str) -> Option<Tables> {
         rows: n(2)?,
         mappings: n(4)?,
         processes: n(7)?,
+        kept_files: n(9).unwrap_or(0),
+        kept_rows: n(12).unwrap_or(0),
         trie_bytes: None,
     })
 }

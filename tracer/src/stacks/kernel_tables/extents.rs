@@ -49,6 +49,11 @@ impl Extents {
         }
     }
 
+    /// Free rows in all.
+    pub(super) fn total(&self) -> u64 {
+        self.free.iter().map(|&(_, n)| u64::from(n)).sum()
+    }
+
     /// The largest free extent (for tests and --verbose).
     #[cfg(test)]
     pub(super) fn largest(&self) -> u32 {

@@ -1,11 +1,20 @@
 //! The map-filling logic against a fake of the BPF maps: tables shared by
-//! file, freed with their last process, what does not fit counted.
+//! file, kept after their last process and reused, evicted oldest-unused
+//! first for rows and after a TTL, what does not fit counted.
 
-use std::{cell::RefCell, collections::HashMap, path::PathBuf, rc::Rc};
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    path::PathBuf,
+    rc::Rc,
+    time::{Duration, Instant},
+};
 
 use tracer_common::{MappingKey, MappingValue, MAPPING_FP_ONLY, MAPPING_TABLE};
 
-use super::{extents::Extents, prefixes, KernelTables, PrefixKey, UnwindMaps};
+use super::{
+    extents::Extents, prefixes, FileId, KernelTables, PrefixKey, UnwindMaps, UNUSED_TABLE_TTL,
+};
 use crate::tracee::process::Mapping;
 
 #[derive(Default)]
@@ -101,7 +110,7 @@ fn prefixes_cover_a_range_exactly_with_aligned_blocks() {
 }
 
 #[test]
-fn a_file_mapped_by_two_processes_is_loaded_once_and_freed_with_the_last() {
+fn a_file_mapped_by_two_processes_is_loaded_once_and_kept_after_the_last() {
     let (shared, mut tables) = fake(1 << 20, 1 << 16);
     let (a, path) = own_text(0);
     let (b, _) = own_text(0x1000_0000);
@@ -128,10 +137,12 @@ fn a_file_mapped_by_two_processes_is_loaded_once_and_freed_with_the_last() {
     tables.drop_process(1);
     assert_eq!(tables.stats.files, 1, "pid 2 still maps it");
     tables.drop_process(2);
-    assert_eq!(tables.stats.files, 0);
-    assert_eq!(tables.stats.rows_used, 0);
     assert!(shared.0.borrow().mappings.is_empty());
-    assert_eq!(tables.held(), (0, 0));
+    assert_eq!(tables.held(), (1, 0), "the table kept, no process");
+    let kept = tables.in_use();
+    assert_eq!((kept.files, kept.kept_files), (1, 1));
+    assert_eq!((kept.rows, kept.kept_rows), (rows, rows));
+    assert_eq!(kept.mappings, 0);
 }
 
 #[test]
@@ -184,11 +195,11 @@ fn a_resync_changes_only_what_changed_and_exec_drops_everything() {
     assert_eq!(v.kind, MAPPING_FP_ONLY);
     tables.drop_process(1);
     assert!(shared.0.borrow().mappings.is_empty());
-    assert_eq!(tables.held(), (0, 0));
+    assert_eq!(tables.held(), (1, 0), "the unreadable file's entry went");
 }
 
 #[test]
-fn a_prepared_table_is_built_once_kept_until_used_and_freed_after() {
+fn a_prepared_table_is_built_once_kept_until_used_and_kept_after() {
     let (_, mut tables) = fake(1 << 20, 1 << 16);
     let (a, path) = own_text(0);
     let meta = std::fs::metadata(&path).expect("own exe");
@@ -208,6 +219,8 @@ fn a_prepared_table_is_built_once_kept_until_used_and_freed_after() {
         "not built again"
     );
     tables.drop_process(1);
+    assert_eq!(tables.stats.files, 1);
+    tables.expire_unused(Instant::now() + UNUSED_TABLE_TTL);
     assert_eq!(tables.stats.files, 0);
 }
 
@@ -225,4 +238,129 @@ fn extents_are_first_fit_and_merge_when_freed() {
     e.release(a, 30);
     e.release(c, 30);
     assert_eq!(e.largest(), 100);
+}
+
+/// Rows of this test binary's table (each test's tables are this file
+/// under several identities).
+fn own_rows() -> u32 {
+    let (_, path) = own_text(0);
+    let file = std::fs::File::open(path).expect("own exe");
+    let table = super::UnwindTable::from_file(&file).1.expect("table");
+    table.encoded().expect("fits").len() as u32
+}
+
+/// Runs process `pid` mapping file `id` (this binary) at its own address.
+fn run(tables: &mut KernelTables, pid: u32, id: FileId) {
+    let (a, path) = own_text(0);
+    tables.sync(pid, std::slice::from_ref(&a), &[0], &[], |_| {
+        Some((id, path.clone()))
+    });
+}
+
+fn loaded(tables: &KernelTables) -> Vec<FileId> {
+    let mut ids: Vec<FileId> = (tables.files.iter())
+        .filter(|(_, f)| f.rows.is_some())
+        .map(|(&id, _)| id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[test]
+fn a_kept_table_is_reused_without_a_rebuild() {
+    let (shared, mut tables) = fake(1 << 20, 1 << 16);
+    run(&mut tables, 1, (1, 1));
+    let written = tables.stats.rows_written;
+    let first_row = lookup(&shared.0.borrow(), 1, own_text(0).0.start).expect("pid 1");
+    tables.drop_process(1);
+    assert!(shared.0.borrow().mappings.is_empty());
+    run(&mut tables, 2, (1, 1));
+    assert_eq!(tables.stats.tables_built, 1, "built once");
+    assert_eq!(tables.stats.rows_written, written);
+    assert_eq!(tables.stats.reused, 1);
+    let again = lookup(&shared.0.borrow(), 2, own_text(0).0.start).expect("pid 2");
+    assert_eq!(
+        (again.first_row, again.rows),
+        (first_row.first_row, first_row.rows)
+    );
+    assert_eq!(tables.in_use().kept_files, 0, "in use again");
+}
+
+#[test]
+fn unused_tables_are_evicted_oldest_first_when_rows_run_out_and_tables_in_use_never() {
+    let n = own_rows();
+    // Room for three tables.
+    let (shared, mut tables) = fake(3 * n as usize + 10, 1 << 16);
+    run(&mut tables, 1, (1, 1)); // stays in use
+    run(&mut tables, 2, (2, 2));
+    run(&mut tables, 3, (3, 3));
+    tables.drop_process(3); // unused first
+    tables.drop_process(2); // unused second
+    assert_eq!(loaded(&tables), [(1, 1), (2, 2), (3, 3)]);
+    run(&mut tables, 4, (4, 4));
+    assert_eq!(tables.stats.evicted, 1);
+    assert_eq!(
+        loaded(&tables),
+        [(1, 1), (2, 2), (4, 4)],
+        "(3, 3) went first"
+    );
+    run(&mut tables, 5, (5, 5));
+    assert_eq!(tables.stats.evicted, 2);
+    assert_eq!(loaded(&tables), [(1, 1), (4, 4), (5, 5)]);
+    // All three in use: a fourth does not fit, and nothing is evicted.
+    run(&mut tables, 6, (6, 6));
+    assert_eq!(tables.stats.evicted, 2);
+    assert_eq!(tables.stats.rows_full, 1);
+    assert_eq!(loaded(&tables), [(1, 1), (4, 4), (5, 5)]);
+    let v = lookup(&shared.0.borrow(), 6, own_text(0).0.start).expect("pid 6");
+    assert_eq!(v.kind, MAPPING_FP_ONLY);
+    // The one that did not fit is not built again while it cannot fit ...
+    tables.drop_process(6);
+    run(&mut tables, 7, (6, 6));
+    assert_eq!(tables.stats.tables_built, 6);
+    assert_eq!(tables.stats.rows_full, 1);
+    // ... and is once rows can be had (pid 1's table unused, evicted).
+    tables.drop_process(7);
+    tables.drop_process(1);
+    run(&mut tables, 8, (6, 6));
+    assert_eq!(tables.stats.tables_built, 7);
+    assert_eq!(loaded(&tables), [(4, 4), (5, 5), (6, 6)]);
+    let v = lookup(&shared.0.borrow(), 8, own_text(0).0.start).expect("pid 8");
+    assert_eq!(v.kind, MAPPING_TABLE);
+}
+
+#[test]
+fn unused_tables_expire_after_the_ttl_and_tables_in_use_do_not() {
+    let (shared, mut tables) = fake(1 << 20, 1 << 16);
+    run(&mut tables, 1, (1, 1));
+    run(&mut tables, 2, (2, 2));
+    tables.drop_process(2);
+    let released = Instant::now();
+    tables.expire_unused(released + UNUSED_TABLE_TTL - Duration::from_secs(1));
+    assert_eq!(loaded(&tables), [(1, 1), (2, 2)], "not yet");
+    tables.expire_unused(released + UNUSED_TABLE_TTL + Duration::from_secs(1));
+    assert_eq!(loaded(&tables), [(1, 1)]);
+    assert_eq!(tables.stats.expired, 1);
+    tables.drop_process(1);
+    tables.expire_unused(Instant::now() + UNUSED_TABLE_TTL);
+    assert_eq!(tables.held(), (0, 0));
+    assert_eq!((tables.stats.files, tables.stats.rows_used), (0, 0));
+    assert!(shared.0.borrow().mappings.is_empty());
+}
+
+/// A deleted file's inode number can come back as another file: a kept
+/// table is not taken for a file that is not the one it was built from.
+#[test]
+fn a_kept_table_is_not_reused_for_another_file_with_the_same_identity() {
+    let (_, mut tables) = fake(1 << 20, 1 << 16);
+    run(&mut tables, 1, (1, 1));
+    tables.drop_process(1);
+    let (a, _) = own_text(0);
+    let other = PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6");
+    tables.sync(2, std::slice::from_ref(&a), &[0], &[], |_| {
+        Some(((1, 1), other.clone()))
+    });
+    assert_eq!(tables.stats.tables_built, 2, "built again");
+    assert_eq!(tables.stats.reused, 0);
+    assert_eq!(tables.held(), (1, 1));
 }

@@ -4,6 +4,8 @@
 
 use std::{collections::HashMap, path::Path, process::Command};
 
+use object::Object as _;
+
 use super::*;
 
 /// One row as readelf prints it: address, CFA, RBP and RA columns.
@@ -416,4 +418,38 @@ fn measure_unwind_tables() {
             s.unsupported,
         );
     }
+}
+
+/// Reading only the headers and the CFI sections of an open file gives
+/// the table and the PT_LOAD list that the whole file's bytes give.
+#[test]
+fn a_table_read_from_the_open_file_is_the_one_built_from_its_bytes() {
+    let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
+    for path in [
+        Path::new("/lib/x86_64-linux-gnu/libc.so.6"),
+        Path::new("/usr/bin/python3.11"),
+        exe.as_path(),
+    ] {
+        let data = std::fs::read(path).expect("read");
+        let whole = UnwindTable::from_elf(&data).expect("table from bytes");
+        let file = std::fs::File::open(path).expect("open");
+        let (loads, read) = UnwindTable::from_file(&file);
+        let read = read.expect("table from the file");
+        assert_eq!(read.base, whole.base, "{path:?}");
+        assert_eq!(read.rows, whole.rows, "{path:?}");
+        assert_eq!(read.stats, whole.stats, "{path:?}");
+        let parsed = object::File::parse(&*data).expect("parse");
+        assert_eq!(
+            loads,
+            crate::stacks::cfi::load_segments(&parsed),
+            "{path:?}"
+        );
+    }
+    // Not ELF, empty: an error and no segments, never a panic.
+    let (loads, table) = UnwindTable::from_file(&std::fs::File::open("/dev/null").expect("null"));
+    assert!(loads.is_empty());
+    assert!(table
+        .expect_err("no table")
+        .to_string()
+        .contains("not an ELF"));
 }
