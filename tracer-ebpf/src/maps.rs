@@ -229,6 +229,6 @@ pub(crate) fn event(
         // SAFETY: helper without preconditions.
         timestamp_ns: unsafe { bpf_ktime_get_ns() },
         role: role as u32,
-        _pad: 0,
+        flags: 0,
     }
 }
