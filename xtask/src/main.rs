@@ -46,7 +46,7 @@ enum Task {
     /// binary, man pages, shell completions, a systemd unit and
     /// /etc/default/memtrace-bpf (docs/packaging.md).
     Dist,
-    /// The cost of tracing (fp vs dwarf) and unwinding throughput.
+    /// The cost of tracing (exact and sampled, fp and tables unwinding) against no-op probes.
     Bench,
     /// redis-benchmark throughput against redis-server, untraced and traced
     /// by `--binary` (target/bench/redis.json).
