@@ -79,12 +79,12 @@ impl Collector {
                 modules,
                 ProcessTable::new(program_hint),
                 sample_rate,
-                max_live,
                 trace_root,
                 keep_exited,
             ),
         };
         collector.state.maps_at_exec = maps_at_exec;
+        collector.state.max_live = max_live as usize;
         collector.state.heap.snapshot_factor = snapshot_on_peak.map(|f| 1.0 + f);
         Ok(collector)
     }

@@ -55,8 +55,9 @@ pub struct State {
     /// Mean sampling interval in bytes; 1 = every allocation.
     sample_rate: u64,
     /// --max-live. In exact mode BPF sends every free and keeps no LIVE
-    /// entry of reported blocks: this bounds the heap model instead.
-    max_live: usize,
+    /// entry of reported blocks: this bounds the heap model instead (set
+    /// by the collector; unbounded until then).
+    pub(super) max_live: usize,
     /// Exact mode: allocations not tracked because the model held
     /// `max_live` blocks (added to the `live_map_full` loss counter).
     pub(super) untracked_allocs: u64,
@@ -120,7 +121,6 @@ impl State {
         modules: Modules,
         processes: ProcessTable,
         sample_rate: u64,
-        max_live: u32,
         trace_root: Option<u32>,
         keep_exited: usize,
     ) -> State {
@@ -133,7 +133,7 @@ impl State {
             stacks,
             modules,
             sample_rate,
-            max_live: max_live as usize,
+            max_live: usize::MAX,
             untracked_allocs: 0,
             unknown_frees: 0,
             unmatched_frees: 0,
