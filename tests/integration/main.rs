@@ -10,6 +10,7 @@ mod cgroups;
 mod debug_files;
 mod dist;
 mod errors;
+mod exact_frees;
 mod exec;
 mod forks;
 mod forks_shell;

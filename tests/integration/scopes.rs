@@ -235,7 +235,9 @@ fn binary_traces_every_short_lived_process_from_its_entry_point() {
     let (report, out) = tracer.stop();
     // Every process exited, and their exit events were handled by the
     // tracer's last drain: nothing of theirs is left in the kernel's LIVE
-    // map, and each had at least its 12345-byte block there.
+    // map. (In exact mode no reported block enters it: user space holds
+    // the live set. The deletion of exited processes' entries when
+    // sampling is soak.rs's system-wide test.)
     let line = out
         .stderr
         .lines()
@@ -246,7 +248,6 @@ fn binary_traces_every_short_lived_process_from_its_entry_point() {
         .filter_map(|w| w.parse().ok())
         .collect();
     assert_eq!(numbers.first(), Some(&0), "{line}");
-    assert!(numbers.get(1).is_some_and(|&n| n >= 10), "{line}");
     for pid in &pids {
         // first_line.c keeps one block of 12345 bytes from main, which it
         // never frees: its exit takes it out of in-use...

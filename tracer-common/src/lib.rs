@@ -277,8 +277,16 @@ pub struct Event {
     pub timestamp_ns: u64,
     /// The `Role` of the hooked function that produced the event.
     pub role: u32,
-    pub _pad: u32,
+    /// `EVENT_UNLESS_LIVE` or 0.
+    pub flags: u32,
 }
+
+/// `Event::flags` of an exact-mode ALLOC that user space skips when the
+/// address is already live in that process: a call inside the one that
+/// returned it, taken for a signal handler's, recorded the block first
+/// (tracer-ebpf inflight.rs). When sampling, BPF looks this up in LIVE
+/// itself; in exact mode LIVE holds only blocks whose ALLOC was dropped.
+pub const EVENT_UNLESS_LIVE: u32 = 1;
 
 /// Key of the LIVE map: one recorded, not yet freed allocation.
 #[repr(C)]

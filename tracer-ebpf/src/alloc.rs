@@ -7,13 +7,15 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
     programs::{ProbeContext, RetProbeContext},
 };
-use tracer_common::{counter, InFlight, LiveKey, Role, INFLIGHT_INNER_RECORDED};
+use tracer_common::{
+    counter, InFlight, LiveKey, Role, EVENT_UNLESS_LIVE, INFLIGHT_INNER_RECORDED, STATE_UNREPORTED,
+};
 
 use crate::{
     free::emit_free,
     inflight,
-    maps::{count, no_return_needed, stopped, traced, LIVE},
-    sampling::should_record,
+    maps::{count, no_return_needed, state, stopped, traced, LIVE},
+    sampling::{sampling, should_record},
     stack::record_alloc,
 };
 
@@ -111,7 +113,7 @@ pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
             } else {
                 call.size_max
             };
-            record_alloc(ctx, pid, tid, call.ptr_arg, size, role);
+            record_alloc(ctx, pid, tid, call.ptr_arg, size, role, 0);
         }
         return 0;
     }
@@ -126,12 +128,21 @@ pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
     if addr == 0 || call.record == 0 {
         return 0;
     }
-    if call.flags & INFLIGHT_INNER_RECORDED != 0 && is_live(pid, addr) {
-        // A call inside this one, taken for a signal handler's, recorded
-        // this very block (see inflight.rs): count it once.
-        return 0;
+    let mut flags = 0;
+    if call.flags & INFLIGHT_INNER_RECORDED != 0 {
+        // A call inside this one, taken for a signal handler's, may have
+        // recorded this very block (see inflight.rs): count it once.
+        if is_live(pid, addr) {
+            return 0;
+        }
+        // In exact mode LIVE holds only unreported blocks: user space,
+        // which holds the reported ones, skips the event if the address is
+        // live there.
+        if !sampling() {
+            flags = EVENT_UNLESS_LIVE;
+        }
     }
-    record_alloc(ctx, pid, tid, addr, call.size, role);
+    record_alloc(ctx, pid, tid, addr, call.size, role, flags);
     0
 }
 
@@ -139,7 +150,7 @@ pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
 fn is_live(pid: u32, addr: u64) -> bool {
     // SAFETY: the values are not read.
     unsafe {
-        LIVE.get(LiveKey::reported(pid, addr)).is_some()
-            || LIVE.get(LiveKey::unreported(pid, addr)).is_some()
+        (sampling() && LIVE.get(LiveKey::reported(pid, addr)).is_some())
+            || (state(STATE_UNREPORTED) != 0 && LIVE.get(LiveKey::unreported(pid, addr)).is_some())
     }
 }

@@ -52,27 +52,19 @@ const SIGFRAME_MIN: u64 = 1024;
 
 const LAST: usize = INFLIGHT_FRAMES - 1;
 
-/// This thread's stack of calls, created empty on its first call.
+/// This thread's stack of calls, created empty (zeroed) on its first call.
+/// Only this thread's probes and its signal_deliver tracepoint touch it,
+/// and they do not run concurrently.
 #[inline(always)]
-fn thread_calls(key: u64) -> Option<&'static mut InFlightStack> {
-    if INFLIGHT.get_ptr_mut(key).is_none() {
-        let empty = InFlightStack::default();
-        if INFLIGHT.insert(key, empty, 0).is_err() {
-            return None;
-        }
-    }
-    // SAFETY: the entry belongs to this thread; only this thread's probes
-    // and its signal_deliver tracepoint touch it, and they do not run
-    // concurrently.
-    INFLIGHT.get_ptr_mut(key).map(|p| unsafe { &mut *p })
+fn thread_calls() -> Option<&'static mut InFlightStack> {
+    INFLIGHT.current(true)
 }
 
 /// Remembers a call entering at `call.entry_sp`. Returns what the entry
 /// program returns: 1 in session mode skips the return run.
 #[inline(always)]
 pub(crate) fn enter(call: InFlight) -> u32 {
-    let key = bpf_get_current_pid_tgid();
-    let Some(calls) = thread_calls(key) else {
+    let Some(calls) = thread_calls() else {
         count(counter::INFLIGHT_FULL);
         return no_return_needed();
     };
@@ -129,16 +121,13 @@ pub(crate) fn enter(call: InFlight) -> u32 {
 /// call inside it (only the outer one accounts) or a return without entry.
 #[inline(always)]
 pub(crate) fn take(sp: u64) -> Option<InFlight> {
-    let key = bpf_get_current_pid_tgid();
-    // SAFETY: this thread's own entry, see thread_calls.
-    let calls = INFLIGHT.get_ptr_mut(key).map(|p| unsafe { &mut *p });
-    let Some(calls) = calls.filter(|c| c.len > 0) else {
+    let Some(calls) = INFLIGHT.current(false).filter(|c| c.len > 0) else {
         // When sampling, most calls leave no record: not worth counting;
         // after the stop, no call does. Returns of processes that are not
         // traced (--binary, system-wide: the probes are on the file for
         // every process, and there the kernel runs the return even when a
         // session entry asked to skip it) are not counted either.
-        if !sampling() && !stopped() && traced((key >> 32) as u32) {
+        if !sampling() && !stopped() && traced((bpf_get_current_pid_tgid() >> 32) as u32) {
             count(counter::RETURN_WITHOUT_ENTRY);
         }
         return None;
@@ -201,13 +190,11 @@ fn returns_below(calls: &InFlightStack, below: usize, sp: u64) -> bool {
 /// any, is interrupted, and the handler's calls get frames of their own.
 #[inline(always)]
 pub(crate) fn on_signal() {
-    let key = bpf_get_current_pid_tgid();
-    let Some(calls) = INFLIGHT.get_ptr_mut(key) else {
+    // The tracepoint runs in the thread that takes the signal, on its way
+    // back to user mode: its own calls.
+    let Some(calls) = INFLIGHT.current(false) else {
         return;
     };
-    // SAFETY: this thread's own entry: the tracepoint runs in the thread
-    // that takes the signal, on its way back to user mode.
-    let calls = unsafe { &mut *calls };
     let len = calls.len as usize;
     if len == 0 {
         return;
@@ -215,10 +202,4 @@ pub(crate) fn on_signal() {
     if let Some(top) = calls.frames.get_mut((len - 1) & LAST) {
         top.flags |= INFLIGHT_INTERRUPTED;
     }
-}
-
-/// A thread exits: forget its calls (a new thread may get its id).
-#[inline(always)]
-pub(crate) fn forget_thread(pid_tgid: u64) {
-    let _ = INFLIGHT.remove(pid_tgid);
 }

@@ -3,10 +3,13 @@
 //! loss, the trace filter, the stop flag, ring-buffer wakeups).
 
 use aya_ebpf::{
-    bindings::BPF_F_NO_PREALLOC,
-    helpers::{bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns},
-    macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
+    bindings::{bpf_map_type, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE},
+    helpers::{
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns,
+        generated::{bpf_get_current_task_btf, bpf_task_storage_get},
+    },
+    macros::{btf_map, map},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
 };
 use tracer_common::{
     counter, Event, InFlightStack, LiveKey, LiveValue, Role, StackSample, CONTROL_SESSION,
@@ -24,11 +27,66 @@ pub(crate) static LIVE: HashMap<LiveKey, LiveValue> =
     HashMap::with_max_entries(1 << 20, BPF_F_NO_PREALLOC);
 #[map]
 pub(crate) static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
-/// Each thread's allocator calls in flight (see inflight.rs), keyed by
-/// pid_tgid; kept between calls, removed when the thread exits. LRU so that
-/// threads it missed the exit of cannot fill it.
-#[map]
-pub(crate) static INFLIGHT: LruHashMap<u64, InFlightStack> = LruHashMap::with_max_entries(16384, 0);
+/// Each thread's allocator calls in flight (see inflight.rs): task-local
+/// storage, created at the thread's first traced call and freed by the
+/// kernel with the thread, so threads bound it. A lookup reads the task's
+/// own storage list, which is cheaper than the hash lookup (jhash, bucket
+/// walk, LRU reference bit) a map keyed by thread id costs at every entry
+/// and return.
+#[btf_map]
+pub(crate) static INFLIGHT: TaskStorage<InFlightStack> = TaskStorage::new();
+
+/// A `BPF_MAP_TYPE_TASK_STORAGE` map, which aya-ebpf 0.2 does not define:
+/// a BTF map definition (`.maps` section) laid out as its `btf_map_def!`
+/// makes the others (task storage needs BTF for its key and value types,
+/// `BPF_F_NO_PREALLOC` and max_entries 0).
+#[repr(C)]
+pub(crate) struct TaskStorage<T> {
+    r#type: *const [i32; bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; BPF_F_NO_PREALLOC as usize],
+}
+
+// SAFETY: the fields are placeholders the loader reads from BTF; nothing
+// dereferences them (as aya-ebpf's own BTF map types).
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    pub(crate) const fn new() -> Self {
+        TaskStorage {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    /// The current thread's value, created zeroed when `create` and it
+    /// has none; None when it has none or it could not be allocated.
+    #[inline(always)]
+    pub(crate) fn current(&self, create: bool) -> Option<&'static mut T> {
+        let flags = if create {
+            u64::from(BPF_LOCAL_STORAGE_GET_F_CREATE)
+        } else {
+            0
+        };
+        // SAFETY: the helper takes this map and the current task (a
+        // trusted task_struct pointer from bpf_get_current_task_btf) and
+        // returns null or a pointer to the task's value, which lives as
+        // long as the task; only the task's own programs use it, and
+        // they do not run concurrently with each other.
+        unsafe {
+            let task = bpf_get_current_task_btf();
+            let map = core::ptr::from_ref(self).cast_mut().cast();
+            bpf_task_storage_get(map, task, core::ptr::null_mut(), flags)
+                .cast::<T>()
+                .as_mut()
+        }
+    }
+}
 #[map]
 pub(crate) static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 /// Index 0, bits set by user space: CONTROL_STOPPED when the trace ends
@@ -229,6 +287,6 @@ pub(crate) fn event(
         // SAFETY: helper without preconditions.
         timestamp_ns: unsafe { bpf_ktime_get_ns() },
         role: role as u32,
-        _pad: 0,
+        flags: 0,
     }
 }

@@ -128,7 +128,6 @@ fn on_fork(child_task: u64) {
 /// process reusing its pid is not traced.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn process_exit(ctx: RawTracePointContext) -> i32 {
-    inflight::forget_thread(bpf_get_current_pid_tgid());
     let group_dead = if tunable(&EXIT_GROUP_DEAD) != 0 {
         ctx.arg::<u64>(1) & 0xff != 0
     } else {
@@ -226,7 +225,7 @@ pub fn binary_entry(_ctx: ProbeContext) -> u32 {
 
 /// signal_deliver, run by a thread about to take a signal: an allocator
 /// call it is in is interrupted, and calls the handler makes are its own
-/// (see inflight.rs). One hash lookup per signal delivered.
+/// (see inflight.rs). One task-storage lookup per signal delivered.
 #[raw_tracepoint(tracepoint = "signal_deliver")]
 pub fn signal_deliver(_ctx: RawTracePointContext) -> i32 {
     inflight::on_signal();

@@ -18,6 +18,7 @@ use crate::{
         count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES, STATE,
         UNWIND_MODE,
     },
+    sampling::sampling,
     walk::{walk, FRAMES_BUF},
 };
 
@@ -29,10 +30,13 @@ pub(crate) fn record_alloc(
     addr: u64,
     size: u64,
     role: Role,
+    flags: u32,
 ) {
+    let mut ev = event(EVENT_ALLOC, pid, tid, 0, addr, size, role);
+    ev.flags = flags;
     match tunable(&UNWIND_MODE) {
-        UNWIND_DWARF => return record_alloc_sample(ctx, pid, tid, addr, size, role),
-        UNWIND_TABLES => return record_alloc_frames(ctx, pid, tid, addr, size, role),
+        UNWIND_DWARF => return record_alloc_sample(ctx, ev),
+        UNWIND_TABLES => return record_alloc_frames(ctx, ev),
         _ => {}
     }
     // Reserve first: if the event cannot be sent, the block enters LIVE
@@ -43,9 +47,7 @@ pub(crate) fn record_alloc(
         insert_unreported(pid, addr, size);
         return;
     };
-    let key = LiveKey::reported(pid, addr);
-    if LIVE.insert(key, live(size, 0), 0).is_err() {
-        count(counter::LIVE_MAP_FULL);
+    if !track(pid, addr, size) {
         entry.discard(0);
         return;
     }
@@ -62,7 +64,8 @@ pub(crate) fn record_alloc(
             }
         }
     };
-    entry.write(event(EVENT_ALLOC, pid, tid, stack_id, addr, size, role));
+    ev.stack_id = stack_id;
+    entry.write(ev);
     entry.submit(wakeup_flags());
 }
 
@@ -70,14 +73,7 @@ pub(crate) fn record_alloc(
 /// space to unwind. At the return probe IP/SP/BP are the caller's state
 /// right after the call.
 #[inline(always)]
-fn record_alloc_sample(
-    ctx: &RetProbeContext,
-    pid: u32,
-    tid: u32,
-    addr: u64,
-    size: u64,
-    role: Role,
-) {
+fn record_alloc_sample(ctx: &RetProbeContext, mut ev: Event) {
     let Some(buf) = SAMPLE_BUF.get_ptr_mut(0) else {
         count(counter::STACK_LOST);
         return;
@@ -90,17 +86,16 @@ fn record_alloc_sample(
     if len == 0 {
         count(counter::STACK_LOST);
     }
+    ev.kind = EVENT_ALLOC_SAMPLE;
     sample.header = SampleHeader {
-        event: event(EVENT_ALLOC_SAMPLE, pid, tid, 0, addr, size, role),
+        event: ev,
         ip,
         sp,
         bp,
         stack_len: len as u32,
         _pad: 0,
     };
-    let key = LiveKey::reported(pid, addr);
-    if LIVE.insert(key, live(size, 0), 0).is_err() {
-        count(counter::LIVE_MAP_FULL);
+    if !track(ev.pid, ev.addr, ev.size) {
         return;
     }
     let total = core::mem::size_of::<SampleHeader>() + len;
@@ -110,8 +105,28 @@ fn record_alloc_sample(
         // Not sent: the block stays, marked unreported, so that its free
         // sends no orphan FREE and is told from an unknown one.
         count(counter::RINGBUF_FULL);
-        insert_unreported(pid, addr, size);
+        insert_unreported(ev.pid, ev.addr, ev.size);
     }
+}
+
+/// Puts a block about to be reported into LIVE, where free() will look
+/// for it; false (counted) when LIVE is full. In exact mode every block is
+/// reported and free() reports every free, so LIVE is left alone: user
+/// space, which holds the live set, matches frees to blocks, bounds that
+/// set by --max-live and counts what it has no block for.
+#[inline(always)]
+fn track(pid: u32, addr: u64, size: u64) -> bool {
+    if !sampling() {
+        return true;
+    }
+    if LIVE
+        .insert(LiveKey::reported(pid, addr), live(size, 0), 0)
+        .is_err()
+    {
+        count(counter::LIVE_MAP_FULL);
+        return false;
+    }
+    true
 }
 
 #[inline(always)]
@@ -144,17 +159,10 @@ fn insert_unreported(pid: u32, addr: u64, size: u64) {
 /// the walk met an address user space has not described yet, also the
 /// registers there and a copy of the stack from there.
 #[inline(always)]
-fn record_alloc_frames(
-    ctx: &RetProbeContext,
-    pid: u32,
-    tid: u32,
-    addr: u64,
-    size: u64,
-    role: Role,
-) {
+fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
     // SAFETY: the context is pt_regs, readable directly.
     let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
-    let w = walk(pid, ip, sp, bp);
+    let w = walk(ev.pid, ip, sp, bp);
     let Some(buf) = FRAMES_BUF.get_ptr_mut(0) else {
         count(counter::STACK_LOST);
         return;
@@ -168,8 +176,9 @@ fn record_alloc_frames(
         stack_len = copy_stack(w.sp, &mut sample.stack);
         total = core::mem::size_of::<FramesHeader>() + 8 * MAX_FRAMES + stack_len;
     }
+    ev.kind = EVENT_ALLOC_FRAMES;
     sample.header = FramesHeader {
-        event: event(EVENT_ALLOC_FRAMES, pid, tid, 0, addr, size, role),
+        event: ev,
         depth: depth as u32,
         flags: w.flags,
         ip: w.ip,
@@ -181,9 +190,7 @@ fn record_alloc_frames(
     if total > core::mem::size_of::<tracer_common::FramesSample>() {
         return; // cannot happen: depth <= MAX_FRAMES, stack_len <= MAX_STACK_BYTES
     }
-    let key = LiveKey::reported(pid, addr);
-    if LIVE.insert(key, live(size, 0), 0).is_err() {
-        count(counter::LIVE_MAP_FULL);
+    if !track(ev.pid, ev.addr, ev.size) {
         return;
     }
     // SAFETY: `total` is at most the size of `sample` (checked above).
@@ -191,7 +198,7 @@ fn record_alloc_frames(
     if EVENTS.output::<[u8]>(bytes, wakeup_flags()).is_err() {
         // Not sent: the block stays, marked unreported (as in record_alloc).
         count(counter::RINGBUF_FULL);
-        insert_unreported(pid, addr, size);
+        insert_unreported(ev.pid, ev.addr, ev.size);
     }
 }
 

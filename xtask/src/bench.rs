@@ -72,8 +72,8 @@ const MODES: &[Mode] = &[
         pairs: PAIRS,
     },
     Mode {
-        name: "dwarf-exact",
-        what: "memtrace-bpf --sample-rate 1",
+        name: "tables-exact",
+        what: "memtrace-bpf --sample-rate 1 (exact: tables, sessions)",
         tracer_args: Some(&["--sample-rate", "1"]),
         scrape: false,
         pairs: PAIRS,
@@ -87,7 +87,7 @@ const MODES: &[Mode] = &[
     },
     Mode {
         name: "default",
-        what: "memtrace-bpf (defaults: dwarf, sampled, sessions)",
+        what: "memtrace-bpf (defaults: tables, sampled, sessions)",
         tracer_args: Some(&[]),
         scrape: false,
         pairs: PAIRS,
@@ -237,24 +237,24 @@ fn report(med: &[RunResult], dir: &Path) -> Result<()> {
     }
     println!();
     println!(
-        "default / placed no-op floor: {:.2} (target <= 1.15)",
+        "default / placed no-op floor: {:.2} (target <= 1.10)",
         ns("default") / ns("noop-placed")
     );
     println!(
-        "exact (dwarf, R=1) / naive no-op floor: {:.2} (target <= 0.35)",
-        ns("dwarf-exact") / ns("noop-symbols")
+        "exact (tables, R=1) / placed no-op floor: {:.2} (target <= 1.6)",
+        ns("tables-exact") / ns("noop-placed")
     );
     println!(
-        "dwarf vs fp, exact: {:+.0} ns per recorded allocation",
-        ns("dwarf-exact") - ns("fp-exact")
+        "tables vs fp, exact: {:+.0} ns per recorded allocation",
+        ns("tables-exact") - ns("fp-exact")
     );
     report_scraping(med, &ns);
-    let dwarf = &med[MODES
+    let exact = &med[MODES
         .iter()
-        .position(|m| m.name == "dwarf-exact")
+        .position(|m| m.name == "tables-exact")
         .unwrap_or(0)];
-    if let Some(rate) = dwarf.stacks_per_sec {
-        println!("user-space DWARF unwinding: {rate:.0} stacks/s on one core");
+    if let Some(rate) = exact.stacks_per_sec {
+        println!("user-space unwinding (exact): {rate:.0} stacks/s on one core");
     }
     let path = dir.join("bench.json");
     fs::write(&path, format!("[{}]\n", json.join(",\n")))?;

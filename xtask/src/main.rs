@@ -52,7 +52,7 @@ enum Task {
         #[arg(long)]
         dev: bool,
     },
-    /// The cost of tracing (fp vs dwarf) and unwinding throughput.
+    /// The cost of tracing (exact and sampled, fp and tables unwinding) against no-op probes.
     Bench,
     /// redis-benchmark throughput against redis-server, untraced and traced
     /// by `--binary` (target/bench/redis.json).

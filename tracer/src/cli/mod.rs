@@ -197,7 +197,8 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = Sessions::Auto)]
     pub uprobe_sessions: Sessions,
 
-    /// Most allocations tracked as live at once (BPF map size).
+    /// Most allocations tracked as live at once (the BPF map's size when
+    /// sampling; in exact mode the tracer's own live set).
     #[arg(long, default_value_t = 1 << 20, value_name = "N")]
     pub max_live: u32,
 

@@ -12,6 +12,7 @@ use crate::{
     },
     model::heap::Heap,
     probes::loader::EventMaps,
+    profile::Losses,
     stacks::modules::Modules,
     trace_stats::TraceStats,
     tracee::liveness::{has_exited_since, start_time},
@@ -28,6 +29,8 @@ pub struct Collector {
 pub struct CollectorOptions {
     /// Mean sampling interval in bytes; 1 = every allocation.
     pub sample_rate: u64,
+    /// --max-live: in exact mode, the most blocks the heap model tracks.
+    pub max_live: u32,
     /// The process whose exit ends the trace (--pid, -- CMD).
     pub trace_root: Option<u32>,
     /// Exited processes whose stacks stay their own (--exited-processes).
@@ -55,6 +58,7 @@ impl Collector {
     ) -> anyhow::Result<Self> {
         let CollectorOptions {
             sample_rate,
+            max_live,
             trace_root,
             keep_exited,
             program_hint,
@@ -80,6 +84,7 @@ impl Collector {
             ),
         };
         collector.state.maps_at_exec = maps_at_exec;
+        collector.state.max_live = max_live as usize;
         collector.state.heap.snapshot_factor = snapshot_on_peak.map(|f| 1.0 + f);
         Ok(collector)
     }
@@ -99,6 +104,16 @@ impl Collector {
     /// Every process an allocation came from.
     pub fn processes(&self) -> &ProcessTable {
         &self.state.processes
+    }
+
+    /// The loss counters BPF counted (`kernel`), with what user space
+    /// counts in their place in exact mode: allocations beyond --max-live
+    /// and frees of blocks never seen allocated.
+    pub fn losses(&self, kernel: Losses) -> Losses {
+        let mut losses = kernel;
+        losses.live_map_full += self.state.untracked_allocs;
+        losses.unknown_frees += self.state.unknown_frees;
+        losses
     }
 
     /// The heap model, read-only (progress, stats, notes).

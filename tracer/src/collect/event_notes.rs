@@ -29,9 +29,10 @@ pub(super) fn event_notes(meta: &Meta, collector: &Collector, losses: &Losses) -
             allocations: heap.replaced_allocs,
         });
     }
-    if heap.unmatched_frees > 0 || collector.state.malformed_events > 0 {
+    let state = &collector.state;
+    if state.unmatched_frees > 0 || state.malformed_events > 0 {
         notes.push(Note::UnmatchedFrees {
-            frees: heap.unmatched_frees,
+            frees: state.unmatched_frees,
             malformed: collector.state.malformed_events,
         });
     }

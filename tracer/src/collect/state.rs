@@ -8,6 +8,7 @@ use aya::maps::MapData;
 use tracer_common::{
     Event, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES,
     EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE, EVENT_OOM_KILL,
+    EVENT_UNLESS_LIVE,
 };
 
 use crate::{
@@ -53,6 +54,20 @@ pub struct State {
     pub modules: Modules,
     /// Mean sampling interval in bytes; 1 = every allocation.
     sample_rate: u64,
+    /// --max-live. In exact mode BPF sends every free and keeps no LIVE
+    /// entry of reported blocks: this bounds the heap model instead (set
+    /// by the collector; unbounded until then).
+    pub(super) max_live: usize,
+    /// Exact mode: allocations not tracked because the model held
+    /// `max_live` blocks (added to the `live_map_full` loss counter).
+    pub(super) untracked_allocs: u64,
+    /// Exact mode: free() of blocks the trace never saw allocated (added
+    /// to the `unknown_frees` counter, which BPF counts when sampling).
+    pub(super) unknown_frees: u64,
+    /// When sampling, FREE events for a block the model does not hold: BPF
+    /// sends FREE only for blocks it recorded, so this stays 0 unless an
+    /// ALLOC was lost.
+    pub unmatched_frees: u64,
     /// Every process an allocation came from, with its command line as
     /// read when its first event arrived.
     pub processes: ProcessTable,
@@ -118,6 +133,10 @@ impl State {
             stacks,
             modules,
             sample_rate,
+            max_live: usize::MAX,
+            untracked_allocs: 0,
+            unknown_frees: 0,
+            unmatched_frees: 0,
             processes,
             trace_root,
             exited: std::collections::VecDeque::new(),
@@ -189,6 +208,13 @@ impl State {
             .tracked
             .entry(ev.pid)
             .or_insert_with(|| start_time(ev.pid));
+        if matches!(
+            ev.kind,
+            EVENT_ALLOC | EVENT_ALLOC_SAMPLE | EVENT_ALLOC_FRAMES
+        ) && !self.admit(&ev)
+        {
+            return;
+        }
         match ev.kind {
             EVENT_ALLOC => {
                 let process = self.processes.instance(ev.pid, started);
@@ -230,7 +256,9 @@ impl State {
                 self.record(&ev, handle);
             }
             EVENT_FREE => {
-                self.heap.free(ev.pid, ev.addr);
+                if !self.heap.free(ev.pid, ev.addr) {
+                    self.unknown_free(&ev);
+                }
                 if let Some(t) = &mut self.temporaries {
                     t.free(ev.pid, ev.tid, ev.addr, ev.role == Role::Free as u32);
                 }
@@ -256,6 +284,43 @@ impl State {
                     .push(ProcessChange::Exited { pid: ev.pid });
             }
             _ => self.malformed_events += 1,
+        }
+    }
+
+    /// Whether an exact-mode ALLOC enters the model: not when a call
+    /// inside the one that returned it recorded the block already
+    /// (`EVENT_UNLESS_LIVE`), nor when the model holds --max-live blocks
+    /// (counted). When sampling, BPF's LIVE map decided both.
+    fn admit(&mut self, ev: &Event) -> bool {
+        if self.sample_rate != 1 {
+            return true;
+        }
+        let unless_live = ev.flags & EVENT_UNLESS_LIVE != 0;
+        let full = self.heap.live_blocks() >= self.max_live;
+        if !unless_live && !full {
+            return true;
+        }
+        let live = self.heap.is_live(ev.pid, ev.addr);
+        if unless_live && live {
+            return false;
+        }
+        if full && !live {
+            self.untracked_allocs += 1;
+            return false;
+        }
+        true
+    }
+
+    /// A FREE of a block the model does not hold. In exact mode BPF sends
+    /// every free(): one of a block from before the trace, of the
+    /// allocator's own memory or of an untracked block is counted as BPF
+    /// counts it when sampling (free() only, not realloc's). When sampling
+    /// it should not happen.
+    fn unknown_free(&mut self, ev: &Event) {
+        if self.sample_rate != 1 {
+            self.unmatched_frees += 1;
+        } else if ev.role == Role::Free as u32 {
+            self.unknown_frees += 1;
         }
     }
 
@@ -315,8 +380,11 @@ impl State {
         if let Some(t) = &mut self.temporaries {
             t.forget_process(pid);
         }
-        self.stale_live
-            .extend(addrs.into_iter().map(|addr| LiveKey::reported(pid, addr)));
+        // In exact mode BPF keeps no LIVE entry of a reported block.
+        if self.sample_rate != 1 {
+            self.stale_live
+                .extend(addrs.into_iter().map(|addr| LiveKey::reported(pid, addr)));
+        }
         if let (Some(peak), Some(i)) = (self.heap.take_peak(pid), self.processes.current(pid)) {
             self.ended_peaks.ended(i, peak);
         }

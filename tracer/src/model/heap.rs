@@ -99,6 +99,8 @@ pub struct Heap {
     /// Live blocks by process, then address: what a process's exit or exec
     /// drops is found without looking at any other process's blocks.
     live: HashMap<u32, HashMap<u64, LiveBlock>>,
+    /// Blocks in `live`, all processes (exact mode bounds it by --max-live).
+    blocks: usize,
     /// Blocks the process whose exit ends the trace left (`exited` with
     /// `keep_inuse`): still in use, and --min-age needs their ages.
     kept_at_exit: Vec<LiveBlock>,
@@ -115,9 +117,6 @@ pub struct Heap {
     /// A process's peak grew past its snapshot threshold since the flag
     /// was cleared (`snapshot_taken`).
     pub peak_grown: bool,
-    /// FREE events for a block the model does not hold. BPF only sends FREE
-    /// for blocks it recorded, so this stays 0 unless an ALLOC was lost.
-    pub unmatched_frees: u64,
     /// ALLOC events for an address already live in the same process: the
     /// FREE in between was lost. The old block is dropped from in-use.
     pub replaced_allocs: u64,
@@ -154,9 +153,12 @@ impl Heap {
         if let Some(stale) = self.exec_dropped.get_mut(&pid) {
             stale.remove(&addr);
         }
-        if let Some(old) = self.live.entry(pid).or_default().insert(addr, block) {
-            self.replaced_allocs += 1;
-            release(&mut self.per_stack, &mut self.peaks, pid, old);
+        match self.live.entry(pid).or_default().insert(addr, block) {
+            Some(old) => {
+                self.replaced_allocs += 1;
+                release(&mut self.per_stack, &mut self.peaks, pid, old);
+            }
+            None => self.blocks += 1,
         }
         let c = self.per_stack.entry(stack).or_default();
         let bytes = size as f64 * weight;
@@ -174,19 +176,31 @@ impl Heap {
         }
     }
 
-    pub fn free(&mut self, pid: u32, addr: u64) {
+    /// A FREE of `addr`: false when the model has no such block (nor one
+    /// that exec dropped), which the caller counts.
+    pub fn free(&mut self, pid: u32, addr: u64) -> bool {
         match self
             .live
             .get_mut(&pid)
             .and_then(|blocks| blocks.remove(&addr))
         {
-            Some(block) => release(&mut self.per_stack, &mut self.peaks, pid, block),
-            None if self
+            Some(block) => {
+                self.blocks -= 1;
+                release(&mut self.per_stack, &mut self.peaks, pid, block);
+                true
+            }
+            None => self
                 .exec_dropped
                 .get_mut(&pid)
-                .is_some_and(|stale| stale.remove(&addr)) => {}
-            None => self.unmatched_frees += 1,
+                .is_some_and(|stale| stale.remove(&addr)),
         }
+    }
+
+    /// Whether `addr` is a live block of process `pid`.
+    pub fn is_live(&self, pid: u32, addr: u64) -> bool {
+        self.live
+            .get(&pid)
+            .is_some_and(|blocks| blocks.contains_key(&addr))
     }
 
     /// Process `pid` replaced its image (exec): its live blocks are gone.
@@ -195,6 +209,7 @@ impl Heap {
         let Some(blocks) = self.live.remove(&pid) else {
             return;
         };
+        self.blocks -= blocks.len();
         let stale = self.exec_dropped.entry(pid).or_default();
         for (addr, block) in blocks {
             stale.insert(addr);
@@ -218,6 +233,7 @@ impl Heap {
             .flatten()
             .collect();
         if let Some(blocks) = self.live.remove(&pid) {
+            self.blocks -= blocks.len();
             self.live_at_exit += blocks.len() as u64;
             if !keep_inuse && !blocks.is_empty() {
                 self.exited_with_unfreed += 1;
@@ -379,7 +395,7 @@ impl Heap {
 
     /// Blocks tracked as live now, in every process.
     pub fn live_blocks(&self) -> usize {
-        self.live.values().map(HashMap::len).sum()
+        self.blocks
     }
 }
 

@@ -132,6 +132,9 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let table = crate::model::sampling::exp_table();
     let forks = fork_tunables(limits)?;
     let mut ebpf = EbpfLoader::new()
+        // INFLIGHT is task storage, which aya 0.14 creates but has no
+        // user-space type for; user space never opens it.
+        .allow_unsupported_maps()
         .map_max_entries("LIVE", limits.max_live)
         .map_max_entries("STACKS", stack_entries)
         .map_max_entries("TRACED", MAX_FILTERED_PIDS)

@@ -97,7 +97,9 @@ pub(super) fn map_fds(ebpf: &Ebpf) -> anyhow::Result<HashMap<String, OwnedFd>> {
             | Map::RingBuf(d)
             | Map::StackTraceMap(d)
             | Map::LpmTrie(d)
-            | Map::ProgramArray(d) => d,
+            | Map::ProgramArray(d)
+            // INFLIGHT, task storage (see loader.rs).
+            | Map::Unsupported(d) => d,
             _ => continue,
         };
         fds.insert(name.to_string(), data.fd().as_fd().try_clone_to_owned()?);

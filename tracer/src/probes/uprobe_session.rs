@@ -406,7 +406,7 @@ fn relocate(
         if insns[at].code != 0x18 || at + 1 >= insns.len() {
             bail!("unexpected relocation at {offset:#x} for {target_name}");
         }
-        if target_section == "maps" {
+        if target_section == "maps" || target_section == ".maps" {
             let fd = map_fds
                 .get(&target_name)
                 .with_context(|| format!("no map {target_name}"))?;

@@ -189,6 +189,7 @@ impl<'a> Trace<'a> {
             modules,
             CollectorOptions {
                 sample_rate: config.probes.sample_rate,
+                max_live: config.probes.max_live,
                 trace_root: scope.root(),
                 keep_exited: config.exited_processes,
                 program_hint: scope.binary(),
@@ -290,7 +291,7 @@ impl<'a> Trace<'a> {
             min_age,
             kernel_unwind: self.collector.kernel_unwind(&self.loaded.counters),
         };
-        let losses = read_losses(&self.loaded.counters);
+        let losses = self.collector.losses(read_losses(&self.loaded.counters));
         let mut profile = profile::build(meta, &self.collector, losses, &mut self.names);
         profile.group_by = self.settings.config.render.group_by;
         profile

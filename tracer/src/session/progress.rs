@@ -90,7 +90,8 @@ impl super::Trace<'_> {
     /// The progress line with the numbers of now (once a second: reads the
     /// loss counters and sums the stacks' in-use bytes).
     pub(super) fn show_progress(&mut self, progress: &mut Progress) {
-        let lost = crate::probes::counters::read_losses(&self.loaded.counters).lost();
+        let kernel = crate::probes::counters::read_losses(&self.loaded.counters);
+        let lost = self.collector.losses(kernel).lost();
         progress.show(&self.collector.stats(), lost);
     }
 }

@@ -11,13 +11,14 @@ fn exec_drops_the_old_images_blocks_and_their_late_frees_match() {
     let c = counts(&h, 7);
     assert_eq!((c.inuse_bytes, c.alloc_bytes), (0, 150));
     // BPF's stale entry for 0x10 is freed by the new image: expected.
-    h.free(1, 0x10);
+    assert!(h.free(1, 0x10));
     // 0x20 is reused by a recorded allocation, then freed twice over.
     h.alloc(1, 0x20, 5, 1.0, 9, 0);
-    h.free(1, 0x20);
-    h.free(1, 0x20);
-    assert_eq!(h.unmatched_frees, 1);
+    assert!(h.is_live(1, 0x20));
+    assert!(h.free(1, 0x20));
+    assert!(!h.free(1, 0x20), "unmatched");
     assert_eq!(counts(&h, 8).inuse_bytes, 10);
+    assert_eq!(h.live_blocks(), 1);
 }
 
 #[test]
@@ -238,21 +239,21 @@ fn given_a_realloc_chain_then_only_the_last_block_is_inuse() {
     // realloc in place and moving: BPF sends FREE(old) then ALLOC(new).
     let mut h = Heap::default();
     h.alloc(1, 0xa0, 100, 1.0, 3, 0);
-    h.free(1, 0xa0);
+    assert!(h.free(1, 0xa0));
     h.alloc(1, 0xa0, 200, 1.0, 3, 0); // grown in place
-    h.free(1, 0xa0);
+    assert!(h.free(1, 0xa0));
     h.alloc(1, 0xb0, 400, 1.0, 3, 0); // moved
     assert_eq!(counts(&h, 3), c(400, 1, 700, 3));
-    assert_eq!(h.unmatched_frees, 0);
+    assert_eq!(h.live_blocks(), 1);
 }
 
 #[test]
-fn given_a_free_of_an_unknown_address_then_it_is_counted_and_ignored() {
+fn given_a_free_of_an_unknown_address_then_it_is_said_unknown_and_ignored() {
     let mut h = Heap::default();
     h.alloc(1, 0x10, 10, 1.0, 1, 0);
-    h.free(1, 0x999);
-    h.free(2, 0x10); // same address, other process
-    assert_eq!(h.unmatched_frees, 2);
+    assert!(!h.free(1, 0x999));
+    assert!(!h.free(2, 0x10), "same address, other process");
+    assert!(h.is_live(1, 0x10) && !h.is_live(2, 0x10));
     assert_eq!(counts(&h, 1), c(10, 1, 10, 1));
 }
 
