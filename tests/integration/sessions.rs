@@ -110,6 +110,8 @@ fn pid_scope_skips_the_return_of_unrecorded_calls_and_counts_no_other_process() 
     assert_sessions(&report);
     let (traced, others) = return_runs(&out);
     assert!(traced > 0 && traced <= MOST_RETURN_RUNS, "{traced}");
-    // A per-process link: other processes never reach the probes.
+    // A per-process link: the kernel runs its programs for that process
+    // only (uprobe_prog_run), even where another tracer's probe on the same
+    // instruction makes every process hit it.
     assert_eq!(others, 0);
 }

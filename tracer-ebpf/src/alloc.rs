@@ -12,7 +12,7 @@ use tracer_common::{counter, InFlight, LiveKey, Role, INFLIGHT_INNER_RECORDED};
 use crate::{
     free::emit_free,
     inflight,
-    maps::{count, no_return_needed, stopped, traced, LIVE},
+    maps::{count, is_target, no_return_needed, stopped, traced, LIVE},
     sampling::should_record,
     stack::record_alloc,
 };
@@ -75,7 +75,7 @@ pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
     let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     if no_return_needed() != 0 {
         // Session mode: only calls whose entry asked for it get here.
-        count(if traced(pid) {
+        count(if is_target(pid) {
             counter::RETURN_RUNS
         } else {
             counter::RETURN_RUNS_UNTRACED
