@@ -45,6 +45,7 @@ mod sampling;
 mod scopes;
 mod serve;
 mod serve_guard;
+mod sessions;
 mod sites;
 mod snapshots;
 mod soak;

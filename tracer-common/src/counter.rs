@@ -55,5 +55,15 @@ pub const UNWIND_FP_STEPS: u32 = 17;
 /// Tables mode: walks that met an address no mapping describes yet and
 /// handed a stack copy to user space (information, not a loss).
 pub const UNWIND_RESUMED: u32 = 18;
+/// Uprobe sessions: return runs of the allocating functions in traced
+/// processes, i.e. calls whose entry asked for their return (recorded
+/// ones, and resizing calls that may free a recorded block). Information,
+/// not a loss: without sessions every call has its return run, uncounted.
+pub const RETURN_RUNS: u32 = 19;
+/// Uprobe sessions: return runs in processes that are not traced (the
+/// probes of --binary, --cgroup, system-wide and --follow-forks fire for
+/// every process mapping the file): none but calls entered while the
+/// session link was being set up. Information, not a loss.
+pub const RETURN_RUNS_UNTRACED: u32 = 20;
 /// Number of counters.
-pub const COUNT: u32 = 19;
+pub const COUNT: u32 = 21;

@@ -14,7 +14,7 @@ use tracer_common::{
 use crate::{
     free::emit_free,
     inflight,
-    maps::{count, no_return_needed, state, stopped, traced, LIVE},
+    maps::{count, is_target, no_return_needed, state, stopped, traced, LIVE},
     sampling::{sampling, should_record},
     stack::record_alloc,
 };
@@ -73,11 +73,19 @@ fn resizes(role: Role) -> bool {
 /// for posix_memalign the int result (0 = success, pointer in *memptr).
 #[inline(always)]
 pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    if no_return_needed() != 0 {
+        // Session mode: only calls whose entry asked for it get here.
+        count(if is_target(pid) {
+            counter::RETURN_RUNS
+        } else {
+            counter::RETURN_RUNS_UNTRACED
+        });
+    }
     let Some(call) = inflight::take(stack_pointer(ctx.regs)) else {
         return 0;
     };
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     let ret: u64 = ctx.ret();
     let Some(role) = Role::from_u32(call.role) else {
         return 0;

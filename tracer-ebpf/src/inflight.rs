@@ -125,8 +125,8 @@ pub(crate) fn take(sp: u64) -> Option<InFlight> {
         // When sampling, most calls leave no record: not worth counting;
         // after the stop, no call does. Returns of processes that are not
         // traced (--binary, system-wide: the probes are on the file for
-        // every process, and there the kernel runs the return even when a
-        // session entry asked to skip it) are not counted either.
+        // every process; without sessions every call's return runs) are
+        // not counted either.
         if !sampling() && !stopped() && traced((bpf_get_current_pid_tgid() >> 32) as u32) {
             count(counter::RETURN_WITHOUT_ENTRY);
         }

@@ -40,27 +40,41 @@ use crate::{
     free::on_free,
 };
 
-#[uprobe]
-pub fn malloc_enter(ctx: ProbeContext) -> u32 {
-    let a = Args::of(&ctx);
-    on_alloc_enter(&ctx, Role::Malloc, a.get(0), 0)
+/// An allocating function's entry program: `#[uprobe]` with the body's
+/// value as the program's. aya-ebpf-macros 0.2's `#[uprobe]` wrapper
+/// discards it and returns 0, and in session mode that value is the whole
+/// point: the dispatcher tail-calls this program, so its return is the
+/// session program's, and a non-zero one makes the kernel skip the return
+/// run (`uprobe_multi_link_handler` → UPROBE_HANDLER_IGNORE). Attached as a
+/// plain uprobe, it returns 0 (no_return_needed without CONTROL_SESSION).
+macro_rules! entry_program {
+    ($name:ident, |$ctx:ident| $body:block) => {
+        #[unsafe(no_mangle)]
+        #[unsafe(link_section = "uprobe")]
+        pub fn $name(raw: *mut core::ffi::c_void) -> u32 {
+            let $ctx = ProbeContext::new(raw);
+            $body
+        }
+    };
 }
 
-#[uprobe]
-pub fn calloc_enter(ctx: ProbeContext) -> u32 {
+entry_program!(malloc_enter, |ctx| {
+    let a = Args::of(&ctx);
+    on_alloc_enter(&ctx, Role::Malloc, a.get(0), 0)
+});
+
+entry_program!(calloc_enter, |ctx| {
     let a = Args::of(&ctx);
     // An overflowing nmemb * size makes calloc fail; the return sees NULL.
     on_alloc_enter(&ctx, Role::Calloc, a.get(0).wrapping_mul(a.get(1)), 0)
-}
+});
 
-#[uprobe]
-pub fn realloc_enter(ctx: ProbeContext) -> u32 {
+entry_program!(realloc_enter, |ctx| {
     let a = Args::of(&ctx);
     on_alloc_enter(&ctx, Role::Realloc, a.get(1), a.get(0))
-}
+});
 
-#[uprobe]
-pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
+entry_program!(reallocarray_enter, |ctx| {
     let a = Args::of(&ctx);
     on_alloc_enter(
         &ctx,
@@ -68,44 +82,38 @@ pub fn reallocarray_enter(ctx: ProbeContext) -> u32 {
         a.get(1).wrapping_mul(a.get(2)),
         a.get(0),
     )
-}
+});
 
-#[uprobe]
-pub fn posix_memalign_enter(ctx: ProbeContext) -> u32 {
+entry_program!(posix_memalign_enter, |ctx| {
     let a = Args::of(&ctx);
     on_alloc_enter(&ctx, Role::PosixMemalign, a.get(2), a.get(0))
-}
+});
 
-#[uprobe]
-pub fn aligned_alloc_enter(ctx: ProbeContext) -> u32 {
+entry_program!(aligned_alloc_enter, |ctx| {
     let a = Args::of(&ctx);
     on_alloc_enter(&ctx, Role::AlignedAlloc, a.get(1), 0)
-}
+});
 
-#[uprobe]
-pub fn memalign_enter(ctx: ProbeContext) -> u32 {
+entry_program!(memalign_enter, |ctx| {
     let a = Args::of(&ctx);
     on_alloc_enter(&ctx, Role::Memalign, a.get(1), 0)
-}
+});
 
-#[uprobe]
-pub fn valloc_enter(ctx: ProbeContext) -> u32 {
+entry_program!(valloc_enter, |ctx| {
     let a = Args::of(&ctx);
     on_alloc_enter(&ctx, Role::Valloc, a.get(0), 0)
-}
+});
 
-#[uprobe]
-pub fn pvalloc_enter(ctx: ProbeContext) -> u32 {
+entry_program!(pvalloc_enter, |ctx| {
     let a = Args::of(&ctx);
     on_alloc_enter(&ctx, Role::Pvalloc, a.get(0), 0)
-}
+});
 
-#[uprobe]
-pub fn xallocx_enter(ctx: ProbeContext) -> u32 {
+entry_program!(xallocx_enter, |ctx| {
     let a = Args::of(&ctx);
     let (ptr, size, extra) = (a.get(0), a.get(1), a.get(2));
     on_alloc_enter_max(&ctx, Role::Xallocx, size, size.saturating_add(extra), ptr)
-}
+});
 
 /// One return program serves every allocating function: the role comes from
 /// the in-flight entry.

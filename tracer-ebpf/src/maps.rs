@@ -192,6 +192,19 @@ pub(crate) fn traced(pid: u32) -> bool {
     }
 }
 
+/// Whether process `pid` is one the trace is of. As `traced`, except
+/// under FILTER_NONE (--pid, a command), where the probes are attached for
+/// that process alone and `traced` need not look: user space keeps it in
+/// TRACED (see process.rs) for the checks that see other processes.
+#[inline(always)]
+pub(crate) fn is_target(pid: u32) -> bool {
+    match tunable(&FILTER) {
+        // SAFETY: the value is not read.
+        FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
+        _ => traced(pid),
+    }
+}
+
 /// Whether the current task's cgroup v2 is CGROUP_ID or below it. The
 /// helper returns 0 for a level deeper than the task's own cgroup, which
 /// no cgroup id equals.

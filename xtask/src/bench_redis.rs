@@ -1,9 +1,12 @@
 //! `cargo xtask bench-redis`: what tracing costs a real server. Debian's
 //! redis-server is loaded by redis-benchmark (SET and GET, 100-byte values,
 //! random keys), untraced, under memtrace-bpf's probes doing nothing (the
-//! floor), traced by `--pid` and by `--binary /usr/bin/redis-server`, both at
-//! the default sampling rate. ROUNDS interleaved rounds of all modes, one
-//! redis-server for all of them, medians compared. Each traced mode's row
+//! floor), traced by `--pid`, by `--binary /usr/bin/redis-server`, by
+//! `--cgroup` (redis-server alone in a scratch cgroup v2) and system-wide,
+//! all at the default sampling rate. Besides requests per second, each
+//! mode's cost is the server's CPU time per request (SET and GET together).
+//! `--rounds` interleaved rounds of all modes, one redis-server for all of
+//! them, medians compared. Each traced mode's row
 //! names the allocator the tracer hooked: redis allocates through
 //! libjemalloc.so.2, and a mode that hooks another one costs redis nothing
 //! and records nothing of it (a warning says so).
@@ -29,6 +32,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
+mod cgroup;
 mod server;
 
 use server::{Redis, CLIENTS, KEYSPACE, REDIS_SERVER, VALUE_BYTES};
@@ -39,7 +43,6 @@ use crate::{
     cpu::{children_cpu_secs, cpu_secs, machine_busy_secs, Pins},
 };
 
-const ROUNDS: usize = 7;
 /// Requests per command in a mode's first run; later runs are sized from
 /// the mode's throughput so far to last about TEST_SECS per command (a
 /// traced server may be ten times slower), within MIN_/MAX_REQUESTS.
@@ -50,8 +53,7 @@ const MAX_REQUESTS: u32 = 200_000;
 /// CPU time of processes other than server, client and tracer, in cores,
 /// above which a run counts as disturbed.
 const FOREIGN_MAX: f64 = 0.15;
-/// Attempts per run before a disturbed one is kept, and the pause between.
-const ATTEMPTS: usize = 4;
+/// The pause between attempts of a disturbed run (--attempts).
 const BACKOFF: Duration = Duration::from_secs(10);
 /// For the tracer to write its report and detach.
 const TRACER_EXIT: Duration = Duration::from_secs(120);
@@ -63,6 +65,10 @@ enum Scope {
     Pid,
     /// `--binary REDIS_SERVER`.
     Binary,
+    /// `--cgroup` with the scratch cgroup redis-server runs in alone.
+    Cgroup,
+    /// No target: every process on the machine.
+    System,
 }
 
 struct Mode {
@@ -97,6 +103,18 @@ const MODES: &[Mode] = &[
         scope: Scope::Binary,
         args: &[],
     },
+    Mode {
+        name: "cgroup",
+        what: "`--cgroup CGROUP` (redis-server alone in it; defaults)",
+        scope: Scope::Cgroup,
+        args: &[],
+    },
+    Mode {
+        name: "system",
+        what: "system-wide (defaults)",
+        scope: Scope::System,
+        args: &[],
+    },
 ];
 
 #[derive(Default, Clone)]
@@ -105,6 +123,8 @@ struct RunResult {
     requests: u32,
     set_rps: f64,
     get_rps: f64,
+    /// The server's CPU time per request, SET and GET together, in µs.
+    server_us_per_req: f64,
     /// The tracer's CPU time per second of the benchmark (1.0 = a core).
     tracer_cpu: Option<f64>,
     peak_rss_kib: Option<u64>,
@@ -123,7 +143,7 @@ impl RunResult {
     }
 }
 
-pub fn run() -> Result<()> {
+pub fn run(rounds: usize, attempts: usize) -> Result<()> {
     crate::setup::run()?;
     crate::build_release()?;
     let dir = target_dir().join("bench");
@@ -132,12 +152,16 @@ pub fn run() -> Result<()> {
     let pins = Pins::choose();
     println!("{}", pins.describe());
 
+    // Made before redis-server, so that it is removed after the server is
+    // gone (drop order).
+    let cgroup = cgroup::Cgroup::new()?;
     let redis = Redis::start(&dir.join("redis-data"), pins.server.as_deref())?;
+    cgroup.add(redis.child.id())?;
     // Fills redis' allocator caches and the client's connections once.
     redis.benchmark(pins.client.as_deref(), REQUESTS)?;
     let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); MODES.len()];
     let mut requests = vec![REQUESTS; MODES.len()];
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         for (i, mode) in MODES.iter().enumerate() {
             let mut attempt = 1;
             let r = loop {
@@ -145,19 +169,21 @@ pub fn run() -> Result<()> {
                     &redis,
                     &tracer,
                     mode,
+                    &cgroup.path,
                     &dir,
                     pins.client.as_deref(),
                     requests[i],
                 )
                 .with_context(|| format!("round {} of {}", round + 1, mode.name))?;
                 eprintln!(
-                    "bench-redis: {} round {} attempt {attempt}: -n {}: SET {:.0}/s, GET {:.0}/s; \
-                     other processes {:.2} cores{}",
+                    "bench-redis: {} round {} attempt {attempt}: -n {}: SET {:.0}/s, GET {:.0}/s, \
+                     server {:.2} µs/request; other processes {:.2} cores{}",
                     mode.name,
                     round + 1,
                     r.requests,
                     r.set_rps,
                     r.get_rps,
+                    r.server_us_per_req,
                     r.foreign_cores,
                     if r.other_tracer {
                         ", another memtrace-bpf running"
@@ -165,7 +191,7 @@ pub fn run() -> Result<()> {
                         ""
                     }
                 );
-                if !r.disturbed() || attempt == ATTEMPTS {
+                if !r.disturbed() || attempt >= attempts {
                     break r;
                 }
                 attempt += 1;
@@ -176,7 +202,7 @@ pub fn run() -> Result<()> {
             requests[i] = ((rps * TEST_SECS) as u32).clamp(MIN_REQUESTS, MAX_REQUESTS);
         }
     }
-    report(&results, &pins, &dir)
+    report(&results, rounds, &pins, &dir)
 }
 
 /// One benchmark run on an emptied server, under `mode`'s tracer if any.
@@ -184,6 +210,7 @@ fn run_once(
     redis: &Redis,
     tracer: &Path,
     mode: &Mode,
+    cgroup: &str,
     dir: &Path,
     client_cpu: Option<&str>,
     requests: u32,
@@ -192,8 +219,10 @@ fn run_once(
     let report_path: PathBuf = dir.join(format!("redis-{}.json", mode.name));
     let target = match mode.scope {
         Scope::Untraced => None,
-        Scope::Pid => Some(["--pid".to_string(), redis.child.id().to_string()]),
-        Scope::Binary => Some(["--binary".to_string(), REDIS_SERVER.to_string()]),
+        Scope::Pid => Some(vec!["--pid".to_string(), redis.child.id().to_string()]),
+        Scope::Binary => Some(vec!["--binary".to_string(), REDIS_SERVER.to_string()]),
+        Scope::Cgroup => Some(vec!["--cgroup".to_string(), cgroup.to_string()]),
+        Scope::System => Some(Vec::new()),
     };
     let mut tracer_proc = match target {
         None => None,
@@ -219,14 +248,17 @@ fn run_once(
     let (set_rps, get_rps) = redis.benchmark(client_cpu, requests)?;
     let secs = started.elapsed().as_secs_f64();
     let cpu_after = tracer_cpu();
+    let server_secs = server_cpu() - server_before;
     // redis-benchmark has been reaped: its CPU time is in RUSAGE_CHILDREN.
-    let ours = (server_cpu() - server_before)
+    let ours = server_secs
         + (children_cpu_secs() - client_before)
         + cpu_before.zip(cpu_after).map_or(0.0, |(a, b)| b - a);
     let mut result = RunResult {
         requests,
         set_rps,
         get_rps,
+        // Each run sends `requests` SETs, then as many GETs.
+        server_us_per_req: server_secs * 1e6 / (2.0 * f64::from(requests)),
         tracer_cpu: cpu_before.zip(cpu_after).map(|(a, b)| (b - a) / secs),
         foreign_cores: ((machine_busy_secs() - busy_before - ours) / secs).max(0.0),
         other_tracer: other_before || other_tracer(tracer_pid),
@@ -275,24 +307,29 @@ fn median(runs: &[RunResult], f: impl Fn(&RunResult) -> f64) -> f64 {
     median_by(runs, &f).map_or(f64::NAN, f)
 }
 
-fn report(results: &[Vec<RunResult>], pins: &Pins, dir: &Path) -> Result<()> {
+fn report(results: &[Vec<RunResult>], rounds: usize, pins: &Pins, dir: &Path) -> Result<()> {
     let version =
         crate::cmd::output(Command::new(REDIS_SERVER).arg("--version")).unwrap_or_default();
     let base_set = median(&results[0], |r| r.set_rps);
     let base_get = median(&results[0], |r| r.get_rps);
+    let pid_cost = MODES
+        .iter()
+        .position(|m| m.name == "pid")
+        .map_or(f64::NAN, |i| median(&results[i], |r| r.server_us_per_req));
     println!(
         "\n{} redis-benchmark -q --csv -n N -c {CLIENTS} -d {VALUE_BYTES} -r {KEYSPACE} -t set,get, N sized for about {TEST_SECS} s per command; \
-         medians of {ROUNDS} interleaved rounds; {}\n",
+         medians of {rounds} interleaved rounds; {}\n",
         version.trim(),
         pins.describe()
     );
-    println!("| mode | hooked | SET req/s | GET req/s | SET x untraced | GET x untraced | tracer CPU (% of a core) | tracer peak RSS | recorded (estimate) | lost | disturbed runs |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| mode | hooked | SET req/s | GET req/s | SET x untraced | GET x untraced | server CPU µs/request | x --pid | tracer CPU (% of a core) | tracer peak RSS | recorded (estimate) | lost | disturbed runs |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut json = Vec::new();
     let mut warnings = Vec::new();
     for (mode, runs) in MODES.iter().zip(results) {
         let set = median(runs, |r| r.set_rps);
         let get = median(runs, |r| r.get_rps);
+        let cost = median(runs, |r| r.server_us_per_req);
         let traced = mode.scope != Scope::Untraced;
         let cpu = median(runs, |r| r.tracer_cpu.unwrap_or(0.0));
         let rss = median(runs, |r| r.peak_rss_kib.unwrap_or(0) as f64);
@@ -321,10 +358,11 @@ fn report(results: &[Vec<RunResult>], pins: &Pins, dir: &Path) -> Result<()> {
             ("-".into(), "-".into(), "-".into(), "-".into())
         };
         println!(
-            "| {} | {hooked} | {set:.0} | {get:.0} | {:.2} | {:.2} | {cpu_s} | {rss_s} | {recorded_s} | {lost_s} | {disturbed} of {} |",
+            "| {} | {hooked} | {set:.0} | {get:.0} | {:.2} | {:.2} | {cost:.2} | {:.2} | {cpu_s} | {rss_s} | {recorded_s} | {lost_s} | {disturbed} of {} |",
             mode.what,
             set / base_set,
             get / base_get,
+            cost / pid_cost,
             runs.len()
         );
         let list = |f: fn(&RunResult) -> f64| {
@@ -334,9 +372,13 @@ fn report(results: &[Vec<RunResult>], pins: &Pins, dir: &Path) -> Result<()> {
                 .join(",")
         };
         json.push(format!(
-            "{{\"mode\":\"{}\",\"hooked\":\"{}\",\"set_rps\":{set:.0},\"get_rps\":{get:.0},\"set_rps_runs\":[{}],\"get_rps_runs\":[{}],\"requests_runs\":[{}],\"tracer_cpu\":{cpu:.4},\"peak_rss_kib\":{rss:.0},\"recorded\":{recorded:.0},\"lost\":{lost},\"disturbed_runs\":{disturbed}}}",
+            "{{\"mode\":\"{}\",\"hooked\":\"{}\",\"set_rps\":{set:.0},\"get_rps\":{get:.0},\"server_us_per_req\":{cost:.3},\"server_us_per_req_runs\":[{}],\"set_rps_runs\":[{}],\"get_rps_runs\":[{}],\"requests_runs\":[{}],\"tracer_cpu\":{cpu:.4},\"peak_rss_kib\":{rss:.0},\"recorded\":{recorded:.0},\"lost\":{lost},\"disturbed_runs\":{disturbed}}}",
             mode.name,
             escape(&hooked),
+            runs.iter()
+                .map(|r| format!("{:.3}", r.server_us_per_req))
+                .collect::<Vec<_>>()
+                .join(","),
             list(|r| r.set_rps),
             list(|r| r.get_rps),
             list(|r| f64::from(r.requests)),
@@ -350,7 +392,7 @@ fn report(results: &[Vec<RunResult>], pins: &Pins, dir: &Path) -> Result<()> {
     fs::write(
         &path,
         format!(
-            "{{\"benchmark\":\"redis-benchmark SET/GET\",\"redis\":\"{}\",\"test_secs\":{TEST_SECS},\"clients\":{CLIENTS},\"value_bytes\":{VALUE_BYTES},\"keyspace\":{KEYSPACE},\"rounds\":{ROUNDS},\"pinning\":\"{}\",\"modes\":[\n{}\n]}}\n",
+            "{{\"benchmark\":\"redis-benchmark SET/GET\",\"redis\":\"{}\",\"test_secs\":{TEST_SECS},\"clients\":{CLIENTS},\"value_bytes\":{VALUE_BYTES},\"keyspace\":{KEYSPACE},\"rounds\":{rounds},\"pinning\":\"{}\",\"modes\":[\n{}\n]}}\n",
             escape(version.trim()),
             escape(&pins.describe()),
             json.join(",\n")

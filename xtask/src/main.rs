@@ -54,9 +54,18 @@ enum Task {
     },
     /// The cost of tracing (exact and sampled, fp and tables unwinding) against no-op probes.
     Bench,
-    /// redis-benchmark throughput against redis-server, untraced and traced
-    /// by `--binary` (target/bench/redis.json).
-    BenchRedis,
+    /// redis-benchmark throughput and redis-server CPU per request,
+    /// untraced and traced by `--pid`, `--binary`, `--cgroup` and
+    /// system-wide (target/bench/redis.json).
+    BenchRedis {
+        /// Interleaved rounds of all modes (medians over them).
+        #[arg(long, default_value_t = 7)]
+        rounds: usize,
+        /// Attempts per run while other processes disturb it (1: keep
+        /// every run, counted as disturbed in the table).
+        #[arg(long, default_value_t = 4)]
+        attempts: usize,
+    },
     /// Time and peak memory of the report of 100,000 distinct 17-frame
     /// stacks (exact mode), per format; and in DWARF mode.
     BenchReport,
@@ -87,7 +96,7 @@ fn main() -> Result<()> {
         Task::Demo => demo::run(),
         Task::Dist { dev } => dist::run_dist(dev),
         Task::Bench => bench::run(),
-        Task::BenchRedis => bench_redis::run(),
+        Task::BenchRedis { rounds, attempts } => bench_redis::run(rounds, attempts.max(1)),
         Task::BenchReport => bench_report::run(),
         Task::Fuzz { seconds, target } => {
             setup::run()?;

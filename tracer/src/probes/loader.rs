@@ -98,6 +98,11 @@ impl Loaded {
             .verified_instruction_count()
     }
 
+    /// Whether any allocating function runs as a uprobe session.
+    pub fn sessions_attached(&self) -> bool {
+        self.control_bits & CONTROL_SESSION != 0
+    }
+
     pub fn stop(&mut self) -> anyhow::Result<()> {
         self.set_control(CONTROL_STOPPED)
             .context("telling the BPF programs to stop")

@@ -16,7 +16,9 @@
 //! The rest of the cookie says where arguments are when the probe sits
 //! past instructions that moved them (tracer_common::cookie); the entry
 //! programs read it themselves. They return 1 ("skip the return run") for
-//! calls they do not record; the tail-called program's return value is the dispatcher's.
+//! calls they do not record; the tail-called program's return value is the
+//! dispatcher's (so they are written with tracer-ebpf's `entry_program!`:
+//! aya's `#[uprobe]` wrapper returns 0 whatever its function returns).
 //! If the kernel refuses any step, the caller falls back to uprobes plus
 //! uretprobes.
 

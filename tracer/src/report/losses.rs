@@ -187,11 +187,17 @@ mod tests {
         indices.dedup();
         assert_eq!(indices.len(), COUNTERS.len(), "an index used twice");
         // The two fork counters are read by forks.rs, the unwind ones by
-        // collect/unwind_notes.rs: not losses.
+        // collect/unwind_notes.rs, the return runs by probes/counters.rs:
+        // not losses.
         for i in 0..counter::COUNT {
             let forks = i == counter::CHILD_NOT_TRACED || i == counter::CHILD_NOT_FOLLOWED;
-            let unwind = i >= counter::UNWIND_TRUNCATED;
-            assert_eq!(indices.contains(&i), !forks && !unwind, "counter {i}");
+            let unwind = (counter::UNWIND_TRUNCATED..=counter::UNWIND_RESUMED).contains(&i);
+            let returns = i == counter::RETURN_RUNS || i == counter::RETURN_RUNS_UNTRACED;
+            assert_eq!(
+                indices.contains(&i),
+                !forks && !unwind && !returns,
+                "counter {i}"
+            );
         }
     }
 

@@ -174,6 +174,15 @@ pub fn print_stats(collector: &Collector, kernel: Option<KernelUnwind>) {
     ));
 }
 
+/// `--verbose` with uprobe sessions: how many calls paid a return run.
+pub fn print_return_runs(r: crate::probes::counters::ReturnRuns) {
+    console::say(format_args!(
+        "uprobe sessions: {} return runs in traced processes, {} in others \
+         (only calls that are recorded or may free a recorded block run their return)",
+        r.traced, r.untraced
+    ));
+}
+
 /// `--unwind tables`: the tables loaded and what the kernel's walker met.
 fn print_kernel_unwind(k: &KernelUnwind, collector: &Collector) {
     let t = k.tables;

@@ -231,6 +231,11 @@ impl<'a> Trace<'a> {
         if self.settings.config.verbose {
             let kernel = self.collector.kernel_unwind(&self.loaded.counters);
             finish::print_stats(&self.collector, kernel);
+            if self.loaded.sessions_attached() {
+                finish::print_return_runs(crate::probes::counters::read_return_runs(
+                    &self.loaded.counters,
+                ));
+            }
             if let Some(n) = self.loaded.verified_instructions("alloc_return") {
                 console::say(format_args!(
                     "the return program verified in {n} instructions"
