@@ -211,7 +211,8 @@ mod tests {
                     function: "leaf 5\nmain;evil 999999".into(),
                     ..Default::default()
                 }
-                .into()],
+                .into()]
+                .into(),
                 truncated: false,
                 series: Vec::new(),
                 growth_bytes_per_sec: None,
