@@ -53,7 +53,7 @@ enum Task {
     BenchRedis,
     /// Time and peak memory of the report of 100,000 distinct 17-frame
     /// stacks (exact mode), per format; and in DWARF mode.
-    BenchReport,
+    BenchReport(bench_report::BenchReportArgs),
     /// Fuzz the parsers of what traced processes control (ELF files, maps,
     /// ld.so.conf, probe placement) for a bounded time each.
     Fuzz {
@@ -82,7 +82,7 @@ fn main() -> Result<()> {
         Task::Dist => dist::run_dist(),
         Task::Bench => bench::run(),
         Task::BenchRedis => bench_redis::run(),
-        Task::BenchReport => bench_report::run(),
+        Task::BenchReport(args) => bench_report::run(&args),
         Task::Fuzz { seconds, target } => {
             setup::run()?;
             fuzz::run(seconds, target.as_deref())

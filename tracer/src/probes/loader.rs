@@ -8,7 +8,7 @@ use aya::{
     programs::{uprobe::UProbeScope, Program, RawTracePoint, UProbe},
     Ebpf, EbpfLoader,
 };
-use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use super::object_maps::{self, map_fds, raise_memlock_limit, seed_countdowns, take};
@@ -68,6 +68,8 @@ pub struct EventMaps {
     pub stacks: StackTraceMap<MapData>,
     /// Recorded live blocks; user space deletes those of exited processes.
     pub live: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
+    /// Counts LIVE's entries (--verbose).
+    pub live_count: super::map_count::MapCounter,
     /// `--unwind tables`: the rows and mappings the kernel walks with.
     pub unwind: Option<crate::stacks::kernel_tables::BpfUnwindMaps>,
 }
@@ -156,7 +158,16 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let map_fds = map_fds(&ebpf)?;
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
     let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?)?;
-    let live = aya::maps::HashMap::try_from(take(&mut ebpf, "LIVE")?)?;
+    let live = take(&mut ebpf, "LIVE")?;
+    let live_count = match &live {
+        aya::maps::Map::HashMap(data) => super::map_count::MapCounter::new(
+            data.fd().as_fd().try_clone_to_owned()?,
+            std::mem::size_of::<LiveKey>(),
+            std::mem::size_of::<LiveValue>(),
+        ),
+        _ => anyhow::bail!("LIVE is not a hash map"),
+    };
+    let live = aya::maps::HashMap::try_from(live)?;
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
@@ -193,6 +204,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             events,
             stacks,
             live,
+            live_count,
             unwind,
         },
     ))
