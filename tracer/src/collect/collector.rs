@@ -72,8 +72,7 @@ impl Collector {
             events: Reader::start(events)?,
             state: State::new(
                 StackInterner::new(stack_map),
-                live_map,
-                live_count,
+                (live_map, live_count),
                 modules,
                 ProcessTable::new(program_hint),
                 sample_rate,

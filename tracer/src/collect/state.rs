@@ -105,8 +105,8 @@ pub struct State {
 impl State {
     pub(super) fn new(
         stacks: StackInterner,
-        live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
-        live_count: MapCounter,
+        // LIVE, and what counts its entries.
+        (live_map, live_count): (aya::maps::HashMap<MapData, LiveKey, LiveValue>, MapCounter),
         modules: Modules,
         processes: ProcessTable,
         sample_rate: u64,
