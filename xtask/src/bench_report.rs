@@ -9,9 +9,17 @@
 //! before SIGINT (VmHWM) says how much of it the trace itself needed. The
 //! CPU seconds the tracer spent from SIGINT to exit are shown too: on a
 //! busy machine they vary less than the wall time.
+//!
+//! `--runs N` traces each case N times, the cases interleaved (round
+//! robin: a busy spell of the machine hits them all alike), and ends with
+//! the medians; `--tracer PATH` (repeatable) compares binaries the same
+//! way; `--count-mallocs` counts the tracer's malloc, calloc and realloc
+//! calls from SIGINT to exit with perf's uprobes on the tracer alone (each
+//! call then traps, as under another tracer's uprobes: times run slower).
 
 use std::{
     io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -25,11 +33,45 @@ use crate::cpu::cpu_secs;
 const LEVELS: u32 = 12;
 /// Distinct stacks (at most 3^LEVELS).
 const STACKS: u32 = 100_000;
+/// libc's allocating functions counted by --count-mallocs.
+const MALLOC_PROBES: [&str; 3] = ["malloc", "calloc", "realloc"];
+const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 
-pub fn run() -> Result<()> {
+#[derive(clap::Args)]
+pub struct BenchReportArgs {
+    /// Traces per case; with more than one, the cases are interleaved and
+    /// the medians shown at the end.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Report formats traced with tables unwinding (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "text,collapsed,json,pprof"
+    )]
+    formats: Vec<String>,
+    /// Leave out the DWARF-mode run (text).
+    #[arg(long)]
+    no_dwarf: bool,
+    /// Time these tracer binaries instead of building the release one
+    /// (repeatable: compared run for run).
+    #[arg(long)]
+    tracer: Vec<PathBuf>,
+    /// Count the tracer's allocator calls from SIGINT to exit (perf uprobes
+    /// on libc's malloc, calloc and realloc in the tracer only).
+    #[arg(long)]
+    count_mallocs: bool,
+}
+
+pub fn run(args: &BenchReportArgs) -> Result<()> {
     crate::setup::run()?;
-    crate::build_release()?;
-    let tracer = target_dir().join("release/memtrace-bpf");
+    let tracers = match args.tracer.is_empty() {
+        true => {
+            crate::build_release()?;
+            vec![target_dir().join("release/memtrace-bpf")]
+        }
+        false => args.tracer.clone(),
+    };
     let target = target_dir().join("bench/many_stacks");
     std::fs::create_dir_all(target_dir().join("bench"))?;
     run_cmd(
@@ -38,41 +80,121 @@ pub fn run() -> Result<()> {
             .arg(&target)
             .arg(repo_root().join("bench/many_stacks.c")),
     )?;
+    let _probes = match args.count_mallocs {
+        true => Some(MallocProbes::add()?),
+        false => None,
+    };
+    let mut cases: Vec<(&Path, &str, &str)> = Vec::new();
+    for tracer in &tracers {
+        for format in &args.formats {
+            cases.push((tracer, "tables", format));
+        }
+        if !args.no_dwarf {
+            cases.push((tracer, "dwarf", "text"));
+        }
+    }
     println!(
         "{STACKS} distinct stacks of {} frames, exact mode; load average {}:",
         LEVELS + 5,
         load_average()
     );
     println!(
-        "{:<7} {:<10} {:>9} {:>7} {:>9} {:>13} {:>9} {:>6}  rendering alone (--verbose)",
-        "unwind", "format", "report s", "CPU s", "peak MiB", "before report", "file MiB", "lost"
+        "{:<12} {:<7} {:<10} {:>9} {:>7} {:>9} {:>13} {:>9} {:>6} {:>8}  rendering alone (--verbose)",
+        "tracer",
+        "unwind",
+        "format",
+        "report s",
+        "CPU s",
+        "peak MiB",
+        "before report",
+        "file MiB",
+        "lost",
+        "mallocs"
     );
-    let runs = [
-        ("tables", "text"),
-        ("tables", "collapsed"),
-        ("tables", "json"),
-        ("tables", "pprof"),
-        ("dwarf", "text"),
-    ];
-    for (unwind, format) in runs {
-        let Run {
-            secs,
-            cpu_secs,
-            peak_kib,
-            traced_peak_kib,
-            lost,
-            render,
-        } = one(&tracer, &target, unwind, format)?;
-        let file_mib = std::fs::metadata(report_path(format))?.len() as f64 / (1024.0 * 1024.0);
-        println!(
-            "{unwind:<7} {format:<10} {secs:>9.2} {cpu_secs:>7.2} {:>9} {:>13} {file_mib:>9.1} \
-             {lost:>6}  {render}",
-            peak_kib / 1024,
-            traced_peak_kib / 1024,
-        );
+    let mut results: Vec<Vec<Run>> = cases.iter().map(|_| Vec::new()).collect();
+    for _ in 0..args.runs.max(1) {
+        for (i, &(tracer, unwind, format)) in cases.iter().enumerate() {
+            let r = one(tracer, &target, unwind, format, args.count_mallocs)?;
+            let file_mib = std::fs::metadata(report_path(format))?.len() as f64 / (1024.0 * 1024.0);
+            println!(
+                "{:<12} {unwind:<7} {format:<10} {:>9.2} {:>7.2} {:>9} {:>13} {file_mib:>9.1} \
+                 {:>6} {:>8}  {}",
+                label(tracer),
+                r.secs,
+                r.cpu_secs,
+                r.peak_kib / 1024,
+                r.traced_peak_kib / 1024,
+                r.lost,
+                r.mallocs.map_or("-".into(), |n| n.to_string()),
+                r.render,
+            );
+            println!("    {}", r.phases);
+            results[i].push(r);
+        }
+    }
+    if args.runs > 1 {
+        println!("medians of {} runs (peak: the largest):", args.runs);
+        for ((tracer, unwind, format), runs) in cases.iter().zip(&results) {
+            let med = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
+            println!(
+                "{:<12} {unwind:<7} {format:<10} report {:.2} s (CPU {:.2} s), peak {} MiB{}",
+                label(tracer),
+                med(|r| r.secs),
+                med(|r| r.cpu_secs),
+                runs.iter().map(|r| r.peak_kib).max().unwrap_or(0) / 1024,
+                match runs[0].mallocs {
+                    Some(_) => format!(", {:.0} mallocs", med(|r| r.mallocs.unwrap_or(0) as f64)),
+                    None => String::new(),
+                }
+            );
+        }
     }
     println!("load average {}", load_average());
     Ok(())
+}
+
+/// A tracer binary as the table names it: its file name.
+fn label(tracer: &Path) -> String {
+    tracer
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// perf's uprobe events on libc's allocating functions, defined for
+/// --count-mallocs and deleted when dropped (they trap only in the
+/// processes `perf stat -p` watches).
+struct MallocProbes;
+
+impl MallocProbes {
+    fn add() -> Result<MallocProbes> {
+        let mut cmd = Command::new("perf");
+        cmd.args(["probe", "-q", "-x", LIBC]);
+        for f in MALLOC_PROBES {
+            cmd.args(["-a", f]);
+        }
+        run_cmd(&mut cmd).context("perf probe (is perf installed?)")?;
+        Ok(MallocProbes)
+    }
+}
+
+impl Drop for MallocProbes {
+    fn drop(&mut self) {
+        for f in MALLOC_PROBES {
+            let _ = Command::new("perf")
+                .args(["probe", "-q", "-d", &format!("probe_libc:{f}")])
+                .status();
+        }
+    }
 }
 
 fn load_average() -> String {
@@ -109,15 +231,14 @@ struct Run {
     lost: u64,
     /// The tracer's own line on what rendering took.
     render: String,
+    /// Its line on each step after the trace (--verbose).
+    phases: String,
+    /// Allocator calls from SIGINT to exit (--count-mallocs).
+    mallocs: Option<u64>,
 }
 
 /// One trace, stopped with SIGINT once the target has allocated.
-fn one(
-    tracer: &std::path::Path,
-    target: &std::path::Path,
-    unwind: &str,
-    format: &str,
-) -> Result<Run> {
+fn one(tracer: &Path, target: &Path, unwind: &str, format: &str, count: bool) -> Result<Run> {
     let mut t = Command::new(target)
         .args([LEVELS.to_string(), STACKS.to_string()])
         .stdin(Stdio::piped())
@@ -163,6 +284,10 @@ fn one(
     // Let the tracer catch up with the burst before it is stopped.
     std::thread::sleep(Duration::from_secs(2));
     let traced_peak_kib = vm_hwm_kib(tr.id());
+    let counter = match count {
+        true => Some(MallocCount::start(tr.id())?),
+        false => None,
+    };
     let cpu_before = cpu_secs(tr.id()).context("reading the tracer's CPU time")?;
     let start = Instant::now();
     // SAFETY: kill sends a signal to our own child.
@@ -171,6 +296,7 @@ fn one(
     let _ = std::io::Read::read_to_string(&mut err, &mut rest);
     let reaped = wait4(tr.id())?;
     let secs = start.elapsed().as_secs_f64();
+    let mallocs = counter.map(MallocCount::finish).transpose()?;
     drop(stdin);
     let _ = t.wait();
     if !reaped.ok {
@@ -178,13 +304,26 @@ fn one(
     }
     let lost = if format == "json" {
         // Format memtrace-bpf/2: frames are a table; losses read as before.
-        let text = std::fs::read_to_string(&out_path)?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not JSON", out_path.display()))?;
-        if v["format"] != "memtrace-bpf/2" {
-            bail!("unexpected report format {}", v["format"]);
+        // Only those two fields are kept: a 32 MiB report read whole into
+        // a `Value` took 350 MiB here, and the next child started by
+        // posix_spawn inherits that high-water mark as its ru_maxrss (the
+        // kernel keeps the mm's at exec), so every later peak read 379 MiB.
+        #[derive(serde::Deserialize)]
+        struct Head {
+            format: String,
+            losses: Losses,
         }
-        v["losses"]["ringbuf_full"].as_u64().unwrap_or(0)
+        #[derive(serde::Deserialize)]
+        struct Losses {
+            ringbuf_full: u64,
+        }
+        let file = std::fs::File::open(&out_path)?;
+        let head: Head = serde_json::from_reader(std::io::BufReader::new(file))
+            .with_context(|| format!("{} is not JSON", out_path.display()))?;
+        if head.format != "memtrace-bpf/2" {
+            bail!("unexpected report format {}", head.format);
+        }
+        head.losses.ringbuf_full
     } else {
         // Text has them in the report, collapsed and pprof on stderr.
         let text = match format {
@@ -201,6 +340,11 @@ fn one(
         .find_map(|l| l.strip_prefix("memtrace-bpf: report rendered in "))
         .unwrap_or("?")
         .to_string();
+    let phases = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("memtrace-bpf: after the trace: "))
+        .unwrap_or("?")
+        .to_string();
     Ok(Run {
         secs,
         cpu_secs: reaped.cpu_secs - cpu_before,
@@ -208,7 +352,47 @@ fn one(
         traced_peak_kib,
         lost,
         render,
+        phases,
+        mallocs,
     })
+}
+
+/// `perf stat` counting a process's allocator calls until it exits.
+struct MallocCount {
+    perf: std::process::Child,
+    out: PathBuf,
+}
+
+impl MallocCount {
+    fn start(pid: u32) -> Result<MallocCount> {
+        let out = target_dir().join("bench/mallocs.csv");
+        let events: Vec<String> = MALLOC_PROBES
+            .iter()
+            .map(|f| format!("probe_libc:{f}"))
+            .collect();
+        let perf = Command::new("perf")
+            .args(["stat", "-x", ",", "-e", &events.join(","), "-p"])
+            .arg(pid.to_string())
+            .arg("-o")
+            .arg(&out)
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting perf stat")?;
+        // perf attaches in a moment: the report starts after it.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok(MallocCount { perf, out })
+    }
+
+    /// The calls counted (perf ends with the process).
+    fn finish(mut self) -> Result<u64> {
+        self.perf.wait()?;
+        let text = std::fs::read_to_string(&self.out)?;
+        Ok(text
+            .lines()
+            .filter(|l| l.contains("probe_libc:"))
+            .filter_map(|l| l.split(',').next()?.parse::<u64>().ok())
+            .sum())
+    }
 }
 
 /// Where the report in `format` is written.

@@ -68,7 +68,7 @@ enum Task {
     },
     /// Time and peak memory of the report of 100,000 distinct 17-frame
     /// stacks (exact mode), per format; and in DWARF mode.
-    BenchReport,
+    BenchReport(bench_report::BenchReportArgs),
     /// Fuzz the parsers of what traced processes control (ELF files, maps,
     /// ld.so.conf, probe placement) for a bounded time each.
     Fuzz {
@@ -97,7 +97,7 @@ fn main() -> Result<()> {
         Task::Dist { dev } => dist::run_dist(dev),
         Task::Bench => bench::run(),
         Task::BenchRedis { rounds, attempts } => bench_redis::run(rounds, attempts.max(1)),
-        Task::BenchReport => bench_report::run(),
+        Task::BenchReport(args) => bench_report::run(&args),
         Task::Fuzz { seconds, target } => {
             setup::run()?;
             fuzz::run(seconds, target.as_deref())

@@ -68,6 +68,7 @@ impl Collector {
             events,
             stacks: stack_map,
             live: live_map,
+            live_count,
             unwind: _,
         } = maps;
         let maps_at_exec = program_hint.is_none();
@@ -75,7 +76,7 @@ impl Collector {
             events: Reader::start(events)?,
             state: State::new(
                 StackInterner::new(stack_map),
-                live_map,
+                (live_map, live_count),
                 modules,
                 ProcessTable::new(program_hint),
                 sample_rate,
@@ -225,7 +226,7 @@ impl Collector {
         }
     }
 
-    /// Entries in BPF's LIVE map now: one syscall per entry, so only for
+    /// Entries in BPF's LIVE map now: a syscall per 4096 entries, only for
     /// --verbose's stats line.
     pub fn live_map_entries(&self) -> usize {
         self.state.live_entries()

@@ -19,7 +19,7 @@ use crate::{
         trend,
     },
     profile::{
-        Counts, ExitStack, Frame, Losses, NotFreedAtExit, Peak, Profile, SnapshotPoint,
+        Counts, ExitStack, Frame, Frames, Losses, NotFreedAtExit, Peak, Profile, SnapshotPoint,
         StackReport, Trend, MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
@@ -139,6 +139,13 @@ fn stack_reports(
     // Sized once: 100 k stacks grown by doubling would copy and briefly
     // hold them twice.
     let mut stacks: Vec<StackReport> = Vec::with_capacity(state.heap.stack_count());
+    // Every stack's frames in one list, each stack a range of it: one
+    // allocation for all of them, not one per stack. Grown in place (a
+    // list this large is remapped, not copied).
+    let mut all_frames: Vec<Arc<Frame>> = Vec::with_capacity(state.heap.stack_count() * 16);
+    let mut ranges = Vec::with_capacity(state.heap.stack_count());
+    // Until the list is shared: a stand-in that allocates nothing more.
+    let no_frames = Frames::default();
     stacks.extend(
         state
             .heap
@@ -164,7 +171,10 @@ fn stack_reports(
                     unnamed.pids.insert(stack.pid);
                     unnamed.truncated += u64::from(stack.truncated);
                 }
-                let frames = named(names, stack.frames.as_deref());
+                let start = all_frames.len();
+                name_into(&mut all_frames, names, stack.frames.as_deref());
+                ranges.push(start..all_frames.len());
+                let frames = &all_frames[start..];
                 Some(StackReport {
                     pid: stack.pid,
                     start_time: state
@@ -177,8 +187,8 @@ fn stack_reports(
                         .filter(|p| p.folded > 0)
                         .map(|p| p.program.clone()),
                     counts,
-                    truncated: super::roots::cut_short(&frames, stack.truncated),
-                    frames,
+                    truncated: super::roots::cut_short(frames, stack.truncated),
+                    frames: no_frames.clone(),
                     series: growth.series,
                     growth_bytes_per_sec: growth.per_sec,
                     trend: growth.trend,
@@ -186,6 +196,9 @@ fn stack_reports(
                 })
             }),
     );
+    for (s, frames) in stacks.iter_mut().zip(Frames::share(all_frames, ranges)) {
+        s.frames = frames;
+    }
     let mut stacks = super::merge::same_frames(stacks);
     stacks.sort_unstable_by(|a, b| {
         (b.counts.inuse_bytes, b.counts.alloc_bytes)
@@ -200,14 +213,21 @@ fn stack_reports(
 /// frames of their own), or `[stack lost]`. One allocation per stack:
 /// sized for the common case of no inlined frame.
 fn named(names: &Names, frames: Option<&[NormFrame]>) -> Vec<Arc<Frame>> {
+    let mut out = Vec::with_capacity(frames.map_or(1, <[_]>::len));
+    name_into(&mut out, names, frames);
+    out
+}
+
+/// `named`, added to `out`.
+fn name_into(out: &mut Vec<Arc<Frame>>, names: &Names, frames: Option<&[NormFrame]>) {
     let Some(frames) = frames else {
-        return vec![stack_lost_frame()];
+        // One of its own per stack: lost stacks are told apart (merge).
+        out.push(stack_lost_frame());
+        return;
     };
-    let mut out = Vec::with_capacity(frames.len());
     for f in frames {
         out.extend(names.get(f).iter().cloned());
     }
-    out
 }
 
 /// Addresses outside the maps read before the process exited have no

@@ -26,6 +26,7 @@ use crate::{
         peak::ProcessPeak,
         temporary::Temporaries,
     },
+    probes::map_count::MapCounter,
     stacks::{modules::Modules, unwind::Sample},
     tracee::liveness::start_time,
 };
@@ -42,6 +43,8 @@ const PURGE_PER_DRAIN: usize = 4096;
 pub struct State {
     /// BPF's LIVE map: entries of exited processes are deleted from here.
     live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
+    /// Counts `live_map`'s entries in batches.
+    live_count: MapCounter,
     /// LIVE entries of exited processes not deleted yet (see `purge`).
     stale_live: Vec<LiveKey>,
     /// LIVE entries of exited processes deleted so far.
@@ -117,7 +120,8 @@ pub struct State {
 impl State {
     pub(super) fn new(
         stacks: StackInterner,
-        live_map: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
+        // LIVE, and what counts its entries.
+        (live_map, live_count): (aya::maps::HashMap<MapData, LiveKey, LiveValue>, MapCounter),
         modules: Modules,
         processes: ProcessTable,
         sample_rate: u64,
@@ -126,6 +130,7 @@ impl State {
     ) -> State {
         State {
             live_map,
+            live_count,
             stale_live: Vec::new(),
             purged_live: 0,
             heap: Heap::default(),
@@ -333,7 +338,10 @@ impl State {
 
     /// Entries in BPF's LIVE map now (reads every key: for --verbose).
     pub fn live_entries(&self) -> usize {
-        self.live_map.keys().filter(Result::is_ok).count()
+        // A kernel without batch lookups (< 5.6): one key at a time.
+        self.live_count
+            .count()
+            .unwrap_or_else(|_| self.live_map.keys().filter(Result::is_ok).count())
     }
 
     /// Processes with per-process state here (dropped when they exit).

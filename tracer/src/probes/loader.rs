@@ -8,7 +8,7 @@ use aya::{
     programs::{uprobe::UProbeScope, Program, RawTracePoint, UProbe},
     Ebpf, EbpfLoader,
 };
-use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use super::object_maps::{self, map_fds, raise_memlock_limit, seed_countdowns, take};
@@ -41,8 +41,9 @@ pub const MAX_FILTERED_PIDS: u32 = 8192;
 
 /// The loaded object with its probes and control maps.
 pub struct Loaded {
-    /// Dropping this detaches every probe.
-    ebpf: Ebpf,
+    /// Dropping this detaches every probe; None once they are being
+    /// detached (`detach_in_background`).
+    ebpf: Option<Ebpf>,
     pub counters: PerCpuArray<MapData, u64>,
     control: Array<MapData, u32>,
     /// CONTROL bits set so far (CONTROL_SESSION once sessions are attached).
@@ -67,6 +68,8 @@ pub struct EventMaps {
     pub stacks: StackTraceMap<MapData>,
     /// Recorded live blocks; user space deletes those of exited processes.
     pub live: aya::maps::HashMap<MapData, LiveKey, LiveValue>,
+    /// Counts LIVE's entries (--verbose).
+    pub live_count: super::map_count::MapCounter,
     /// `--unwind tables`: the rows and mappings the kernel walks with.
     pub unwind: Option<crate::stacks::kernel_tables::BpfUnwindMaps>,
 }
@@ -92,6 +95,7 @@ impl Loaded {
     /// the return program's walker is the largest).
     pub fn verified_instructions(&self, name: &str) -> Option<u32> {
         self.ebpf
+            .as_ref()?
             .program(name)?
             .info()
             .ok()?
@@ -162,7 +166,16 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let map_fds = map_fds(&ebpf)?;
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
     let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?)?;
-    let live = aya::maps::HashMap::try_from(take(&mut ebpf, "LIVE")?)?;
+    let live = take(&mut ebpf, "LIVE")?;
+    let live_count = match &live {
+        aya::maps::Map::HashMap(data) => super::map_count::MapCounter::new(
+            data.fd().as_fd().try_clone_to_owned()?,
+            std::mem::size_of::<LiveKey>(),
+            std::mem::size_of::<LiveValue>(),
+        ),
+        _ => anyhow::bail!("LIVE is not a hash map"),
+    };
+    let live = aya::maps::HashMap::try_from(live)?;
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
@@ -184,7 +197,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     }
     Ok((
         Loaded {
-            ebpf,
+            ebpf: Some(ebpf),
             counters,
             control,
             control_bits: 0,
@@ -199,6 +212,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             events,
             stacks,
             live,
+            live_count,
             unwind,
         },
     ))
@@ -375,7 +389,11 @@ fn attach_one(
         Some(pid) => UProbeScope::OneProcess(pid),
         None => UProbeScope::AllProcesses,
     };
-    uprobe(&mut loaded.ebpf, program)?
+    let ebpf = loaded
+        .ebpf
+        .as_mut()
+        .context("the probes are being detached")?;
+    uprobe(ebpf, program)?
         .attach(offset, path, scope)
         .with_context(|| format!("attaching {program} at {}+{offset:#x}", path.display()))?;
     Ok(())
@@ -388,13 +406,46 @@ fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &str) -> anyhow::Result<&'a mut UProb
         .try_into()?)
 }
 
-/// Detaches every probe, entry probes before the return probe. Call after
-/// `Loaded::stop`. The kernel synchronizes on each uprobe it removes (about
-/// 0.1 s each here), so this takes a moment.
-pub fn detach(loaded: Loaded) -> anyhow::Result<()> {
-    drop(loaded.session_links);
-    drop(loaded.session_progs);
-    let mut ebpf = loaded.ebpf;
+/// Probes being detached on a thread of their own (`detach_in_background`).
+pub struct Detaching(std::thread::JoinHandle<anyhow::Result<()>>);
+
+impl Loaded {
+    /// Starts detaching every probe, entry probes before the return probe,
+    /// on a thread of its own, and returns at once. Call after `stop` (the
+    /// probes are no-ops then: what they still see changes nothing) and
+    /// after the last attach. The maps stay: the report reads the counters
+    /// and the collector its maps as before. The kernel waits for a grace
+    /// period on each uprobe link it removes (0.05-0.25 s each here, idle,
+    /// not CPU): spent while the report is built, not after it.
+    pub fn detach_in_background(&mut self) -> Detaching {
+        let links = std::mem::take(&mut self.session_links);
+        let progs = std::mem::take(&mut self.session_progs);
+        let ebpf = self.ebpf.take();
+        Detaching(std::thread::spawn(move || detach(links, progs, ebpf)))
+    }
+}
+
+impl Detaching {
+    /// Waits until every probe is detached.
+    pub fn wait(self) -> anyhow::Result<()> {
+        self.0
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the thread detaching the probes panicked")))
+    }
+}
+
+/// Detaches every probe, entry probes before the return probe. The kernel
+/// synchronizes on each uprobe it removes, so this takes a moment.
+fn detach(
+    session_links: Vec<OwnedFd>,
+    session_progs: Vec<OwnedFd>,
+    ebpf: Option<Ebpf>,
+) -> anyhow::Result<()> {
+    drop(session_links);
+    drop(session_progs);
+    let Some(mut ebpf) = ebpf else {
+        return Ok(());
+    };
     let mut programs: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
     programs.retain(|n| TRACEPOINTS.iter().all(|(p, _)| p != n));
     programs.sort_by_key(|n| n == RETURN_PROGRAM || n == "noop_return");

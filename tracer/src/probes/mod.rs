@@ -6,6 +6,7 @@ pub mod counters;
 pub mod hooks;
 pub mod kernel_btf;
 pub mod loader;
+pub mod map_count;
 mod object_maps;
 mod options;
 pub mod placement;

@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+mod frames;
 mod note;
 
+pub use frames::Frames;
 pub use note::Note;
 
 /// Everything a report shows. Built once at the end of a trace.
@@ -253,8 +255,9 @@ pub struct StackReport {
     /// the last frame is the root (e.g. `_start`). Inlined functions appear
     /// as frames of their own, with `inlined: true`.
     /// Shared: a frame named once serves every stack it appears in (a
-    /// report of 100 k stacks holds each distinct frame once).
-    pub frames: Vec<Arc<Frame>>,
+    /// report of 100 k stacks holds each distinct frame once), and the
+    /// stacks of one report are slices of one list (`Frames`).
+    pub frames: Frames,
     /// The stack ends before its root: the unwinder ran out of copied stack
     /// bytes or unwind information. Shown as a `[truncated]` root frame.
     pub truncated: bool,

@@ -2,6 +2,7 @@
 //! stack, the input format of inferno, flamegraph.pl and speedscope.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::ops::Range;
 use std::sync::Arc;
@@ -23,11 +24,35 @@ pub fn write_collapsed(p: &Profile, view: View, w: &mut impl Write) -> io::Resul
 
 /// The collapsed lines without newlines, sorted; shared with the flamegraph,
 /// which inferno draws from exactly this form.
-pub(super) fn folded_lines(p: &Profile, view: View) -> Vec<String> {
-    Folded::new(p, view)
-        .lines()
-        .map(|(stack, value)| format!("{stack} {value}"))
-        .collect()
+pub(super) fn folded_lines(p: &Profile, view: View) -> FoldedLines {
+    let folded = Folded::new(p, view);
+    // One string for all the lines, as `Folded` (100 k lines were 100 k
+    // strings).
+    let mut text = String::with_capacity(folded.text.len() + folded.lines.len() * 8);
+    let mut lines = Vec::with_capacity(folded.lines.len());
+    for (stack, value) in folded.lines() {
+        let start = text.len();
+        // Writing to a String cannot fail.
+        let _ = write!(text, "{stack} {value}");
+        lines.push(start..text.len());
+    }
+    FoldedLines { text, lines }
+}
+
+/// `stack value` lines (see `folded_lines`).
+pub(super) struct FoldedLines {
+    text: String,
+    lines: Vec<Range<usize>>,
+}
+
+impl FoldedLines {
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.lines.iter().map(|r| &self.text[r.clone()])
+    }
 }
 
 /// Each distinct `root;...;leaf` with its summed value, sorted. The stacks
@@ -211,7 +236,8 @@ mod tests {
                     function: "leaf 5\nmain;evil 999999".into(),
                     ..Default::default()
                 }
-                .into()],
+                .into()]
+                .into(),
                 truncated: false,
                 series: Vec::new(),
                 growth_bytes_per_sec: None,

@@ -45,7 +45,7 @@ pub fn write_flamegraph_of(
     // Colors from a hash of the name, not random: the same profile gives
     // the same SVG, and a function keeps its color across reports.
     opts.deterministic = true;
-    flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+    flamegraph::from_lines(&mut opts, lines.iter(), w)
         .context("rendering the flamegraph with inferno")
 }
 

@@ -31,7 +31,7 @@ struct File<'a> {
     #[serde(rename = "$schema")]
     schema: &'static str,
     shared: Shared<'a>,
-    profiles: Vec<SampledProfile>,
+    profiles: Vec<SampledProfile<'a>>,
     name: String,
     #[serde(rename = "activeProfileIndex")]
     active_profile_index: usize,
@@ -53,7 +53,7 @@ struct SsFrame<'a> {
 }
 
 #[derive(Serialize)]
-struct SampledProfile {
+struct SampledProfile<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     name: String,
@@ -62,15 +62,27 @@ struct SampledProfile {
     start_value: u64,
     #[serde(rename = "endValue")]
     end_value: u64,
-    samples: Vec<Vec<usize>>,
+    /// Each a stack's indices in the list all the views share.
+    samples: Vec<&'a [usize]>,
     weights: Vec<u64>,
 }
 
 /// Writes `p` in speedscope's format; `view`'s profile is shown first.
 pub fn write_speedscope(p: &Profile, view: View, w: &mut impl Write) -> anyhow::Result<()> {
     let mut frames = Frames::default();
-    // Each stack's frame indices once, root first, shared by the views.
-    let stacks: Vec<Vec<usize>> = p.stacks.iter().map(|s| frames.stack(s)).collect();
+    // Each stack's frame indices once, root first, shared by the views:
+    // all in one list (100 k stacks, six views: 700 k lists before).
+    let mut indices = Vec::with_capacity(p.stacks.len() * 18);
+    let ranges: Vec<std::ops::Range<usize>> = p
+        .stacks
+        .iter()
+        .map(|s| {
+            let start = indices.len();
+            frames.stack_into(&mut indices, s);
+            start..indices.len()
+        })
+        .collect();
+    let stacks: Vec<&[usize]> = ranges.into_iter().map(|r| &indices[r]).collect();
     // The processes in the order their first stack appears.
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     let mut group_of: HashMap<String, usize> = HashMap::new();
@@ -120,19 +132,19 @@ pub fn write_speedscope(p: &Profile, view: View, w: &mut impl Write) -> anyhow::
 
 /// One view of one process (or of all, `label` empty): a sample per stack
 /// with a non-zero value.
-fn profile(
+fn profile<'a>(
     p: &Profile,
     view: View,
     label: &str,
     members: &[usize],
-    stacks: &[Vec<usize>],
-) -> SampledProfile {
+    stacks: &[&'a [usize]],
+) -> SampledProfile<'a> {
     let mut samples = Vec::new();
     let mut weights = Vec::new();
     for &i in members {
         let value = view.value(&p.stacks[i].counts);
         if value > 0 {
-            samples.push(stacks[i].clone());
+            samples.push(stacks[i]);
             weights.push(value);
         }
     }
@@ -166,9 +178,8 @@ struct Frames<'a> {
 }
 
 impl<'a> Frames<'a> {
-    /// `stack`'s frames as indices, root first.
-    fn stack(&mut self, stack: &'a StackReport) -> Vec<usize> {
-        let mut out = Vec::with_capacity(stack.frames.len() + 1);
+    /// `stack`'s frames as indices, root first, added to `out`.
+    fn stack_into(&mut self, out: &mut Vec<usize>, stack: &'a StackReport) {
         if stack.truncated {
             out.push(self.marker(TRUNCATED));
         }
@@ -176,7 +187,6 @@ impl<'a> Frames<'a> {
         if stack.frames.is_empty() {
             out.push(self.marker(NO_STACK));
         }
-        out
     }
 
     fn frame(&mut self, f: &'a Arc<Frame>) -> usize {

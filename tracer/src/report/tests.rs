@@ -297,7 +297,7 @@ fn json_frame_table_holds_each_distinct_frame_once() {
     let doc = json(&p);
     let table = doc["frames"].as_array().expect("table");
     let mut distinct: Vec<serde_json::Value> = Vec::new();
-    for f in p.stacks.iter().flat_map(|s| &s.frames) {
+    for f in p.stacks.iter().flat_map(|s| s.frames.iter()) {
         if !distinct.contains(&frame_json(f)) {
             distinct.push(frame_json(f));
         }

@@ -290,7 +290,7 @@ fn stack(
     Ok(StackReport {
         pid: pid_label(sample, strings),
         counts,
-        frames,
+        frames: frames.into(),
         ..Default::default()
     })
 }

@@ -378,7 +378,9 @@ fn diff_matches_our_pprof_unknown_frames_with_json_ones() {
         ..Default::default()
     });
     let mut old = profile(1, 1000);
-    old.stacks[0].frames.insert(0, Arc::clone(&unknown));
+    let mut frames = old.stacks[0].frames.to_vec();
+    frames.insert(0, Arc::clone(&unknown));
+    old.stacks[0].frames = frames.into();
     let mut gz = Vec::new();
     report::write_pprof(&old, View::InuseSpace, &mut gz).expect("render");
     let from_pprof = pprof(&gunzip_of(&gz)).expect("parse");

@@ -68,7 +68,8 @@ mod tests {
                 function: function.into(),
                 module: "/bin/t".into(),
                 ..Frame::default()
-            })],
+            })]
+            .into(),
             ..StackReport::default()
         }
     }

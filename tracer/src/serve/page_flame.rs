@@ -156,7 +156,7 @@ fn flame_stacks(weighted: &[(&StackReport, u64)]) -> Vec<StackReport> {
                 start_time,
                 exited_group,
                 counts: counts(w),
-                frames: vec![other.clone()],
+                frames: vec![other.clone()].into(),
                 ..StackReport::default()
             }),
     );

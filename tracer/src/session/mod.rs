@@ -137,6 +137,8 @@ pub struct Trace<'a> {
     serve: Option<serve::SnapshotRequests>,
     /// --otlp: the pushes to the collector.
     otlp: Option<otlp::Push>,
+    /// The probes being detached once the trace is finished.
+    detaching: Option<loader::Detaching>,
 }
 
 impl<'a> Trace<'a> {
@@ -211,12 +213,14 @@ impl<'a> Trace<'a> {
             stats: stats::Stats::new(),
             serve: None,
             otlp: settings.otlp.clone().map(otlp::Push::start).transpose()?,
+            detaching: None,
         })
     }
 
     /// Ends the trace: freezes the heap as it is now (calls already inside
     /// the allocator get a moment to return), drains everything they
-    /// emitted, handles the last execs and lets a held command go.
+    /// emitted, handles the last execs and lets a held command go. The
+    /// probes are detached while the report is built (`report` waits).
     fn finish(&mut self) -> anyhow::Result<()> {
         self.loaded.stop()?;
         std::thread::sleep(trace_loop::STOP_GRACE);
@@ -242,6 +246,8 @@ impl<'a> Trace<'a> {
                 ));
             }
         }
+        // Stopped, the last exec handled: nothing is attached from here.
+        self.detaching = Some(self.loaded.detach_in_background());
         Ok(())
     }
 
@@ -381,8 +387,11 @@ impl<'a> Trace<'a> {
             ));
         }
         let status = self.scope.command_status();
-        // After the report: detaching takes seconds and changes nothing in it.
-        loader::detach(self.loaded)?;
+        // Started when the trace was finished: it changes nothing in the
+        // report, and waits on the kernel while the report is built.
+        if let Some(detaching) = self.detaching.take() {
+            detaching.wait()?;
+        }
         phases.mark("detached");
         console::say(format_args!(
             "{} after {:.1} s: {} recorded, {} still live ({}){}",

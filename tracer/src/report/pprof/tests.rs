@@ -29,7 +29,7 @@ fn stack(pid: u32, frames: Vec<Arc<Frame>>, counts: Counts, truncated: bool) -> 
         start_time: Some(100 + u64::from(pid)),
         exited_group: None,
         counts,
-        frames,
+        frames: frames.into(),
         truncated,
         series: Vec::new(),
         growth_bytes_per_sec: None,
@@ -317,7 +317,7 @@ fn samples_past_one_batch_are_all_written() {
     // Each sample is some 40 bytes: several batches.
     p.stacks = (0..(BATCH_BYTES / 10) as u64)
         .map(|i| StackReport {
-            frames: vec![frame(&format!("f{i}"), 0x2000 + i, 1, false)],
+            frames: vec![frame(&format!("f{i}"), 0x2000 + i, 1, false)].into(),
             ..one.clone()
         })
         .collect();

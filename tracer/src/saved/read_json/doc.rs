@@ -361,7 +361,7 @@ impl StackDoc {
             start_time: self.start_time,
             exited_group: self.exited_group,
             counts: self.counts.counts(),
-            frames: frames(&self.frames, table, budget)?,
+            frames: frames(&self.frames, table, budget)?.into(),
             truncated: self.truncated,
             series: self.series,
             growth_bytes_per_sec: self.growth_bytes_per_sec,

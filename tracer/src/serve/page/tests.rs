@@ -34,7 +34,7 @@ fn stack(leaf: &str, inuse_bytes: u64) -> StackReport {
             alloc_objects: inuse_bytes / 50,
             ..Counts::default()
         },
-        frames: vec![frame(leaf), frame("main"), frame("_start")],
+        frames: vec![frame(leaf), frame("main"), frame("_start")].into(),
         ..StackReport::default()
     }
 }
