@@ -330,3 +330,39 @@ fn a_pid_that_exits_during_attach_is_reported_as_such() {
     );
     assert!(!err.contains("perf_event_open"), "{err}");
 }
+
+/// A quoted value is escaped once, where the error is printed: `a\x1bb`,
+/// not `a\\x1bb` (escaped where the message was made, then again) nor
+/// `a\\\\\\\\x1bb` (and once more through `{:?}`).
+#[test]
+fn errors_quote_hostile_values_escaped_once() {
+    let env_run = |var: &str, val: &str| {
+        let out = Command::new(TRACER)
+            .env(var, val)
+            .args(["--otlp", "http://127.0.0.1:9", "-d", "1", "--", "/bin/true"])
+            .output()
+            .expect("run memtrace-bpf");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let cases = [
+        ("--cgroup", run(&["--cgroup", "nu-\x1bb", "-d", "1"]).1),
+        (
+            "--otlp",
+            run(&["--otlp", "http://a\x1bb", "-d", "1", "--", "/bin/true"]).1,
+        ),
+        ("headers", env_run("OTEL_EXPORTER_OTLP_HEADERS", "a\x1bb=1")),
+        (
+            "attributes",
+            env_run("OTEL_RESOURCE_ATTRIBUTES", "a\x1bb=1"),
+        ),
+    ];
+    for (what, err) in cases {
+        assert!(err.starts_with("memtrace-bpf: error: "), "{what}: {err}");
+        assert!(
+            err.contains("a\\x1bb") || err.contains("nu-\\x1bb"),
+            "{what}: {err}"
+        );
+        assert!(!err.contains("\\\\"), "{what}: escaped twice: {err}");
+        assert!(!err.contains('\x1b'), "{what}: raw: {err}");
+    }
+}

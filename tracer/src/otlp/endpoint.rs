@@ -84,7 +84,7 @@ pub fn resolve(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Desti
         if let Some(protocol) = env(name) {
             if protocol.trim() != "http/protobuf" {
                 return Err(BadConfig(format!(
-                    "{name}={:?}: --otlp sends OTLP/HTTP protobuf only; set it to http/protobuf \
+                    "{name}=\"{}\": --otlp sends OTLP/HTTP protobuf only; set it to http/protobuf \
                      or unset it (a collector's otlp receiver takes both on its http endpoint, \
                      port 4318)",
                     protocol.trim()
@@ -107,10 +107,8 @@ pub fn resolve(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Desti
         )
     };
     let mut dest = parse_url(url.trim(), append).map_err(|why| {
-        BadConfig(format!(
-            "{source} {:?}: {why}",
-            crate::escape::text(url.trim())
-        ))
+        // Raw in quotes: the error is escaped once, where main prints it.
+        BadConfig(format!("{source} \"{}\": {why}", url.trim()))
     })?;
     let (name, headers) = match env("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") {
         Some(h) => ("OTEL_EXPORTER_OTLP_PROFILES_HEADERS", h),
@@ -291,15 +289,13 @@ fn parse_list(
     for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((key, value)) = item.split_once('=') else {
             return Err(format!(
-                "{:?} is not key=value (the list is key1=value1,key2=value2)",
-                crate::escape::text(item)
+                "\"{item}\" is not key=value (the list is key1=value1,key2=value2)"
             ));
         };
         let key = key.trim();
         if key.is_empty() || key.chars().any(char::is_control) || !key_ok(key) {
             return Err(format!(
-                "{:?} is not {}",
-                crate::escape::text(key),
+                "\"{key}\" is not {}",
                 match what {
                     "headers" => "an HTTP header name",
                     _ => "a valid key",
