@@ -366,3 +366,27 @@ fn errors_quote_hostile_values_escaped_once() {
         assert!(!err.contains('\x1b'), "{what}: raw: {err}");
     }
 }
+
+/// stdout and stderr both closed (`memtrace-bpf ... 2>&1 | head -0`): the
+/// report cannot be written and neither can the error saying so; the
+/// status says it (1), without a panic (101).
+#[test]
+fn closed_stdout_and_stderr_give_status_1_not_a_panic() {
+    for args in [
+        &["--keep-running", "--pid", "1"][..],
+        &["-d", "1", "--", "/bin/true"],
+    ] {
+        let mut child = Command::new(TRACER)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run memtrace-bpf");
+        // Closes the read ends: every write gets EPIPE.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let status = child.wait().expect("wait");
+        let want = if args[0] == "--keep-running" { 2 } else { 1 };
+        assert_eq!(status.code(), Some(want), "{args:?}: {status:?}");
+    }
+}
