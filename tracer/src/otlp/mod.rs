@@ -88,9 +88,9 @@ impl Push {
             ));
         });
         let line = format!(
-            "OTLP: {} sent to {url}, {} failed sends, {} dropped",
+            "OTLP: {} sent to {url}, {}, {} dropped",
             crate::report::counted(s.sent, "profile", "profiles"),
-            s.failed,
+            crate::report::counted(s.failed, "failed send", "failed sends"),
             s.dropped
         );
         match s.dropped {
