@@ -157,6 +157,27 @@ fn a_hostile_file_name_is_escaped_once() {
         err.contains("h\\x1bx.pb.gz") && !err.contains("\\\\"),
         "{err}"
     );
+    // diff: its text names the file escaped once, its JSON exactly.
+    let diff = |format: &str| {
+        ok(&as_nobody(&[
+            OsStr::new("diff"),
+            pb.as_os_str(),
+            json.as_os_str(),
+            OsStr::new("-f"),
+            OsStr::new(format),
+        ]))
+    };
+    let text = diff("text");
+    assert!(
+        text.contains("h\\x1bx.pb.gz (file /") && !text.contains("\\\\"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&diff("json")).expect("JSON");
+    let file = v["old"]["file"].as_str().expect("old.file");
+    assert!(
+        file.ends_with("h\x1bx.pb.gz"),
+        "JSON keeps it exact: {file:?}"
+    );
     let err = fails(&[
         OsStr::new("report"),
         dir.join("m\x1bissing.json").as_os_str(),

@@ -190,8 +190,8 @@ fn run_diff(a: &DiffArgs) -> anyhow::Result<()> {
     let d = Diff::new(
         &old,
         &new,
-        &crate::escape::path(&a.old),
-        &crate::escape::path(&a.new),
+        &a.old.to_string_lossy(),
+        &a.new.to_string_lossy(),
     );
     let (format, view, top) = (a.format, a.view, a.top);
     write_out(output.as_ref(), &mut |mut w: &mut dyn Write| match format {
