@@ -344,26 +344,24 @@ fn errors_quote_hostile_values_escaped_once() {
             .expect("run memtrace-bpf");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
+    // Each with what it must quote: a header is named, never its value.
     let cases = [
-        ("--cgroup", run(&["--cgroup", "nu-\x1bb", "-d", "1"]).1),
+        ("nu-\\x1bb", run(&["--cgroup", "nu-\x1bb", "-d", "1"]).1),
         (
-            "--otlp",
+            "\"http://a\\x1bb\"",
             run(&["--otlp", "http://a\x1bb", "-d", "1", "--", "/bin/true"]).1,
         ),
-        ("headers", env_run("OTEL_EXPORTER_OTLP_HEADERS", "a\x1bb=1")),
+        ("\"a…\"", env_run("OTEL_EXPORTER_OTLP_HEADERS", "a\x1bb=1")),
         (
-            "attributes",
+            "\"a\\x1bb\"",
             env_run("OTEL_RESOURCE_ATTRIBUTES", "a\x1bb=1"),
         ),
     ];
-    for (what, err) in cases {
-        assert!(err.starts_with("memtrace-bpf: error: "), "{what}: {err}");
-        assert!(
-            err.contains("a\\x1bb") || err.contains("nu-\\x1bb"),
-            "{what}: {err}"
-        );
-        assert!(!err.contains("\\\\"), "{what}: escaped twice: {err}");
-        assert!(!err.contains('\x1b'), "{what}: raw: {err}");
+    for (quoted, err) in cases {
+        assert!(err.starts_with("memtrace-bpf: error: "), "{err}");
+        assert!(err.contains(quoted), "{quoted}: {err}");
+        assert!(!err.contains("\\\\"), "escaped twice: {err}");
+        assert!(!err.contains('\x1b'), "raw: {err}");
     }
 }
 

@@ -274,6 +274,25 @@ fn parse_headers(list: &str) -> Result<Vec<(String, String)>, String> {
     parse_list(list, "headers", |key| key.bytes().all(is_token))
 }
 
+/// How an error quotes a malformed item: whole for resource attributes;
+/// for headers only its leading name, then `…` (a header's value is often
+/// a credential, and `Authorization: Bearer ...` written with a colon
+/// would reach the terminal and the journal whole).
+fn shown_item<'a>(item: &'a str, what: &str) -> std::borrow::Cow<'a, str> {
+    if what != "headers" {
+        return item.into();
+    }
+    let name_len = item
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        .unwrap_or(item.len())
+        .min(64);
+    match item.get(..name_len) {
+        Some(name) if name.len() == item.len() => item.into(),
+        Some(name) => format!("{name}…").into(),
+        None => "…".into(),
+    }
+}
+
 /// W3C Baggage's list format, as the OTEL_* variables use it: at most
 /// MAX_HEADER_BYTES long, MAX_HEADERS items of `key=value` (values
 /// percent-decoded, no control characters but tab), keys that `key_ok`.
@@ -289,13 +308,15 @@ fn parse_list(
     for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((key, value)) = item.split_once('=') else {
             return Err(format!(
-                "\"{item}\" is not key=value (the list is key1=value1,key2=value2)"
+                "\"{}\" is not key=value (the list is key1=value1,key2=value2)",
+                shown_item(item, what)
             ));
         };
         let key = key.trim();
         if key.is_empty() || key.chars().any(char::is_control) || !key_ok(key) {
             return Err(format!(
-                "\"{key}\" is not {}",
+                "\"{}\" is not {}",
+                shown_item(key, what),
                 match what {
                     "headers" => "an HTTP header name",
                     _ => "a valid key",
