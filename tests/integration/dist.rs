@@ -377,6 +377,29 @@ fn the_completions_load_in_bash_zsh_and_fish() {
             .arg(function),
     );
     assert_eq!(replies.trim(), "--serve", "bash");
+    // A subcommand's own options and values: clap_complete 4.6 spells the
+    // case labels of a hyphenated program's subcommands apart from the
+    // state its loop computes (clap-rs/clap#6421), so nothing completed
+    // past `report` or `diff` until dist_assets.rs mended them.
+    let replies = checked(
+        Command::new("bash")
+            .arg("-c")
+            .arg(
+                r#"source "$1"
+                COMP_WORDS=(memtrace-bpf report heap.json --group-by ""); COMP_CWORD=4
+                "$2" memtrace-bpf "" --group-by; printf '%s\n' "${COMPREPLY[@]}"
+                COMP_WORDS=(memtrace-bpf diff a.json b.json --vi); COMP_CWORD=4
+                "$2" memtrace-bpf --vi b.json; printf '%s\n' "${COMPREPLY[@]}""#,
+            )
+            .arg("bash")
+            .arg(&bash)
+            .arg(function),
+    );
+    assert_eq!(
+        replies.split_whitespace().collect::<Vec<_>>(),
+        ["process", "cgroup", "container", "--view"],
+        "bash, after a subcommand"
+    );
 
     let zsh_dir = share.join("zsh/vendor-completions");
     checked(

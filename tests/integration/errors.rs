@@ -330,3 +330,61 @@ fn a_pid_that_exits_during_attach_is_reported_as_such() {
     );
     assert!(!err.contains("perf_event_open"), "{err}");
 }
+
+/// A quoted value is escaped once, where the error is printed: `a\x1bb`,
+/// not `a\\x1bb` (escaped where the message was made, then again) nor
+/// `a\\\\\\\\x1bb` (and once more through `{:?}`).
+#[test]
+fn errors_quote_hostile_values_escaped_once() {
+    let env_run = |var: &str, val: &str| {
+        let out = Command::new(TRACER)
+            .env(var, val)
+            .args(["--otlp", "http://127.0.0.1:9", "-d", "1", "--", "/bin/true"])
+            .output()
+            .expect("run memtrace-bpf");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Each with what it must quote: a header is named, never its value.
+    let cases = [
+        ("nu-\\x1bb", run(&["--cgroup", "nu-\x1bb", "-d", "1"]).1),
+        (
+            "\"http://a\\x1bb\"",
+            run(&["--otlp", "http://a\x1bb", "-d", "1", "--", "/bin/true"]).1,
+        ),
+        ("\"a…\"", env_run("OTEL_EXPORTER_OTLP_HEADERS", "a\x1bb=1")),
+        (
+            "\"a\\x1bb\"",
+            env_run("OTEL_RESOURCE_ATTRIBUTES", "a\x1bb=1"),
+        ),
+    ];
+    for (quoted, err) in cases {
+        assert!(err.starts_with("memtrace-bpf: error: "), "{err}");
+        assert!(err.contains(quoted), "{quoted}: {err}");
+        assert!(!err.contains("\\\\"), "escaped twice: {err}");
+        assert!(!err.contains('\x1b'), "raw: {err}");
+    }
+}
+
+/// stdout and stderr both closed (`memtrace-bpf ... 2>&1 | head -0`): the
+/// report cannot be written and neither can the error saying so; the
+/// status says it (1), without a panic (101).
+#[test]
+fn closed_stdout_and_stderr_give_status_1_not_a_panic() {
+    for args in [
+        &["--keep-running", "--pid", "1"][..],
+        &["-d", "1", "--", "/bin/true"],
+    ] {
+        let mut child = Command::new(TRACER)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run memtrace-bpf");
+        // Closes the read ends: every write gets EPIPE.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let status = child.wait().expect("wait");
+        let want = if args[0] == "--keep-running" { 2 } else { 1 };
+        assert_eq!(status.code(), Some(want), "{args:?}: {status:?}");
+    }
+}

@@ -107,3 +107,83 @@ fn bad_command_lines_of_report_and_diff_exit_with_status_2() {
         assert!(err.contains("error"), "{args:?}: {err}");
     }
 }
+
+/// A saved file's hostile name is escaped once on stderr and in the text
+/// report (`h\x1bx`, not `h\\x1bx`), and kept exact in JSON's target.
+#[test]
+fn a_hostile_file_name_is_escaped_once() {
+    let dir = open_dir("offline-name");
+    let json = dir.join("good.json");
+    std::fs::write(
+        &json,
+        br#"{"format":"memtrace-bpf/2","target":"t","totals":{"inuse_bytes":5},
+            "stacks":[{"pid":1,"inuse_bytes":5,"inuse_objects":1,"frames":[0]}],
+            "frames":[{"function":"f","module":"/bin/x"}]}"#,
+    )
+    .expect("write");
+    let pb = dir.join("h\x1bx.pb.gz");
+    let args = |extra: &[&'static str]| {
+        let mut a: Vec<std::ffi::OsString> = vec!["report".into(), pb.clone().into()];
+        a.extend(extra.iter().map(std::ffi::OsString::from));
+        a
+    };
+    ok(&as_nobody(&[
+        OsStr::new("report"),
+        json.as_os_str(),
+        OsStr::new("-f"),
+        OsStr::new("pprof"),
+        OsStr::new("-o"),
+        pb.as_os_str(),
+    ]));
+    let text = ok(&as_nobody(&args(&[])));
+    let first = text.lines().next().unwrap_or_default();
+    assert!(first.ends_with("h\\x1bx.pb.gz"), "{text}");
+    assert!(!first.contains("\\\\"), "escaped twice: {first}");
+    let out = ok(&as_nobody(&args(&["-f", "json"])));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let target = v["target"].as_str().expect("target");
+    assert!(
+        target.ends_with("h\x1bx.pb.gz"),
+        "JSON keeps it exact: {target:?}"
+    );
+    let sort = args(&["--sort", "growth"]);
+    let err = fails(
+        &sort
+            .iter()
+            .map(std::ffi::OsString::as_os_str)
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        err.contains("h\\x1bx.pb.gz") && !err.contains("\\\\"),
+        "{err}"
+    );
+    // diff: its text names the file escaped once, its JSON exactly.
+    let diff = |format: &str| {
+        ok(&as_nobody(&[
+            OsStr::new("diff"),
+            pb.as_os_str(),
+            json.as_os_str(),
+            OsStr::new("-f"),
+            OsStr::new(format),
+        ]))
+    };
+    let text = diff("text");
+    assert!(
+        text.contains("h\\x1bx.pb.gz (file /") && !text.contains("\\\\"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&diff("json")).expect("JSON");
+    let file = v["old"]["file"].as_str().expect("old.file");
+    assert!(
+        file.ends_with("h\x1bx.pb.gz"),
+        "JSON keeps it exact: {file:?}"
+    );
+    let err = fails(&[
+        OsStr::new("report"),
+        dir.join("m\x1bissing.json").as_os_str(),
+    ]);
+    assert!(
+        err.contains("m\\x1bissing") && !err.contains("\\\\"),
+        "{err}"
+    );
+}

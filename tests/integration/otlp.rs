@@ -266,6 +266,55 @@ fn a_collector_that_never_answers_does_not_hold_the_trace() {
     drop(silent);
 }
 
+/// A collector that refuses with a body of its own choosing: the warning
+/// quotes it escaped once (`bad\x1b[2J\nforged`), on one line.
+#[test]
+fn a_refusal_body_is_quoted_escaped_once() {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!(
+        "http://127.0.0.1:{}",
+        listener.local_addr().expect("bound").port()
+    );
+    // Answers every request 400, with the hostile body.
+    let server = std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut length = 0usize;
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let _ = reader.take(length as u64).read_to_end(&mut Vec::new());
+            let body = "bad\x1b[2J\nforged";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let out = Command::new(TRACER)
+        .args(["--otlp", url.as_str(), "-d", "1", "--", "/bin/true"])
+        .output()
+        .expect("run memtrace-bpf");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = err
+        .lines()
+        .find(|l| l.contains("failed: HTTP 400"))
+        .unwrap_or_else(|| panic!("no refusal said: {err}"));
+    assert!(
+        warning.contains("HTTP 400: bad\\x1b[2J\\nforged; not retried"),
+        "{warning}"
+    );
+    assert!(!err.contains('\x1b'), "{err}");
+    drop(server);
+}
+
 /// Arguments, environment, and what the error must say.
 type BadCase = (
     &'static [&'static str],

@@ -122,3 +122,44 @@ fn a_report_blocked_on_a_fifo_is_saved_elsewhere_on_a_signal() {
     let _ = std::fs::remove_file(saved);
     drop(held);
 }
+
+/// A numbered -o (`{n}`) whose directory vanished during the trace: the
+/// final report is not lost but saved in the temporary directory, and the
+/// error says where (as for a plain -o). It was refused with "the
+/// directory does not exist", and the trace's report was gone.
+#[test]
+fn a_numbered_report_whose_directory_vanished_is_saved_elsewhere() {
+    let dir = scratch("vanished-numbered");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("heap-{n}.json");
+    // --interval far beyond the trace: no snapshot before the final one.
+    let mut tracer = Tracer::spawn(&[
+        "-f",
+        "json",
+        "--interval",
+        "3600",
+        "-o",
+        path.to_str().expect("utf-8"),
+        "--",
+        "/bin/sleep",
+        "60",
+    ]);
+    tracer
+        .stderr
+        .wait_for("memtrace-bpf: tracing ", "tracer attach");
+    std::fs::remove_dir_all(&dir).expect("remove the -o directory");
+    tracer.signal(libc::SIGINT);
+    let out = tracer.finish();
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("heap-1.json"), "{}", out.stderr);
+    let saved = out
+        .stderr
+        .split("it was saved to ")
+        .nth(1)
+        .and_then(|rest| rest.split(" instead").next())
+        .unwrap_or_else(|| panic!("no saved path in: {}", out.stderr));
+    let report = read_json(Path::new(saved));
+    assert_eq!(report["end_reason"], "interrupted (SIGINT)", "{report}");
+    let _ = std::fs::remove_file(saved);
+}

@@ -115,6 +115,13 @@ fn unknown_paths_get_404_with_the_endpoints_and_bad_queries_400() {
     let (status, body) = get_text(&addr, "/flamegraph.svg?view=nope");
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("inuse-space, inuse-objects"), "{body}");
+    // Every view the route takes is named, the peak ones too.
+    assert!(
+        body.contains("peak-space") && body.contains("peak-objects"),
+        "{body}"
+    );
+    let (status, svg) = get_text(&addr, "/flamegraph.svg?view=peak-objects");
+    assert_eq!(status, 200, "{svg}");
     for seconds in ["0", "301", "-1", "x"] {
         let (status, body) = get_text(&addr, &format!("/debug/pprof/allocs?seconds={seconds}"));
         assert_eq!(status, 400, "seconds={seconds}: {body}");

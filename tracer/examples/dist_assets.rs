@@ -62,7 +62,29 @@ fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     fs::create_dir_all(&completions)?;
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         let path = clap_complete::generate_to(shell, &mut command.clone(), BIN, &completions)?;
+        if shell == Shell::Bash {
+            mend_bash_subcommands(&path)?;
+        }
         written.push(path);
     }
     Ok(written)
+}
+
+/// clap_complete 4.6's bash script reaches `memtrace__bpf__subcmd__report`
+/// for `memtrace-bpf report ...` but labels that case
+/// `memtrace__subcmd__bpf__subcmd__report` (the program's hyphen escaped as
+/// a subcommand separator: clap-rs/clap#6421), so nothing completed after
+/// `report` or `diff`. The labels are spelled as the loop spells them.
+fn mend_bash_subcommands(path: &Path) -> std::io::Result<()> {
+    let script = fs::read_to_string(path)?;
+    let wrong = format!("        {}__subcmd__", BIN.replace('-', "__subcmd__"));
+    let right = format!("        {}__subcmd__", BIN.replace('-', "__"));
+    let mended = script.replace(&wrong, &right);
+    if mended.contains(&format!("{}__subcmd__", BIN.replace('-', "__subcmd__"))) {
+        return Err(std::io::Error::other(format!(
+            "{}: a subcommand label still spelled as clap-rs/clap#6421 spells it",
+            path.display()
+        )));
+    }
+    fs::write(path, mended)
 }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use memtrace_bpf::{cli, escape, session};
+use memtrace_bpf::{cli, console, escape, session};
 
 fn main() -> ExitCode {
     // `report` and `diff` work on saved files: dispatched before anything
@@ -15,14 +15,15 @@ fn main() -> ExitCode {
     }
     let cli = cli::Cli::parse(); // exits with status 2 on a bad command line
     if let Err(msg) = cli.validate() {
-        eprintln!("memtrace-bpf: error: {}", escape::text(&msg));
+        // console, not eprintln!: a closed stderr must not panic (status 101).
+        console::error(escape::text(&msg));
         return ExitCode::from(2);
     }
     match session::run(&cli.trace_config()) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             // Errors quote paths and command lines the target chose.
-            eprintln!("memtrace-bpf: error: {}", escape::text(&format!("{err:#}")));
+            console::error(escape::text(&format!("{err:#}")));
             ExitCode::FAILURE
         }
     }

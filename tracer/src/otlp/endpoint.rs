@@ -84,7 +84,7 @@ pub fn resolve(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Desti
         if let Some(protocol) = env(name) {
             if protocol.trim() != "http/protobuf" {
                 return Err(BadConfig(format!(
-                    "{name}={:?}: --otlp sends OTLP/HTTP protobuf only; set it to http/protobuf \
+                    "{name}=\"{}\": --otlp sends OTLP/HTTP protobuf only; set it to http/protobuf \
                      or unset it (a collector's otlp receiver takes both on its http endpoint, \
                      port 4318)",
                     protocol.trim()
@@ -107,10 +107,8 @@ pub fn resolve(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Desti
         )
     };
     let mut dest = parse_url(url.trim(), append).map_err(|why| {
-        BadConfig(format!(
-            "{source} {:?}: {why}",
-            crate::escape::text(url.trim())
-        ))
+        // Raw in quotes: the error is escaped once, where main prints it.
+        BadConfig(format!("{source} \"{}\": {why}", url.trim()))
     })?;
     let (name, headers) = match env("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") {
         Some(h) => ("OTEL_EXPORTER_OTLP_PROFILES_HEADERS", h),
@@ -276,6 +274,25 @@ fn parse_headers(list: &str) -> Result<Vec<(String, String)>, String> {
     parse_list(list, "headers", |key| key.bytes().all(is_token))
 }
 
+/// How an error quotes a malformed item: whole for resource attributes;
+/// for headers only its leading name, then `…` (a header's value is often
+/// a credential, and `Authorization: Bearer ...` written with a colon
+/// would reach the terminal and the journal whole).
+fn shown_item<'a>(item: &'a str, what: &str) -> std::borrow::Cow<'a, str> {
+    if what != "headers" {
+        return item.into();
+    }
+    let name_len = item
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        .unwrap_or(item.len())
+        .min(64);
+    match item.get(..name_len) {
+        Some(name) if name.len() == item.len() => item.into(),
+        Some(name) => format!("{name}…").into(),
+        None => "…".into(),
+    }
+}
+
 /// W3C Baggage's list format, as the OTEL_* variables use it: at most
 /// MAX_HEADER_BYTES long, MAX_HEADERS items of `key=value` (values
 /// percent-decoded, no control characters but tab), keys that `key_ok`.
@@ -291,15 +308,15 @@ fn parse_list(
     for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((key, value)) = item.split_once('=') else {
             return Err(format!(
-                "{:?} is not key=value (the list is key1=value1,key2=value2)",
-                crate::escape::text(item)
+                "\"{}\" is not key=value (the list is key1=value1,key2=value2)",
+                shown_item(item, what)
             ));
         };
         let key = key.trim();
         if key.is_empty() || key.chars().any(char::is_control) || !key_ok(key) {
             return Err(format!(
-                "{:?} is not {}",
-                crate::escape::text(key),
+                "\"{}\" is not {}",
+                shown_item(key, what),
                 match what {
                     "headers" => "an HTTP header name",
                     _ => "a valid key",

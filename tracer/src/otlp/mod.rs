@@ -29,7 +29,7 @@ pub use endpoint::{resolve, BadConfig, Destination, EnvResource, PROFILES_PATH};
 pub use exporter::{Exporter, Policy, Stats, QUEUE};
 
 use crate::{
-    console, escape,
+    console,
     report::{otlp_request, Note, OtlpHost, Profile},
 };
 
@@ -88,9 +88,9 @@ impl Push {
             ));
         });
         let line = format!(
-            "OTLP: {} sent to {url}, {} failed sends, {} dropped",
+            "OTLP: {} sent to {url}, {}, {} dropped",
             crate::report::counted(s.sent, "profile", "profiles"),
-            s.failed,
+            crate::report::counted(s.failed, "failed send", "failed sends"),
             s.dropped
         );
         match s.dropped {
@@ -116,7 +116,7 @@ fn host_name() -> String {
 
 /// Resolves `--otlp`'s destination from the process's environment.
 pub fn destination(flag: &str) -> anyhow::Result<Destination> {
-    // The message names the flag or the variable it read.
-    resolve(flag, |name| std::env::var(name).ok())
-        .map_err(|e| anyhow::anyhow!("{}", escape::text(&e.to_string())))
+    // The message names the flag or the variable it read; it quotes their
+    // values raw, escaped once where main prints the error.
+    resolve(flag, |name| std::env::var(name).ok()).map_err(anyhow::Error::new)
 }

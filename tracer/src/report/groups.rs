@@ -54,7 +54,30 @@ impl Profile {
             Some(_) => None,
             None => self.identity_of(stack.pid, stack.start_time),
         };
-        group_for(self.group_by, identity)
+        group_for(self.group_by, identity, |id| self.shown_container(id))
+    }
+
+    /// Container `id` as reports name it: its first 12 digits, as `docker
+    /// ps` shows it, or as many more as tell it apart from another
+    /// container of the profile that starts with the same 12 (the runtime
+    /// picks the ids; two must not merge into one group). O(processes).
+    fn shown_container<'a>(&self, id: &'a str) -> &'a str {
+        let mut len = SHORT_ID.min(id.len());
+        let others = self
+            .processes
+            .iter()
+            .filter_map(|p| p.identity.container_id.as_deref());
+        for other in others {
+            if other != id && other.get(..len) == id.get(..len) {
+                let common = id
+                    .bytes()
+                    .zip(other.bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                len = (common + 1).min(id.len());
+            }
+        }
+        id.get(..len).unwrap_or(id)
     }
 
     /// Every group with its processes and summed counts, largest in-use
@@ -102,8 +125,13 @@ impl Profile {
     }
 }
 
-/// The group a process with `identity` (None: unknown) is in.
-fn group_for(group_by: GroupBy, identity: Option<&Identity>) -> Option<Group> {
+/// The group a process with `identity` (None: unknown) is in; `shown`
+/// names a container.
+fn group_for(
+    group_by: GroupBy,
+    identity: Option<&Identity>,
+    shown: impl Fn(&str) -> &str,
+) -> Option<Group> {
     let none = Identity::default();
     let id = identity.unwrap_or(&none);
     match group_by {
@@ -115,7 +143,7 @@ fn group_for(group_by: GroupBy, identity: Option<&Identity>) -> Option<Group> {
         }),
         GroupBy::Container => {
             let group = if let Some(c) = &id.container_id {
-                format!("container {}", short_id(c))
+                format!("container {}", shown(c))
             } else if let Some(pod) = &id.pod_uid {
                 format!("pod {pod}")
             } else if let Some(unit) = &id.unit {
@@ -134,10 +162,8 @@ fn group_for(group_by: GroupBy, identity: Option<&Identity>) -> Option<Group> {
     }
 }
 
-/// A container id as `docker ps` shows it: its first 12 digits.
-fn short_id(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
-}
+/// Digits of a container id that `docker ps` shows.
+const SHORT_ID: usize = 12;
 
 #[cfg(test)]
 mod tests {
@@ -201,6 +227,39 @@ mod tests {
         assert_eq!(names, ["container 0123456789ab", NO_CONTAINER]);
         p.group_by = GroupBy::Process;
         assert!(p.groups().is_empty());
+    }
+
+    /// Two containers whose ids share their first 12 digits are two
+    /// groups, each named by as many digits as tell it apart (they were one
+    /// group, with the first one's id and both pids).
+    #[test]
+    fn containers_that_share_12_digits_stay_apart() {
+        let a = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let b = "0123456789abffffffffffffffffffffffffffffffffffffffffffffffffffff";
+        let c = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+        let p = Profile {
+            processes: vec![
+                process(1, "/a", Some(a)),
+                process(2, "/b", Some(b)),
+                process(3, "/c", Some(c)),
+            ],
+            stacks: vec![stack(1, 30), stack(2, 20), stack(3, 10)],
+            group_by: GroupBy::Container,
+            ..Profile::default()
+        };
+        let got: Vec<(String, Option<String>, Vec<u32>)> = p
+            .groups()
+            .into_iter()
+            .map(|g| (g.group, g.container_id, g.pids))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("container 0123456789abc".into(), Some(a.into()), vec![1]),
+                ("container 0123456789abf".into(), Some(b.into()), vec![2]),
+                ("container fedcba987654".into(), Some(c.into()), vec![3]),
+            ]
+        );
     }
 
     #[test]

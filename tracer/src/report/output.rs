@@ -111,6 +111,23 @@ impl Output {
         }
     }
 
+    /// Where a report meant for `wanted` goes when `wanted` cannot take
+    /// it: a new file in the temporary directory (its name made from the
+    /// tracer's pid and `wanted`'s file name).
+    pub fn elsewhere(wanted: &Path) -> Output {
+        Output {
+            path: std::env::temp_dir().join(format!(
+                "memtrace-bpf-{}-{}",
+                std::process::id(),
+                wanted
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "report".into())
+            )),
+            in_place: None,
+        }
+    }
+
     /// The path as given after resolving symlinks, for messages.
     pub fn path(&self) -> &Path {
         &self.path
@@ -250,17 +267,7 @@ pub fn write_stdout(render: &mut Render<'_>) -> anyhow::Result<()> {
 /// Saves `report` in the temporary directory, or writes it to stdout when
 /// that fails too; returns the file it went to.
 fn save_elsewhere(wanted: &Path, render: &mut Render<'_>) -> Option<String> {
-    let fallback = Output {
-        path: std::env::temp_dir().join(format!(
-            "memtrace-bpf-{}-{}",
-            std::process::id(),
-            wanted
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "report".into())
-        )),
-        in_place: None,
-    };
+    let fallback = Output::elsewhere(wanted);
     if fallback.replace(render).is_ok() {
         return Some(fallback.path.display().to_string());
     }

@@ -27,7 +27,8 @@ pub struct Diff {
 /// What the diff says of one input.
 #[derive(Serialize)]
 pub struct Side {
-    /// The file, as given (escaped).
+    /// The file, as given (raw: JSON keeps it exact, the other writers
+    /// escape it).
     pub file: String,
     pub target: String,
     pub totals: Counts,

@@ -190,8 +190,8 @@ fn run_diff(a: &DiffArgs) -> anyhow::Result<()> {
     let d = Diff::new(
         &old,
         &new,
-        &crate::escape::path(&a.old),
-        &crate::escape::path(&a.new),
+        &a.old.to_string_lossy(),
+        &a.new.to_string_lossy(),
     );
     let (format, view, top) = (a.format, a.view, a.top);
     write_out(output.as_ref(), &mut |mut w: &mut dyn Write| match format {
@@ -252,7 +252,8 @@ pub(crate) fn sort_stacks(
         Some(Sort::Growth) if !has_rates => bail!(
             "{}: this profile has no history (no growth rates): --sort growth needs a profile \
              saved from a trace with --interval; use --sort inuse",
-            crate::escape::path(file)
+            // Escaped where the error is printed (main).
+            file.to_string_lossy()
         ),
         Some(sort) => sort,
         None if has_rates => Sort::Growth,
@@ -272,7 +273,9 @@ pub(crate) fn sort_stacks(
 /// gzip-compressed or not, told apart by their first bytes; memory and
 /// numbers bounded (limits.rs). Errors name the file.
 pub fn load(path: &Path) -> anyhow::Result<Profile> {
-    let shown = crate::escape::path(path);
+    // Raw: an error is escaped where it is printed, the target by each
+    // renderer (escaping here too would double every backslash).
+    let shown = path.to_string_lossy();
     let mut profile = input::read(path)
         .and_then(|(bytes, kind)| parse(bytes, kind))
         .with_context(|| format!("{shown} is not a profile memtrace-bpf can read"))?;

@@ -38,7 +38,7 @@ const ENDPOINTS: &str = "\
 /                          the live page: flamegraph, in-use bytes over time, top growing stacks (HTML)
 /debug/pprof/heap          pprof, in-use space by default (go tool pprof)
 /debug/pprof/allocs        pprof, allocated space by default; ?seconds=N: what was allocated over the next N s
-/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects
+/flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects, peak-space, peak-objects
 /profile.json              the whole profile as JSON (the schema of --format json)
 /metrics                   Prometheus text: live bytes and objects, events, loss counters, tracer CPU and RSS
 ?min_age=SECS              on every endpoint: in use counts only blocks live at least SECS (0: all; default: --min-age)
@@ -291,16 +291,16 @@ async fn allocs(State(app): State<Arc<App>>, Query(params): Params) -> Response 
 }
 
 async fn flamegraph(State(app): State<Arc<App>>, Query(params): Params) -> Response {
-    let view = match params.get("view").map(|v| parse_view(v)) {
-        None => View::InuseSpace,
-        Some(Some(view)) => view,
-        Some(None) => {
-            return error(
+    let view =
+        match params.get("view").map(|v| parse_view(v)) {
+            None => View::InuseSpace,
+            Some(Some(view)) => view,
+            Some(None) => return error(
                 StatusCode::BAD_REQUEST,
-                "?view= takes inuse-space, inuse-objects, alloc-space or alloc-objects",
-            )
-        }
-    };
+                "?view= takes inuse-space, inuse-objects, alloc-space, alloc-objects, peak-space \
+                 or peak-objects",
+            ),
+        };
     let min_age = match min_age(&params) {
         Ok(min_age) => min_age,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),

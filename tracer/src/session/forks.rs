@@ -7,7 +7,7 @@
 //! it, the kernel counts the children that were not traced, and the report
 //! says how many.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use aya::maps::{MapData, PerCpuArray};
 use tracer_common::counter;
@@ -21,21 +21,37 @@ use crate::{
 #[derive(Debug, Default)]
 pub struct Forks {
     pub follow: bool,
-    /// Followed processes other than the root, by pid.
+    /// Followed processes other than the root, by pid: those running and
+    /// the last `keep_exited` that exited.
     children: BTreeMap<u32, Child>,
+    /// Exits of children, oldest first, with the exit's number: past
+    /// `keep_exited` (--exited-processes) the oldest child is forgotten,
+    /// as the collector folds its stacks into its program's group. So a
+    /// trace that forks without end keeps this bounded, and the report
+    /// lists a folded child only in its group. One entry per exited child
+    /// in `children`.
+    exits: VecDeque<(u32, u64)>,
+    keep_exited: usize,
+    /// Exits seen, to number them.
+    exit_count: u64,
 }
 
 #[derive(Debug)]
 struct Child {
     command: String,
     exited: bool,
+    /// The number of its exit (0 while it runs).
+    exit: u64,
 }
 
 impl Forks {
-    pub fn new(follow: bool) -> Forks {
+    pub fn new(follow: bool, keep_exited: usize) -> Forks {
         Forks {
             follow,
             children: BTreeMap::new(),
+            exits: VecDeque::new(),
+            keep_exited,
+            exit_count: 0,
         }
     }
 
@@ -50,13 +66,19 @@ impl Forks {
             // exec'ed, and then the exec event has the same problem.
             command = parent_command.to_string();
         }
-        self.children.insert(
+        let replaced = self.children.insert(
             child,
             Child {
                 command,
                 exited: false,
+                exit: 0,
             },
         );
+        if let Some(old) = replaced.filter(|c| c.exited) {
+            // A reused pid: the old child's exit goes with it (a search of
+            // at most --exited-processes entries, at a reuse only).
+            self.exits.retain(|&(p, e)| (p, e) != (child, old.exit));
+        }
     }
 
     /// The command line of followed child `pid`, if it is one.
@@ -65,8 +87,17 @@ impl Forks {
     }
 
     pub fn exited(&mut self, pid: u32) {
-        if let Some(child) = self.children.get_mut(&pid) {
-            child.exited = true;
+        let Some(child) = self.children.get_mut(&pid).filter(|c| !c.exited) else {
+            return;
+        };
+        self.exit_count += 1;
+        child.exited = true;
+        child.exit = self.exit_count;
+        self.exits.push_back((pid, self.exit_count));
+        while self.exits.len() > self.keep_exited {
+            if let Some((pid, _)) = self.exits.pop_front() {
+                self.children.remove(&pid);
+            }
         }
     }
 
@@ -205,7 +236,7 @@ mod tests {
 
     #[test]
     fn a_forked_child_is_listed_once_and_a_reused_pid_is_a_new_process() {
-        let mut forks = Forks::new(true);
+        let mut forks = Forks::new(true, 1000);
         // Pids far above pid_max: /proc has none, command lines are empty.
         forks.forked(u32::MAX - 1, "");
         forks.exited(u32::MAX - 1);
@@ -234,6 +265,43 @@ mod tests {
         forks.renamed(u32::MAX - 1, "ls");
         assert_eq!(forks.command(u32::MAX - 1), Some("ls"));
         assert!(!forks.executed(12));
+    }
+
+    /// A long trace forks without end: exited children past
+    /// --exited-processes are forgotten, as the collector folds their
+    /// stacks into their program's group (they were kept for ever, and
+    /// listed once more beside the group).
+    #[test]
+    fn exited_children_past_the_bound_are_forgotten() {
+        let mut forks = Forks::new(true, 2);
+        let pids: Vec<u32> = (1..=5).map(|i| u32::MAX - 10 - i).collect();
+        for &pid in &pids {
+            forks.forked(pid, "child");
+        }
+        for &pid in &pids[..4] {
+            forks.exited(pid);
+        }
+        // A pid reused by a new child that exits: its first exit's turn
+        // must not forget the new one.
+        forks.forked(pids[3], "again");
+        forks.exited(pids[3]);
+        forks.exited(pids[3]);
+        let mut listed = Vec::new();
+        forks.merge_processes(&mut listed);
+        let mut kept: Vec<(u32, &str, bool)> = listed
+            .iter()
+            .map(|p| (p.pid, p.command.as_str(), p.exited))
+            .collect();
+        kept.sort_unstable();
+        assert_eq!(
+            kept,
+            [
+                (pids[4], "child", false),
+                (pids[3], "again", true),
+                (pids[2], "child", true),
+            ]
+        );
+        assert_eq!(forks.children.len(), 3);
     }
 
     #[test]

@@ -35,11 +35,16 @@ impl Scope {
     pub fn start(config: &TraceConfig) -> anyhow::Result<Start> {
         let (scope, maps) = match &config.target {
             Target::Pid(pid) => {
-                let (single, maps) = Single::attach_to(*pid, config.follow_forks)?;
+                let (single, maps) =
+                    Single::attach_to(*pid, config.follow_forks, config.exited_processes)?;
                 (Scope::Single(single), vec![(*pid, maps)])
             }
             Target::Command(args) => (
-                Scope::Single(Single::start(args, config.follow_forks)?),
+                Scope::Single(Single::start(
+                    args,
+                    config.follow_forks,
+                    config.exited_processes,
+                )?),
                 Vec::new(),
             ),
             Target::Binary(binary) => (Scope::Binary(Binary::new(binary)?), Vec::new()),

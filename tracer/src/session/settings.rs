@@ -121,7 +121,22 @@ impl<'a> Settings<'a> {
         let Some(path) = &self.config.output else {
             return self.write(profile);
         };
-        let output = Output::prepare(&numbered_path(path, n))?;
+        let numbered = numbered_path(path, n);
+        let output = match Output::prepare(&numbered) {
+            Ok(output) => output,
+            // The final report is kept whatever became of its directory
+            // during the trace: saved elsewhere, the error says where.
+            Err(refused) if last => {
+                let elsewhere = Output::elsewhere(&numbered);
+                write_report(self.config, Some(&elsewhere), profile, last)?;
+                return Err(refused.context(format!(
+                    "the report could not be written to {}; it was saved to {} instead",
+                    numbered.display(),
+                    elsewhere.path().display()
+                )));
+            }
+            Err(refused) => return Err(refused),
+        };
         write_report(self.config, Some(&output), profile, last)?;
         Ok(Some(output.path().to_path_buf()))
     }

@@ -39,21 +39,31 @@ impl Single {
     }
 
     /// `--pid`: the process and its maps as they are now.
-    pub fn attach_to(pid: u32, follow_forks: bool) -> anyhow::Result<(Single, Vec<Mapping>)> {
+    /// `keep_exited`: --exited-processes, how many exited children keep
+    /// their own entry (see `Forks`).
+    pub fn attach_to(
+        pid: u32,
+        follow_forks: bool,
+        keep_exited: usize,
+    ) -> anyhow::Result<(Single, Vec<Mapping>)> {
         let process = Process::inspect(pid)?;
         let pidfd = PidFd::open(pid)?;
         let single = Single {
             pid,
             pidfd,
             command: process.command,
-            forks: Forks::new(follow_forks),
+            forks: Forks::new(follow_forks, keep_exited),
             launched: None,
         };
         Ok((single, process.mappings))
     }
 
     /// `-- CMD`: started, held before its first instruction.
-    pub fn start(command: &[OsString], follow_forks: bool) -> anyhow::Result<Single> {
+    pub fn start(
+        command: &[OsString],
+        follow_forks: bool,
+        keep_exited: usize,
+    ) -> anyhow::Result<Single> {
         let launched = Launched::spawn(command)?;
         let pidfd = PidFd::open(launched.pid)?;
         let argv_shown = crate::tracee::launch::display_command(command);
@@ -61,7 +71,7 @@ impl Single {
             pid: launched.pid,
             pidfd,
             command: crate::tracee::launch::report_command(command),
-            forks: Forks::new(follow_forks),
+            forks: Forks::new(follow_forks, keep_exited),
             launched: Some((launched, argv_shown)),
         })
     }

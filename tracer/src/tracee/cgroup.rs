@@ -108,8 +108,9 @@ pub fn resolve(given: &Path) -> anyhow::Result<TracedCgroup> {
 }
 
 fn resolve_in(m: &Cgroup2Mount, given: &Path) -> anyhow::Result<TracedCgroup> {
-    let shown = crate::escape::path(given);
-    let mount = crate::escape::path(&m.mount);
+    // Raw: the error is escaped once, where main prints it.
+    let shown = given.display();
+    let mount = m.mount.display();
     // Relative to the mount: `system.slice/x.service` or, as
     // /proc/PID/cgroup prints it, `/system.slice/x.service`.
     let relative: PathBuf = given

@@ -118,6 +118,20 @@ fn bad_urls_and_headers_say_what_to_do() {
         e.starts_with("OTEL_EXPORTER_OTLP_HEADERS: \"novalue\" is not key=value"),
         "{e}"
     );
+    // A header's value is often a credential: an error names the header,
+    // never its value (`Authorization: Bearer ...` written with a colon,
+    // or a base64 token whose `=` padding made the rest a key).
+    for bad in [
+        "Authorization:Bearer s3cr3t",
+        "Authorization: Bearer s3cr3t==",
+    ] {
+        let e = err("", &[("OTEL_EXPORTER_OTLP_HEADERS", bad)]);
+        assert!(!e.contains("s3cr3t"), "{e}");
+        assert!(e.contains("\"Authorization…\""), "{e}");
+    }
+    // Resource attributes are no secret: quoted whole.
+    let e = err("", &[("OTEL_RESOURCE_ATTRIBUTES", "k:v")]);
+    assert!(e.contains("\"k:v\" is not key=value"), "{e}");
     // A decoded line break would forge a header of its own.
     let e = err("", &[("OTEL_EXPORTER_OTLP_HEADERS", "a=x%0d%0aEvil:%201")]);
     assert!(e.contains("without line breaks"), "{e}");

@@ -41,13 +41,13 @@ impl Diff {
         writeln!(
             w,
             "  OLD {} ({})",
-            self.old.file,
+            escape::text(&self.old.file),
             escape::text(&self.old.target)
         )?;
         writeln!(
             w,
             "  NEW {} ({})",
-            self.new.file,
+            escape::text(&self.new.file),
             escape::text(&self.new.target)
         )?;
         writeln!(w, "total: old {old}, new {new}, change {:+}", sub(new, old))?;
@@ -115,7 +115,8 @@ impl Diff {
         opts.title = format!("memtrace-bpf diff: {}", view.describe());
         opts.subtitle = Some(format!(
             "{} → {} (red grew, blue shrank)",
-            self.old.file, self.new.file
+            escape::text(&self.old.file),
+            escape::text(&self.new.file)
         ));
         opts.count_name = view.unit().to_string();
         opts.deterministic = true;
@@ -202,7 +203,8 @@ impl Diff {
         let default_sample_type = b.string(crate::report::sample_type_name(view));
         let comment = vec![b.string(&format!(
             "memtrace-bpf diff: {} − {}",
-            self.new.file, self.old.file
+            escape::text(&self.new.file),
+            escape::text(&self.old.file)
         ))];
         proto::Profile {
             sample_type,
