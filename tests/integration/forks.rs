@@ -316,3 +316,37 @@ fn children_running_before_the_trace_starts_are_followed_too() {
         assert_eq!(p["command"], processes[0]["command"], "{p}");
     }
 }
+
+/// Under --binary the processes that exec'ed another program are named in
+/// the notes up to a bound (32) and counted beyond it; and what the tracer
+/// keeps of each process goes when it exits (session/binary.rs).
+#[test]
+fn binary_names_a_bounded_number_of_processes_that_execed_away() {
+    let bin = compile_c("exec_away", "forks-exec-away", O2_FLAGS);
+    let tracer = JsonTracer::start(
+        "forks-exec-away",
+        &["--binary", bin.to_str().expect("utf-8 path")],
+    );
+    let mut target = Target::start(&bin, &["40"]);
+    target.send("go");
+    target.wait_for("done");
+    let (report, _) = tracer.stop();
+    let notes: Vec<String> = report["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect();
+    let named = notes
+        .iter()
+        .filter(|n| n.starts_with("process ") && n.contains("exec'ed another program"))
+        .count();
+    let more: Vec<&String> = notes
+        .iter()
+        .filter(|n| n.contains("more processes exec'ed another program"))
+        .collect();
+    assert_eq!(named, 32, "{notes:#?}");
+    assert_eq!(more.len(), 1, "{notes:#?}");
+    assert!(more[0].starts_with("8 more processes"), "{}", more[0]);
+    drop(target);
+}

@@ -28,15 +28,30 @@ pub struct Binary {
     /// `path`: `/usr/bin/redis-server` runs `redis-check-rdb`, and is
     /// named as given.
     pub given: Option<PathBuf>,
-    /// Every process seen running it, with its command line.
+    /// The live processes seen running it (or that ran it and exec'ed
+    /// another program), with their command lines. A process leaves this
+    /// map, and the others below, when it exits (`poll`): they are bounded
+    /// by the processes alive at once, not by those that ever ran.
     known: BTreeMap<u32, String>,
-    /// Processes that could not be added to the filter map (full).
+    /// Live processes that could not be added to the filter map (full).
     untraced: BTreeSet<u32>,
-    /// Processes that exec'ed another program: no longer traced.
+    /// Processes that could not be traced, ever (the note's count).
+    untraced_total: u64,
+    /// Live processes that exec'ed another program: no longer traced.
     left: BTreeSet<u32>,
-    /// Processes that exited: out of the filter map.
-    gone: BTreeSet<u32>,
+    /// The first NOTED_EXECS processes that exec'ed away, for the notes,
+    /// and how many did in all.
+    left_noted: Vec<u32>,
+    left_total: u64,
+    /// Processes hooked at the start, until `poll` adds them to the filter
+    /// (a pid the hooks know that is not one of these is a new process
+    /// with an old one's pid, hooked again).
+    initial: BTreeSet<u32>,
 }
+
+/// Processes that exec'ed away named one by one in the notes; the rest are
+/// counted.
+const NOTED_EXECS: usize = 32;
 
 impl Binary {
     /// Checks that `binary` names a dynamically linked program file.
@@ -59,8 +74,11 @@ impl Binary {
             given,
             known: BTreeMap::new(),
             untraced: BTreeSet::new(),
+            untraced_total: 0,
             left: BTreeSet::new(),
-            gone: BTreeSet::new(),
+            left_noted: Vec::new(),
+            left_total: 0,
+            initial: BTreeSet::new(),
         })
     }
 
@@ -71,6 +89,7 @@ impl Binary {
         crate::probes::loader::attach_binary_entry(loaded, &self.path)?;
         for pid in running(&self.path) {
             hooks.hook_running(loaded, pid, Program::running(pid), None);
+            self.initial.insert(pid);
         }
         if hooks.is_empty() {
             // Nothing runs it yet (or those that do could not be read):
@@ -91,13 +110,12 @@ impl Binary {
             // New, or back after running something else, or a new process
             // with the pid of one that exited.
             let known = self.known.contains_key(&pid);
-            if !known || self.left.contains(&pid) || self.gone.contains(&pid) {
+            if !known || self.left.contains(&pid) {
                 if loaded.add_filtered_pid(pid).is_err() {
-                    self.untraced.insert(pid);
+                    self.not_traced(pid);
                     return false;
                 }
                 self.left.remove(&pid);
-                self.gone.remove(&pid);
                 self.known.insert(pid, read_cmdline(pid));
             }
             hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
@@ -107,8 +125,18 @@ impl Binary {
             // It no longer runs the binary: stop recording it.
             let _ = loaded.remove_filtered_pid(pid);
             self.left.insert(pid);
+            self.left_total += 1;
+            if self.left_noted.len() < NOTED_EXECS {
+                self.left_noted.push(pid);
+            }
         }
         false
+    }
+
+    fn not_traced(&mut self, pid: u32) {
+        if self.untraced.insert(pid) {
+            self.untraced_total += 1;
+        }
     }
 
     /// A child forked by a traced process runs the binary too, and joined
@@ -122,7 +150,6 @@ impl Binary {
                 }
                 self.known.insert(child, command);
                 self.left.remove(&child);
-                self.gone.remove(&child);
             }
         }
     }
@@ -134,25 +161,30 @@ impl Binary {
         let now = running(&self.path);
         let mut found = Vec::new();
         // Exited processes leave the filter, so that a new process that
-        // reuses the pid is not traced for running something else.
-        for &pid in self.known.keys() {
-            if now.binary_search(&pid).is_err() && !self.gone.contains(&pid) && has_exited(pid) {
+        // reuses the pid is not traced for running something else, and are
+        // forgotten: a pid seen again is a new process.
+        let exited: Vec<u32> = (self.known.keys().chain(&self.untraced))
+            .copied()
+            .filter(|pid| now.binary_search(pid).is_err() && has_exited(*pid))
+            .collect();
+        for pid in exited {
+            if self.known.remove(&pid).is_some() && !self.left.remove(&pid) {
                 let _ = loaded.remove_filtered_pid(pid);
-                self.gone.insert(pid);
             }
+            self.untraced.remove(&pid);
         }
         for pid in now {
-            let reused = self.gone.contains(&pid);
-            if (self.known.contains_key(&pid) && !reused) || self.untraced.contains(&pid) {
+            if self.known.contains_key(&pid) || self.untraced.contains(&pid) {
                 continue;
             }
             // A full filter map must not end the trace: count and go on.
             if loaded.add_filtered_pid(pid).is_err() {
-                self.untraced.insert(pid);
+                self.not_traced(pid);
                 continue;
             }
-            self.gone.remove(&pid);
-            if reused || !hooks.knows(pid) {
+            // A pid the hooks saw under an earlier process is read again.
+            let hooked_at_start = self.initial.remove(&pid);
+            if !hooks.knows(pid) || !hooked_at_start {
                 hooks.hook_running(loaded, pid, Program::running(pid), None);
             }
             found.push(pid);
@@ -182,15 +214,22 @@ impl Binary {
     /// Processes that could not be traced, and those that left.
     pub fn notes(&self) -> Vec<Note> {
         let mut notes = Vec::new();
-        if !self.untraced.is_empty() {
+        if self.untraced_total > 0 {
             notes.push(Note::BinaryProcessesNotTraced {
-                processes: self.untraced.len() as u64,
+                processes: self.untraced_total,
                 path: self.path.display().to_string(),
                 max_pids: crate::probes::loader::MAX_FILTERED_PIDS,
             });
         }
-        for &pid in &self.left {
+        for &pid in &self.left_noted {
             notes.push(Note::ExecedAway { pid });
+        }
+        let more = self.left_total - self.left_noted.len() as u64;
+        if more > 0 {
+            notes.push(Note::Text(format!(
+                "{more} more processes exec'ed another program and were no longer traced \
+                 from then on"
+            )));
         }
         notes
     }
@@ -200,7 +239,7 @@ impl Binary {
     /// the list of exited processes is bounded, see --exited-processes).
     pub fn merge_processes(&self, all: &mut Vec<ProcessInfo>) {
         for (&pid, command) in &self.known {
-            if !self.gone.contains(&pid) && !has_exited(pid) && !all.iter().any(|p| p.pid == pid) {
+            if !has_exited(pid) && !all.iter().any(|p| p.pid == pid) {
                 all.push(ProcessInfo {
                     pid,
                     start_time: crate::tracee::liveness::start_time(pid),
