@@ -171,14 +171,31 @@ fn on_a_terminal_the_progress_line_updates_in_place_and_is_cleared() {
     for w in &warnings {
         assert!(w.starts_with("memtrace-bpf: warning: snapshot "), "{w:?}");
     }
-    // The final report could not be written either (its directory is
-    // gone): the error is the last line, whole.
+    // The final report could not be written where asked either (its
+    // directory is gone): it was saved elsewhere, and the error saying
+    // where is the last line, whole.
     assert!(!ok, "{output:?}");
-    let last = rows.iter().rev().find(|r| !r.is_empty());
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| !r.is_empty())
+        .expect("a last line");
     assert!(
-        last.is_some_and(|r| r.starts_with("memtrace-bpf: error: -o ")),
+        last.starts_with("memtrace-bpf: error: the report could not be written to ")
+            && last.contains("; it was saved to ")
+            && last.contains(" instead: -o "),
         "{rows:?}"
     );
+    let saved = last
+        .split("; it was saved to ")
+        .nth(1)
+        .and_then(|rest| rest.split(" instead: ").next())
+        .expect("the path it was saved to");
+    assert!(
+        std::fs::metadata(saved).is_ok_and(|m| m.len() > 0),
+        "{saved}"
+    );
+    let _ = std::fs::remove_file(saved);
 }
 
 /// Removes `dir` once a snapshot has been written there.
