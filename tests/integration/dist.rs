@@ -16,6 +16,7 @@ use std::{
 use crate::harness::{
     compile_c,
     http::{get, served_addr},
+    pids,
     process::run_timeout,
     read_json, scratch,
     sites::{assert_sites_exact, O2_FLAGS},
@@ -298,13 +299,12 @@ fn the_units_command_line_serves_the_heap_and_sigterm_writes_the_report() {
     assert_eq!(report["end_reason"], "terminated (SIGTERM)");
     assert_eq!(report["target"], "system-wide");
     assert_eq!(report["sample_rate"], 65536);
-    let pids: Vec<u64> = report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .filter_map(|p| p["pid"].as_u64())
-        .collect();
-    assert_eq!(pids, [u64::from(target.pid())], "{}", report["processes"]);
+    assert_eq!(
+        pids(&report),
+        [u64::from(target.pid())],
+        "{}",
+        report["processes"]
+    );
 }
 
 #[test]

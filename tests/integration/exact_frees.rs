@@ -5,22 +5,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{compile_c, sites::FP_FLAGS, JsonTracer, Target};
-
-/// (objects, bytes) in use under stacks whose innermost frame is `function`.
-fn inuse_from(report: &Value, function: &str) -> (u64, u64) {
-    report["stacks"]
-        .as_array()
-        .expect("stacks")
-        .iter()
-        .filter(|s| s["frames"][0]["function"] == function)
-        .fold((0, 0), |(o, b), s| {
-            (
-                o + s["inuse_objects"].as_u64().expect("objects"),
-                b + s["inuse_bytes"].as_u64().expect("bytes"),
-            )
-        })
-}
+use crate::harness::{compile_c, inuse_from, sites::FP_FLAGS, JsonTracer, Target};
 
 fn total(report: &Value, field: &str) -> u64 {
     report["stacks"]

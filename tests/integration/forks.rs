@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::harness::{
-    compile_c,
+    compile_c, pids,
     sites::{
         assert_no_losses, per_calling_site, per_site, per_site_by, EXPECTED_PER_THREAD, O2_FLAGS,
     },
@@ -27,15 +27,6 @@ pub(crate) fn only_pid(report: &Value, pid: u64) -> Value {
         .cloned()
         .collect();
     serde_json::json!({ "stacks": stacks })
-}
-
-pub(crate) fn pids(report: &Value) -> Vec<u64> {
-    report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .filter_map(|p| p["pid"].as_u64())
-        .collect()
 }
 
 /// [inuse bytes, inuse objects, alloc bytes, alloc objects] of the stacks

@@ -10,9 +10,9 @@ use std::{
 };
 
 use crate::{
-    forks::{assert_sites_exact_for, only_pid, pids},
+    forks::{assert_sites_exact_for, only_pid},
     harness::{
-        compile_c, read_json, scratch,
+        compile_c, pids, read_json, scratch,
         sites::{assert_no_losses, per_calling_site, O2_FLAGS},
         JsonTracer, TRACER,
     },

@@ -4,29 +4,12 @@
 
 use std::ffi::OsStr;
 
-use serde_json::Value;
-
 use crate::harness::{
-    compile_c,
+    compile_c, inuse_from,
     process::state_file,
     sites::{FP_FLAGS, O2_FLAGS},
     JsonTracer, Target, Tracer,
 };
-
-/// In-use objects and bytes of the stacks whose innermost frame is `function`.
-fn inuse_from(report: &Value, function: &str) -> (u64, u64) {
-    report["stacks"]
-        .as_array()
-        .expect("stacks")
-        .iter()
-        .filter(|s| s["frames"][0]["function"] == function)
-        .fold((0, 0), |(o, b), s| {
-            (
-                o + s["inuse_objects"].as_u64().expect("objects"),
-                b + s["inuse_bytes"].as_u64().expect("bytes"),
-            )
-        })
-}
 
 #[test]
 fn every_allocation_of_a_signal_handler_that_interrupts_malloc_is_recorded() {

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::harness::{read_json, scratch, Tracer};
+use crate::harness::{read_json, saved_elsewhere, scratch, Tracer};
 
 fn fifo(tag: &str) -> PathBuf {
     let path = scratch(tag);
@@ -111,12 +111,7 @@ fn a_report_blocked_on_a_fifo_is_saved_elsewhere_on_a_signal() {
         "the signal is answered: {}",
         out.stderr
     );
-    let saved = out
-        .stderr
-        .split("it was saved to ")
-        .nth(1)
-        .and_then(|rest| rest.split(" instead").next())
-        .unwrap_or_else(|| panic!("no saved path in: {}", out.stderr));
+    let saved = saved_elsewhere(&out.stderr);
     let report = read_json(Path::new(saved));
     assert_eq!(report["end_reason"], "interrupted (SIGINT)", "{report}");
     let _ = std::fs::remove_file(saved);
@@ -153,12 +148,7 @@ fn a_numbered_report_whose_directory_vanished_is_saved_elsewhere() {
     let out = tracer.finish();
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     assert!(out.stderr.contains("heap-1.json"), "{}", out.stderr);
-    let saved = out
-        .stderr
-        .split("it was saved to ")
-        .nth(1)
-        .and_then(|rest| rest.split(" instead").next())
-        .unwrap_or_else(|| panic!("no saved path in: {}", out.stderr));
+    let saved = saved_elsewhere(&out.stderr);
     let report = read_json(Path::new(saved));
     assert_eq!(report["end_reason"], "interrupted (SIGINT)", "{report}");
     let _ = std::fs::remove_file(saved);

@@ -8,7 +8,9 @@
 
 use std::{path::Path, process::Command};
 
-use crate::harness::{compile_c, scratch, sites::O2_FLAGS, Target, Tracer, TRACER};
+use crate::harness::{
+    compile_c, saved_elsewhere, scratch, sites::O2_FLAGS, Target, Tracer, TRACER,
+};
 
 /// What the line is rewritten with: carriage return, erase to the end of
 /// the line.
@@ -186,11 +188,7 @@ fn on_a_terminal_the_progress_line_updates_in_place_and_is_cleared() {
             && last.contains(" instead: -o "),
         "{rows:?}"
     );
-    let saved = last
-        .split("; it was saved to ")
-        .nth(1)
-        .and_then(|rest| rest.split(" instead: ").next())
-        .expect("the path it was saved to");
+    let saved = saved_elsewhere(last);
     assert!(
         std::fs::metadata(saved).is_ok_and(|m| m.len() > 0),
         "{saved}"

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::harness::{
     compile_c,
     hostile::{assert_no_raw_controls, hostile_program, hostile_symbol},
-    parse_report, read_json, scratch, Target, Tracer, TRACER,
+    parse_report, read_json, saved_elsewhere, scratch, Target, Tracer, TRACER,
 };
 
 /// How text output shows it.
@@ -207,12 +207,7 @@ fn a_report_whose_directory_vanished_is_saved_elsewhere_and_said_so() {
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
     let wanted = format!("could not be written to {}", report.display());
     assert!(out.stderr.contains(&wanted), "{}", out.stderr);
-    let saved = out
-        .stderr
-        .split("it was saved to ")
-        .nth(1)
-        .and_then(|rest| rest.split(" instead").next())
-        .unwrap_or_else(|| panic!("where the report went: {}", out.stderr));
+    let saved = saved_elsewhere(&out.stderr);
     let json = read_json(&PathBuf::from(saved));
     assert_eq!(json["processes"][0]["pid"], target.pid());
     let _ = std::fs::remove_file(saved);

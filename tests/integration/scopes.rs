@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::harness::{
-    compile_c, scratch,
+    compile_c, pids, scratch,
     sites::{at_exit_by_leaf, per_site, EXPECTED_PER_THREAD, O2_FLAGS},
     JsonTracer, Target,
 };
@@ -121,12 +121,7 @@ fn system_wide_sees_two_programs_and_reports_them_separately() {
     assert_eq!(report["target"], "system-wide");
     assert_process_exact(&report, first.pid());
     assert_process_exact(&report, second.pid());
-    let pids: Vec<u64> = report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .filter_map(|p| p["pid"].as_u64())
-        .collect();
+    let pids = pids(&report);
     assert_eq!(
         pids.len(),
         2,

@@ -7,20 +7,10 @@
 use serde_json::Value;
 
 use crate::harness::{
-    compile_c, compile_rust,
+    compile_c, compile_rust, function_names as names,
     sites::{assert_no_losses, assert_site_stacks_complete, assert_sites_exact, O2_FLAGS},
     JsonTracer, Target,
 };
-
-/// Function names of a stack, leaf first.
-fn names(stack: &Value) -> Vec<&str> {
-    stack["frames"]
-        .as_array()
-        .expect("frames")
-        .iter()
-        .map(|f| f["function"].as_str().unwrap_or(""))
-        .collect()
-}
 
 fn stacks(report: &Value) -> &[Value] {
     report["stacks"].as_array().expect("stacks array")

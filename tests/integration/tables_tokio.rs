@@ -9,6 +9,7 @@
 use serde_json::Value;
 
 use crate::harness::{
+    function_names as names,
     sites::{assert_no_losses, per_calling_site},
     tokio_big::{tokio_big_binary, EXPECTED, TASKS},
     JsonTracer, Target,
@@ -16,15 +17,6 @@ use crate::harness::{
 
 /// The tracer's default ring buffer (the harness adds 256 MiB otherwise).
 const DEFAULT_RINGBUF: [&str; 2] = ["--ringbuf-mb", "16"];
-
-fn names(stack: &Value) -> Vec<&str> {
-    stack["frames"]
-        .as_array()
-        .expect("frames")
-        .iter()
-        .map(|f| f["function"].as_str().unwrap_or(""))
-        .collect()
-}
 
 fn describe(report: &Value) -> String {
     let mut out = String::new();

@@ -23,7 +23,9 @@ pub mod sites;
 pub mod tokio_big;
 mod tracer;
 
-pub use report::{parse_report, process_entry, read_json};
+pub use report::{
+    function_names, inuse_from, parse_report, pids, process_entry, read_json, saved_elsewhere,
+};
 pub use tracer::{Finished, JsonTracer, Tracer};
 
 pub const TRACER: &str = env!("CARGO_BIN_EXE_memtrace-bpf");

@@ -63,3 +63,49 @@ pub fn process_entry(report: &Value, pid: impl Into<u64>) -> &Value {
         .find(|p| p["pid"] == pid)
         .unwrap_or_else(|| panic!("no process {pid}: {}", report["processes"]))
 }
+
+/// The pids of the report's `processes[]`, in its order.
+pub fn pids(report: &Value) -> Vec<u64> {
+    report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter_map(|p| p["pid"].as_u64())
+        .collect()
+}
+
+/// A stack's function names, leaf first ("" for a frame without one).
+pub fn function_names(stack: &Value) -> Vec<&str> {
+    stack["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .map(|f| f["function"].as_str().unwrap_or(""))
+        .collect()
+}
+
+/// In-use objects and bytes of the stacks whose innermost frame is
+/// `function`.
+pub fn inuse_from(report: &Value, function: &str) -> (u64, u64) {
+    report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter(|s| s["frames"][0]["function"] == function)
+        .fold((0, 0), |(o, b), s| {
+            (
+                o + s["inuse_objects"].as_u64().expect("objects"),
+                b + s["inuse_bytes"].as_u64().expect("bytes"),
+            )
+        })
+}
+
+/// Where the tracer saved a report it could not write where asked, as its
+/// stderr says ("it was saved to PATH instead"); panics if it says not.
+pub fn saved_elsewhere(stderr: &str) -> &str {
+    stderr
+        .split("it was saved to ")
+        .nth(1)
+        .and_then(|rest| rest.split(" instead").next())
+        .unwrap_or_else(|| panic!("no saved path in: {stderr}"))
+}
