@@ -121,6 +121,13 @@ impl Frame {
         self.function.is_empty() || self.function == UNKNOWN
     }
 
+    /// The object file the frame's code is in; None when it is in none
+    /// known.
+    pub fn object(&self) -> Option<&str> {
+        let module = self.module.as_str();
+        (!module.is_empty() && module != UNKNOWN).then_some(module)
+    }
+
     /// The name every renderer shows: the function, or for a frame that
     /// could not be named `[unknown] libfoo.so+0x1a2b`, so that distinct
     /// unknown code stays distinct and can be looked up by hand.
@@ -128,10 +135,9 @@ impl Frame {
         if !self.is_unknown() {
             return self.function.clone();
         }
-        if self.module.is_empty() || self.module == UNKNOWN {
-            format!("{UNKNOWN}+{:#x}", self.offset)
-        } else {
-            format!("{UNKNOWN} {}+{:#x}", basename(&self.module), self.offset)
+        match self.object() {
+            None => format!("{UNKNOWN}+{:#x}", self.offset),
+            Some(module) => format!("{UNKNOWN} {}+{:#x}", basename(module), self.offset),
         }
     }
 }

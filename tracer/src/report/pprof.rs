@@ -17,16 +17,17 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::path::Path;
 use std::sync::Arc;
 
-use super::pprof_meta::{build_id, comments, duration_nanos, saturating_i64, start_nanos, Strings};
+use super::pprof_meta::{
+    comments, duration_nanos, frame_build_id, saturating_i64, start_nanos, Strings,
+};
 
 use anyhow::Context as _;
 use flate2::{write::GzEncoder, Compression};
 use prost::Message as _;
 
-use super::{basename, Frame, Profile, StackReport, View, NO_STACK, TRUNCATED, UNKNOWN};
+use super::{basename, Frame, Profile, StackReport, View, NO_STACK, TRUNCATED};
 
 /// The generated `perftools.profiles` message types.
 #[expect(
@@ -397,20 +398,14 @@ impl<'a> Builder<'a> {
     /// file), its range widened to hold the frame's offset; `inlined`: code
     /// was inlined into the frame.
     fn mapping(&mut self, frame: &'a Frame, inlined: bool) -> u64 {
-        let module = frame.module.as_str();
-        if module.is_empty() || module == UNKNOWN {
+        let Some(module) = frame.object() else {
             return 0;
-        }
+        };
         let id = match self.mapping_ids.get(module) {
             Some(&id) => id,
             None => {
                 let id = self.mappings.len() as u64 + 1;
-                // Frames carry their build id; older saved files do not,
-                // and the file is read if it is still there.
-                let id_text = match &frame.build_id {
-                    Some(id) => id.to_string(),
-                    None => build_id(Path::new(module)),
-                };
+                let id_text = frame_build_id(frame, module);
                 let mapping = proto::Mapping {
                     id,
                     file_offset: frame.offset,

@@ -114,11 +114,20 @@ pub(super) fn saturating_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// The GNU build id of the object at `path`, in hex, as pprof and `file`
-/// show it; "" when it cannot be read (deleted, not ELF, no note). Read at
-/// render time since frames do not carry it; only the headers and the note
-/// are read, not the whole object.
-pub(super) fn build_id(path: &Path) -> String {
+/// The GNU build id of `frame`'s object, in hex, as pprof and `file` show
+/// it: the one the frame carries, else (older saved files) read from the
+/// file if it is still there; "" when neither has one.
+pub(super) fn frame_build_id(frame: &super::Frame, module: &str) -> String {
+    match &frame.build_id {
+        Some(id) => id.to_string(),
+        None => build_id(Path::new(module)),
+    }
+}
+
+/// The GNU build id of the object at `path`, in hex; "" when it cannot be
+/// read (deleted, not ELF, no note). Only the headers and the note are
+/// read, not the whole object.
+fn build_id(path: &Path) -> String {
     let Ok(file) = open_regular(path) else {
         return String::new();
     };

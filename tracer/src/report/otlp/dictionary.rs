@@ -3,12 +3,11 @@
 //! profiles that index into it.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use super::super::pprof::LOAD_BIAS;
-use super::super::pprof_meta::{build_id, saturating_i64};
-use super::super::{Frame, StackReport, NO_STACK, TRUNCATED, UNKNOWN};
+use super::super::pprof_meta::{frame_build_id, saturating_i64};
+use super::super::{Frame, StackReport, NO_STACK, TRUNCATED};
 use super::{any_value, pb, sample_value, AnyValue, Header};
 use crate::escape;
 
@@ -210,18 +209,14 @@ impl<'a> Dictionary<'a> {
     /// The mapping of `frame`'s object (0: in no file), widened to hold
     /// its offset; its range is made page-aligned in `finish`.
     fn mapping(&mut self, frame: &'a Frame) -> i32 {
-        let module = frame.module.as_str();
-        if module.is_empty() || module == UNKNOWN {
+        let Some(module) = frame.object() else {
             return 0;
-        }
+        };
         let id = match self.mapping_ids.get(module) {
             Some(&id) => id,
             None => {
                 let id = next_index(&self.mappings);
-                let build_id = match &frame.build_id {
-                    Some(id) => id.to_string(),
-                    None => build_id(Path::new(module)),
-                };
+                let build_id = frame_build_id(frame, module);
                 let attribute_indices = match build_id.as_str() {
                     "" => Vec::new(),
                     id => vec![self.attribute("process.executable.build_id.gnu", id)],
