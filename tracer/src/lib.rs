@@ -22,6 +22,7 @@ pub mod console;
 pub mod error;
 pub mod escape;
 pub mod fuzzing;
+pub mod hashing;
 pub mod limits;
 pub mod model;
 pub mod otlp;

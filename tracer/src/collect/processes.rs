@@ -9,6 +9,7 @@
 //! `--exited-processes` into one group record per program (`fold`), whose
 //! slot is then reused.
 
+use crate::hashing::FastMap;
 use std::collections::HashMap;
 
 use crate::profile::Identity;
@@ -44,7 +45,7 @@ pub struct ProcessTable {
     records: Vec<Option<ProcessRecord>>,
     free: Vec<ProcessIndex>,
     /// The running process of each pid.
-    current: HashMap<u32, ProcessIndex>,
+    current: FastMap<u32, ProcessIndex>,
     /// The group record of each program.
     groups: HashMap<String, ProcessIndex>,
     /// --binary: the program every traced process runs, for those gone

@@ -3,10 +3,8 @@
 //! from a copied stack (DWARF), normalized to (object, file offset) while
 //! the process is alive, each distinct frame list kept once.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use crate::hashing::{FastMap, FastSet};
+use std::{collections::HashMap, sync::Arc};
 
 use tracer_common::{FramesHeader, FRAMES_ENDED, FRAMES_RESUME, FRAMES_TRUNCATED, MAX_FRAMES};
 
@@ -41,20 +39,20 @@ pub struct StackTable {
     free: Vec<StackHandle>,
     /// Frame-pointer mode: the kernel's stack id, per running process
     /// (negative ids, failed captures, share one entry per process).
-    by_id: HashMap<u32, HashMap<i32, StackHandle>>,
+    by_id: FastMap<u32, FastMap<i32, StackHandle>>,
     /// DWARF and tables modes: the unwound addresses, per running process.
-    by_addrs: HashMap<u32, HashMap<(Vec<u64>, bool), StackHandle>>,
+    by_addrs: FastMap<u32, FastMap<(Vec<u64>, bool), StackHandle>>,
     /// The stacks of each process (by `ProcessIndex`) until it is folded.
-    of_process: HashMap<ProcessIndex, Vec<StackHandle>>,
+    of_process: FastMap<ProcessIndex, Vec<StackHandle>>,
     /// Folded stacks: one per (group, frame list, truncated).
-    folded: HashMap<(ProcessIndex, usize, bool), StackHandle>,
+    folded: FastMap<(ProcessIndex, usize, bool), StackHandle>,
     /// Every distinct frame list once.
-    frame_lists: HashSet<Arc<[NormFrame]>>,
+    frame_lists: FastSet<Arc<[NormFrame]>>,
     /// Stacks of running processes with an address in no file (JIT code
     /// whose name the JIT had not written yet when the stack was interned:
     /// node's perf map comes through a stdio buffer), named again later.
     /// Bounded by the stacks held; a process's entry goes when it exits.
-    pending_names: HashMap<u32, Vec<StackHandle>>,
+    pending_names: FastMap<u32, Vec<StackHandle>>,
 }
 
 impl StackTable {

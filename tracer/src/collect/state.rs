@@ -2,7 +2,8 @@
 //! stacks, the processes seen and what is kept of those that exited. Each
 //! raw event from the ring buffer is decoded and applied here.
 
-use std::{collections::HashMap, time::Instant};
+use crate::hashing::FastMap;
+use std::time::Instant;
 
 use aya::maps::MapData;
 use tracer_common::{
@@ -108,7 +109,7 @@ pub struct State {
     pub(super) maps_at_exec: bool,
     /// Every process with state here, with its start time (/proc/PID/stat
     /// field 22) when first seen: a pid reused by a newer process differs.
-    pub(super) tracked: HashMap<u32, Option<u64>>,
+    pub(super) tracked: FastMap<u32, Option<u64>>,
     pub(super) last_reap: Instant,
     /// Processes the OOM killer chose.
     pub oom: OomKills,
@@ -154,7 +155,7 @@ impl State {
             execs_skipped: 0,
             process_changes: Vec::new(),
             maps_at_exec: true,
-            tracked: HashMap::new(),
+            tracked: FastMap::default(),
             last_reap: Instant::now(),
             oom: OomKills::default(),
             temporaries: (sample_rate == 1).then(Temporaries::default),

@@ -1,6 +1,7 @@
 //! The heap model: live allocations and per-stack totals, built from the
 //! ALLOC/FREE event stream. Pure: no BPF, no I/O.
 
+use crate::hashing::{FastMap, FastSet};
 use std::collections::{HashMap, HashSet};
 
 use crate::{
@@ -98,7 +99,7 @@ impl Estimate {
 pub struct Heap {
     /// Live blocks by process, then address: what a process's exit or exec
     /// drops is found without looking at any other process's blocks.
-    live: HashMap<u32, HashMap<u64, LiveBlock>>,
+    live: FastMap<u32, FastMap<u64, LiveBlock>>,
     /// Blocks in `live`, all processes (exact mode bounds it by --max-live).
     blocks: usize,
     /// Blocks the process whose exit ends the trace left (`exited` with
@@ -107,10 +108,10 @@ pub struct Heap {
     /// Where birth times count from (bpf_ktime_get_ns clock): set at the
     /// first allocation, `EPOCH_SLACK_NS` before it.
     epoch_ns: Option<u64>,
-    per_stack: HashMap<StackHandle, Estimate>,
+    per_stack: FastMap<StackHandle, Estimate>,
     /// In-use totals and peak of each process with blocks or stacks here,
     /// by pid: taken out at its exit (`take_peak`).
-    peaks: HashMap<u32, ProcessPeak>,
+    peaks: FastMap<u32, ProcessPeak>,
     /// --snapshot-on-peak: a process's peak above its `snapshot_high`
     /// times this sets `peak_grown`.
     pub snapshot_factor: Option<f64>,
@@ -123,7 +124,7 @@ pub struct Heap {
     /// Blocks of images replaced by exec, which BPF still holds in LIVE
     /// until the new image frees or reuses the address, or the process
     /// exits: such a FREE is expected, not unmatched.
-    exec_dropped: HashMap<u32, HashSet<u64>>,
+    exec_dropped: FastMap<u32, FastSet<u64>>,
     /// Live blocks that exec made disappear.
     pub dropped_by_exec: u64,
     /// Blocks still live when their process exited; no longer tracked.
@@ -403,8 +404,8 @@ impl Heap {
 /// at the process's peak first (a free function: callers hold other
 /// fields of the heap).
 fn release(
-    per_stack: &mut HashMap<StackHandle, Estimate>,
-    peaks: &mut HashMap<u32, ProcessPeak>,
+    per_stack: &mut FastMap<StackHandle, Estimate>,
+    peaks: &mut FastMap<u32, ProcessPeak>,
     pid: u32,
     block: LiveBlock,
 ) {

@@ -17,7 +17,7 @@
 //!
 //! Pure: no BPF, no I/O.
 
-use std::collections::HashMap;
+use crate::hashing::FastMap;
 
 use super::heap::StackHandle;
 use crate::profile::Temporary;
@@ -36,12 +36,12 @@ struct Newest {
 #[derive(Debug, Default)]
 pub struct Temporaries {
     /// By process, then thread: each thread's newest block.
-    newest: HashMap<u32, HashMap<u32, Newest>>,
+    newest: FastMap<u32, FastMap<u32, Newest>>,
     /// Which thread's newest block each (process, address) is.
-    owner: HashMap<(u32, u64), u32>,
+    owner: FastMap<(u32, u64), u32>,
     /// Threads remembered now (the sum of `newest`'s inner lengths).
     threads: usize,
-    per_stack: HashMap<StackHandle, Temporary>,
+    per_stack: FastMap<StackHandle, Temporary>,
     /// Allocations not considered: their thread would have exceeded
     /// `MAX_THREADS`.
     pub untracked: u64,
