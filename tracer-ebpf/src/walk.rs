@@ -14,7 +14,7 @@
 
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
-    helpers::bpf_probe_read_user,
+    helpers::{bpf_probe_read_user, generated::bpf_probe_read_user as bpf_probe_read_user_raw},
     macros::map,
     maps::{lpm_trie::Key, Array, LpmTrie, PerCpuArray},
 };
@@ -62,6 +62,27 @@ pub(crate) struct RuleCacheEntry {
 }
 const CACHED_ROW: u32 = 1;
 const CACHED_FP_STEP: u32 = 2;
+
+/// Bytes of user stack one read brings into the walk's window.
+const WINDOW_BYTES: usize = 2048;
+const WINDOW_WORDS: usize = WINDOW_BYTES / 8;
+
+/// Per CPU, the stretch of user stack the current walk read last. A
+/// bpf_probe_read_user costs about 0.1 µs here, nearly all of it fixed
+/// (the fault-proof copy's set-up and the kernel's usercopy checks), and
+/// most frames are far smaller than the window: a walk reads one window
+/// for several frames instead of one read each. Emptied at the start of
+/// every walk, so nothing of one process's stack serves another's.
+#[repr(C)]
+pub(crate) struct StackWindow {
+    /// User address of `words[0]`.
+    base: u64,
+    /// Bytes of `words` that hold the stack at `base` (0: empty).
+    len: u64,
+    words: [u64; WINDOW_WORDS],
+}
+#[map]
+static WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU buffer where an EVENT_ALLOC_FRAMES is assembled.
 #[map]
@@ -121,6 +142,10 @@ pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Walk {
         _pad: 0,
         gen: state(STATE_UNWIND_GEN),
     };
+    if let Some(win) = WINDOW.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+        unsafe { (*win).len = 0 };
+    }
     // SAFETY: `step` is a BPF subprogram taking (index, context) and
     // returning 0 or 1, as bpf_loop requires; the context is `w`, on this
     // program's stack, alive for the call.
@@ -246,11 +271,75 @@ fn find_row(m: &MappingValue, pc: u64) -> Option<u32> {
     Some(row as u32)
 }
 
+/// The word at user address `addr`.
 #[inline(always)]
 fn read(addr: u64) -> Option<u64> {
-    // SAFETY: the helper checks the user address and fails instead of
-    // faulting.
-    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+    read_words(addr, false).map(|[w, _]| w)
+}
+
+/// The two words at user address `addr` (one read for both).
+#[inline(always)]
+fn read_pair(addr: u64) -> Option<[u64; 2]> {
+    read_words(addr, true)
+}
+
+/// The word at `addr`, and the next one if `pair` (else the second word is
+/// meaningless): from the walk's window, refilled at `addr` when it does
+/// not hold them. Where a whole window cannot be read (the top of a
+/// mapping, an unaligned address), only what was asked for is read.
+#[inline(always)]
+fn read_words(addr: u64, pair: bool) -> Option<[u64; 2]> {
+    let Some(win) = WINDOW.get_ptr_mut(0) else {
+        return read_direct(addr, pair);
+    };
+    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+    let win = unsafe { &mut *win };
+    let off = addr.wrapping_sub(win.base);
+    if addr.is_multiple_of(8) && win.len >= 16 && off <= win.len - 16 {
+        return Some(window_pair(win, off));
+    }
+    if !addr.is_multiple_of(8) {
+        return read_direct(addr, pair);
+    }
+    // SAFETY: `words` is WINDOW_BYTES long; the helper checks the user
+    // address and fails (zero-filling) instead of faulting.
+    let ret = unsafe {
+        bpf_probe_read_user_raw(
+            win.words.as_mut_ptr().cast(),
+            WINDOW_BYTES as u32,
+            addr as *const core::ffi::c_void,
+        )
+    };
+    if ret != 0 {
+        win.len = 0;
+        return read_direct(addr, pair);
+    }
+    win.base = addr;
+    win.len = WINDOW_BYTES as u64;
+    Some(window_pair(win, 0))
+}
+
+#[inline(always)]
+fn window_pair(win: &StackWindow, off: u64) -> [u64; 2] {
+    let i = (off / 8) as usize;
+    [
+        win.words[i & (WINDOW_WORDS - 1)],
+        win.words[(i + 1) & (WINDOW_WORDS - 1)],
+    ]
+}
+
+#[inline(always)]
+fn read_direct(addr: u64, pair: bool) -> Option<[u64; 2]> {
+    if pair {
+        // SAFETY: the helper checks the user address and fails instead of
+        // faulting.
+        unsafe { bpf_probe_read_user(addr as *const [u64; 2]) }.ok()
+    } else {
+        // SAFETY: as above.
+        unsafe { bpf_probe_read_user(addr as *const u64) }
+            .ok()
+            .map(|w| [w, 0])
+    }
 }
 
 /// Ends the walk before the root, counted under `why`.
@@ -296,10 +385,9 @@ fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
     // RBP saved right below the return address (`push rbp` first, the
     // usual case): one read of both words instead of two reads.
     let (ra, saved_bp) = if fp_rule == FP_AT_CFA && fp_off == (-16i64) as u64 {
-        // SAFETY: as in `read`.
-        match unsafe { bpf_probe_read_user((cfa - 16) as *const [u64; 2]) } {
-            Ok([bp, ra]) => (ra, Some(bp)),
-            Err(_) => return end(w, counter::UNWIND_READ_FAILED),
+        match read_pair(cfa - 16) {
+            Some([bp, ra]) => (ra, Some(bp)),
+            None => return end(w, counter::UNWIND_READ_FAILED),
         }
     } else {
         match read(cfa - 8) {
@@ -348,7 +436,7 @@ fn fp_step(w: &mut Walk) -> bool {
     if w.bp_known == 0 || bp < w.sp || bp - w.sp > MAX_FP_DISTANCE || bp & 7 != 0 {
         return end(w, counter::UNWIND_BAD_FRAME);
     }
-    let (Some(caller_bp), Some(ra)) = (read(bp), read(bp + 8)) else {
+    let Some([caller_bp, ra]) = read_pair(bp) else {
         return end(w, counter::UNWIND_READ_FAILED);
     };
     count(counter::UNWIND_FP_STEPS);
