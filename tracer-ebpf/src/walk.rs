@@ -416,7 +416,8 @@ fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
 /// `ucontext_t` at RSP (uc_mcontext.gregs at +40: RBP, RSP, RIP).
 #[inline(always)]
 fn signal_frame(w: &mut Walk) -> bool {
-    let (Some(ip), Some(sp), Some(bp)) = (read(w.sp + 168), read(w.sp + 160), read(w.sp + 120))
+    // Lowest address first: one window read then holds all three.
+    let (Some(bp), Some(sp), Some(ip)) = (read(w.sp + 120), read(w.sp + 160), read(w.sp + 168))
     else {
         return end(w, counter::UNWIND_READ_FAILED);
     };
