@@ -312,9 +312,7 @@ impl Collector {
             self.state.process_gone(pid);
         }
         self.state.stacks.unwinders.evict_unused();
-        if let Some(kernel) = &mut self.state.modules.kernel {
-            kernel.expire_unused(std::time::Instant::now());
-        }
+        self.state.modules.tick_tables(std::time::Instant::now());
     }
 }
 

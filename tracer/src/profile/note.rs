@@ -78,7 +78,8 @@ pub enum Note {
         max_frames: u64,
     },
     /// --unwind tables: files whose table did not fit in the rows map
-    /// (`rows_capacity`), and mappings the mapping map had no room for.
+    /// (`rows_capacity`; a file once per process that mapped it), and
+    /// mappings the mapping map had no room for.
     UnwindTablesFull {
         files: u64,
         rows_capacity: u64,

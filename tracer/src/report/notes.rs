@@ -147,8 +147,8 @@ fn unwind_tables_full(
 ) -> fmt::Result {
     write!(
         f,
-        "unwind tables that did not fit: {} (their frames follow frame pointers: raise \
-         --unwind-rows from {rows_capacity}), {}",
+        "unwind tables that did not fit: {} (a file each time a process mapped it; their \
+         frames follow frame pointers: raise --unwind-rows from {rows_capacity}), {}",
         counted(files, "file", "files"),
         counted(mappings, "mapping", "mappings"),
     )

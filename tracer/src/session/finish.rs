@@ -189,7 +189,8 @@ fn print_kernel_unwind(k: &KernelUnwind, collector: &Collector) {
     console::say(format_args!(
         "unwind tables: {} files, {} of {} rows in use; built {} tables, {} rows in {:.1} ms; \
          kept after their last process: {} reused, {} evicted for rows, {} expired after {} s \
-         unused; no table: {} did not fit (--unwind-rows), {} without usable CFI; \
+         unused; no table: {} did not fit (--unwind-rows; {} of them to keep tables used in the \
+         last {} s, {} not built again; {} loaded later), {} without usable CFI; \
          {} mappings did not fit; {} rows the walker cannot follow",
         t.files,
         t.rows_used,
@@ -202,6 +203,10 @@ fn print_kernel_unwind(k: &KernelUnwind, collector: &Collector) {
         t.expired,
         crate::stacks::kernel_tables::UNUSED_TABLE_TTL.as_secs(),
         t.rows_full,
+        t.kept_out_recent,
+        crate::stacks::kernel_tables::RECENTLY_USED.as_secs(),
+        t.not_rebuilt,
+        t.loaded_late,
         t.table_errors,
         t.mappings_full,
         t.unsupported_rows,

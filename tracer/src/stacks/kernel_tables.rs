@@ -9,12 +9,14 @@
 //! program run again and again (a shell loop, a build) does not have its
 //! tables built each time: reused as it is when a process maps the same
 //! file again, evicted oldest-unused first when a new table needs rows
-//! that are not free, and after UNUSED_TABLE_TTL unused.
+//! that are not free (but not within RECENTLY_USED of its last use: no
+//! thrash), and after UNUSED_TABLE_TTL unused.
 //!
 //! Whatever does not fit is counted, never cut: a table larger than the
-//! free rows and those of unused tables is not loaded at all (that file's
-//! frames take the frame-pointer chain, `rows_full`), a mapping the trie
-//! has no room for is left out (the walk hands that frame to user space,
+//! free rows and those of evictable tables is not loaded at all (that
+//! file's frames take the frame-pointer chain, `rows_full`; loaded later
+//! once the rows can be had, `waiting`), a mapping the trie has no room
+//! for is left out (the walk hands that frame to user space,
 //! `mappings_full`).
 //!
 //! Held here: per file mapped by a live process or kept, a `FileTable`
@@ -53,8 +55,8 @@ mod tests;
 
 pub use bpf::BpfUnwindMaps;
 use extents::Extents;
-pub use kept::UNUSED_TABLE_TTL;
-use kept::{Idle, Stamp};
+use kept::{Evictable, Idle, Stamp};
+pub use kept::{RECENTLY_USED, UNUSED_TABLE_TTL};
 
 /// What the manager needs of the BPF maps (a fake in the tests).
 pub trait UnwindMaps {
@@ -79,9 +81,20 @@ pub struct TableStats {
     pub files: u64,
     pub rows_used: u64,
     pub rows_capacity: u64,
-    /// Files whose table did not fit in the free rows (frame-pointer
-    /// chain there instead): raise --unwind-rows.
+    /// Times a process began to use a file whose table could not be
+    /// loaded for lack of rows (its frames in that file follow the
+    /// frame-pointer chain instead): raise --unwind-rows. A file counts
+    /// once per process that maps it while it does not fit.
     pub rows_full: u64,
+    /// Of `rows_full`: those that would have fit by evicting kept tables
+    /// used in the last RECENTLY_USED (kept, so as not to thrash).
+    pub kept_out_recent: u64,
+    /// Of `rows_full`: those not even built, their row count known from
+    /// an earlier build of the same file (evicted, or did not fit).
+    pub not_rebuilt: u64,
+    /// Tables loaded for files already in use without one, once their
+    /// rows could be had.
+    pub loaded_late: u64,
     /// Files without a usable table: no CFI, malformed or oversized CFI.
     pub table_errors: u64,
     /// Mappings UNWIND_MAPPINGS had no room for.
@@ -98,7 +111,8 @@ pub struct TableStats {
     /// they were, instead of built again.
     pub reused: u64,
     /// Kept tables dropped for the rows of a new one (oldest unused
-    /// first) or beyond MAX_UNUSED_FILES, and after UNUSED_TABLE_TTL.
+    /// first, none used in the last RECENTLY_USED) or beyond
+    /// MAX_UNUSED_FILES, and after UNUSED_TABLE_TTL.
     pub evicted: u64,
     pub expired: u64,
 }
@@ -117,8 +131,9 @@ struct FileTable {
     /// Since when no process uses it (built ahead by `prepare`, or its
     /// last user gone); None while in use.
     idle: Option<Idle>,
-    /// The rows it needed when they could not be had (`rows_full`):
-    /// built again only once that many could be.
+    /// With no rows: the rows its table needs (known from a build: it
+    /// did not fit, or it was evicted), 0 when unknown or no table can be
+    /// built. Built again only once that many can be had.
     needed: u32,
 }
 
@@ -141,6 +156,8 @@ pub struct KernelTables {
     /// Entries of `files` no process uses, and the release order's source.
     idle_files: usize,
     idle_seq: u64,
+    /// `Instant::now`, or a fake clock in the tests.
+    clock: Box<dyn Fn() -> Instant>,
     pub stats: TableStats,
 }
 
@@ -154,6 +171,7 @@ impl KernelTables {
             procs: HashMap::new(),
             idle_files: 0,
             idle_seq: 0,
+            clock: Box::new(Instant::now),
             stats: TableStats {
                 rows_capacity: u64::from(capacity),
                 ..TableStats::default()
@@ -179,6 +197,7 @@ impl KernelTables {
                 want.insert(key, fp_only());
             }
         }
+        let old = self.procs.remove(&pid).unwrap_or_default();
         // Each file used is acquired (its users counted) as soon as it is
         // met, so that a table built later in this sync cannot evict it.
         let mut used = BTreeSet::new();
@@ -189,7 +208,7 @@ impl KernelTables {
             let value = match open(object) {
                 Some((id, path)) => {
                     if used.insert(id) {
-                        self.acquire(id, &path);
+                        self.acquire(id, &path, !old.objects.contains(&id));
                     }
                     match self.files.get(&id) {
                         Some(file) => mapping_value(file, m),
@@ -202,7 +221,6 @@ impl KernelTables {
                 want.insert(key, value);
             }
         }
-        let old = self.procs.remove(&pid).unwrap_or_default();
         for (key, value) in &old.entries {
             if want.get(key) != Some(value) {
                 let _ = self.maps.remove_mapping(*key);
@@ -256,7 +274,7 @@ impl KernelTables {
         if self.files.contains_key(&id) {
             return;
         }
-        let table = self.build(path);
+        let table = self.build(path, (self.clock)());
         if table.stamp.is_some() {
             self.files.insert(id, table);
             self.set_idle(id);
@@ -264,36 +282,70 @@ impl KernelTables {
     }
 
     /// One process more uses file `id`'s table: a kept one as it is when
-    /// the file is the same, else built and loaded.
-    fn acquire(&mut self, id: FileId, path: &Path) {
+    /// the file is the same, else built and loaded, unless its row count
+    /// is known and that many rows cannot be had. `new_user`: the process
+    /// did not use it before this sync (counted then).
+    fn acquire(&mut self, id: FileId, path: &Path, new_user: bool) {
+        let now = (self.clock)();
         if let Some(f) = self.files.get(&id).filter(|f| f.users == 0) {
             // An inode number is reused once a deleted file is gone: a kept
             // table is the file's only if the file is unchanged.
             let same =
                 f.stamp.is_some() && std::fs::metadata(path).ok().map(|m| Stamp::of(&m)) == f.stamp;
-            let could_fit_now = f.rows.is_none() && f.needed > 0 && self.could_fit(f.needed);
-            if !same || could_fit_now {
+            if !same {
                 self.free_file(id);
             }
         }
-        if !self.files.contains_key(&id) {
-            let table = self.build(path);
-            self.files.insert(id, table);
+        let mut built = false;
+        match self.files.get(&id) {
+            None => {
+                let table = self.build(path, now);
+                self.files.insert(id, table);
+                built = true;
+            }
+            // A stub: built again (in place: its users and idle state
+            // stay) only when the rows it needs can be had.
+            Some(f) if f.rows.is_none() && f.needed > 0 => {
+                if self.could_fit(f.needed, now, Evictable::Idle) {
+                    let in_use = f.users > 0;
+                    let table = self.build(path, now);
+                    if in_use && table.rows.is_some() {
+                        self.stats.loaded_late += 1;
+                    }
+                    if let Some(f) = self.files.get_mut(&id) {
+                        (f.rows, f.loads, f.needed) = (table.rows, table.loads, table.needed);
+                        f.stamp = table.stamp.or(f.stamp);
+                    }
+                    built = true;
+                } else if new_user {
+                    self.stats.not_rebuilt += 1;
+                }
+            }
+            Some(_) => {}
         }
         let Some(f) = self.files.get_mut(&id) else {
             return;
         };
         if f.idle.take().is_some() {
             self.idle_files -= 1;
-            self.stats.reused += 1;
+            if !built && f.rows.is_some() {
+                self.stats.reused += 1;
+            }
         }
         f.users += 1;
+        let needed = f.needed;
+        if new_user && f.rows.is_none() && needed > 0 {
+            self.stats.rows_full += 1;
+            if self.could_fit(needed, now, Evictable::AnyUnused) {
+                self.stats.kept_out_recent += 1;
+            }
+        }
     }
 
     /// Builds the table of the file at `path` and writes it into free rows.
-    fn build(&mut self, path: &Path) -> FileTable {
+    fn build(&mut self, path: &Path, now: Instant) -> FileTable {
         let started = Instant::now();
-        let table = self.load(path);
+        let table = self.load(path, now);
         self.stats.tables_built += 1;
         self.stats.build_nanos += started.elapsed().as_nanos() as u64;
         table
@@ -301,7 +353,7 @@ impl KernelTables {
 
     /// Builds a file's table and writes it into a free extent of rows,
     /// evicting unused tables when the free rows are too few.
-    fn load(&mut self, path: &Path) -> FileTable {
+    fn load(&mut self, path: &Path, now: Instant) -> FileTable {
         let Ok(file) = std::fs::File::open(path) else {
             self.stats.table_errors += 1;
             return FileTable::none(Vec::new(), None);
@@ -318,8 +370,7 @@ impl KernelTables {
             return FileTable::none(loads, stamp);
         };
         let n = u32::try_from(rows.len()).unwrap_or(u32::MAX);
-        let Some(first) = self.alloc_rows(n) else {
-            self.stats.rows_full += 1;
+        let Some(first) = self.alloc_rows(n, now) else {
             return FileTable {
                 needed: n,
                 ..FileTable::none(loads, stamp)
@@ -357,18 +408,22 @@ impl KernelTables {
         self.set_idle(id);
     }
 
-    fn free_file(&mut self, object: FileId) {
+    /// Drops file `object`'s entry and frees its rows; whether it had
+    /// rows (a table, not a stub).
+    fn free_file(&mut self, object: FileId) -> bool {
         let Some(f) = self.files.remove(&object) else {
-            return;
+            return false;
         };
         if f.idle.is_some() {
             self.idle_files -= 1;
         }
-        if let Some((first, n, _)) = f.rows {
-            self.free.release(first, n);
-            self.stats.files -= 1;
-            self.stats.rows_used -= u64::from(n);
-        }
+        let Some((first, n, _)) = f.rows else {
+            return false;
+        };
+        self.free.release(first, n);
+        self.stats.files -= 1;
+        self.stats.rows_used -= u64::from(n);
+        true
     }
 
     /// Bytes of UNWIND_ROWS in use.

@@ -239,6 +239,19 @@ impl Modules {
         }
     }
 
+    /// `--unwind tables`, about every second: kept tables unused for
+    /// their TTL go, and the processes using a file whose table waited
+    /// for rows that can be had now are described again (which loads it).
+    pub fn tick_tables(&mut self, now: Instant) {
+        let Some(kernel) = &mut self.kernel else {
+            return;
+        };
+        kernel.expire_unused(now);
+        for pid in kernel.waiting(now) {
+            self.describe_to_kernel(pid);
+        }
+    }
+
     /// `--unwind tables`: tells the kernel's walker about `pid`'s maps.
     fn describe_to_kernel(&mut self, pid: u32) {
         let Modules {

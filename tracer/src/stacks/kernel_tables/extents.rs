@@ -49,9 +49,9 @@ impl Extents {
         }
     }
 
-    /// Free rows in all.
-    pub(super) fn total(&self) -> u64 {
-        self.free.iter().map(|&(_, n)| u64::from(n)).sum()
+    /// The free extents `(start, len)`, by start.
+    pub(super) fn spans(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.free.iter().copied()
     }
 
     /// The largest free extent (for tests and --verbose).
