@@ -40,8 +40,12 @@ pub struct StackTable {
     /// Frame-pointer mode: the kernel's stack id, per running process
     /// (negative ids, failed captures, share one entry per process).
     by_id: FastMap<u32, FastMap<i32, StackHandle>>,
-    /// DWARF and tables modes: the unwound addresses, per running process.
-    by_addrs: FastMap<u32, FastMap<(Vec<u64>, bool), StackHandle>>,
+    /// DWARF and tables modes: the unwound addresses, per running process,
+    /// keyed by the addresses followed by 1 if the stack is truncated, else
+    /// 0 (one slice, so that a lookup needs no allocation: `addrs_key`).
+    by_addrs: FastMap<u32, FastMap<Box<[u64]>, StackHandle>>,
+    /// The lookup key of the last `intern_addrs`, reused.
+    addrs_key: Vec<u64>,
     /// The stacks of each process (by `ProcessIndex`) until it is folded.
     of_process: FastMap<ProcessIndex, Vec<StackHandle>>,
     /// Folded stacks: one per (group, frame list, truncated).
@@ -222,6 +226,8 @@ pub struct StackInterner {
     pub unwinders: Unwinders,
     /// The maps generation each process's unwinder was last rebuilt for.
     unwinder_maps: HashMap<u32, u64>,
+    /// An event's return addresses, reused (at most MAX_FRAMES).
+    frames_buf: Vec<u64>,
     /// Developer aid: MEMTRACE_RECORD_SAMPLES=FILE writes every DWARF sample
     /// with its unwound addresses as a JSON line (unwinder test fixtures).
     sample_log: Option<std::io::BufWriter<std::fs::File>>,
@@ -234,6 +240,7 @@ impl StackInterner {
             table: StackTable::default(),
             unwinders: Unwinders::default(),
             unwinder_maps: HashMap::new(),
+            frames_buf: Vec::new(),
             sample_log: std::env::var_os("MEMTRACE_RECORD_SAMPLES")
                 .and_then(|path| std::fs::File::create(path).ok())
                 .map(std::io::BufWriter::new),
@@ -306,7 +313,7 @@ impl StackInterner {
             return self.intern_stack_id(modules, pid, process, -1);
         }
         let unwound = self.unwind_sample(modules, pid, sample);
-        self.intern_addrs(modules, pid, process, unwound.addrs, unwound.truncated)
+        self.intern_addrs(modules, pid, process, &unwound.addrs, unwound.truncated)
     }
 
     /// Tables mode: the return addresses the kernel walked; with a resume
@@ -318,7 +325,7 @@ impl StackInterner {
         modules: &mut Modules,
         pid: u32,
         process: ProcessIndex,
-        frames: Vec<u64>,
+        frames: &[u64],
         ended: bool,
         resume: Option<&Sample<'_>>,
     ) -> StackHandle {
@@ -330,9 +337,9 @@ impl StackInterner {
         }
         self.unwinders.stats.resumed += 1;
         let unwound = self.unwind_sample(modules, pid, sample);
-        let mut addrs = frames;
+        let mut addrs = frames.to_vec();
         addrs.extend(unwound.addrs);
-        self.intern_addrs(modules, pid, process, addrs, unwound.truncated)
+        self.intern_addrs(modules, pid, process, &addrs, unwound.truncated)
     }
 
     /// An EVENT_ALLOC_FRAMES (tracer_common::FramesHeader): its stack.
@@ -344,24 +351,34 @@ impl StackInterner {
     ) -> Option<StackHandle> {
         let h = read_pod::<FramesHeader>(bytes)?;
         let start = std::mem::size_of::<FramesHeader>();
-        let frames: Vec<u64> = bytes
-            .get(start..start + 8 * h.depth as usize)?
-            .chunks_exact(8)
-            .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
-            .collect();
+        // A buffer reused from event to event: the bytes may not be
+        // aligned for u64.
+        let mut frames = std::mem::take(&mut self.frames_buf);
+        frames.clear();
+        frames.extend(
+            bytes
+                .get(start..start + 8 * h.depth as usize)?
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())),
+        );
         let ended = h.flags & (FRAMES_TRUNCATED | FRAMES_ENDED) != 0;
         let pid = h.event.pid;
-        if h.flags & FRAMES_RESUME == 0 {
-            return Some(self.intern_frames(modules, pid, process, frames, ended, None));
-        }
-        let at = start + 8 * MAX_FRAMES;
-        let sample = Sample {
-            ip: h.ip,
-            sp: h.sp,
-            bp: h.bp,
-            stack: bytes.get(at..at + h.stack_len as usize)?,
+        let handle = if h.flags & FRAMES_RESUME == 0 {
+            Some(self.intern_frames(modules, pid, process, &frames, ended, None))
+        } else {
+            let at = start + 8 * MAX_FRAMES;
+            bytes.get(at..at + h.stack_len as usize).map(|stack| {
+                let sample = Sample {
+                    ip: h.ip,
+                    sp: h.sp,
+                    bp: h.bp,
+                    stack,
+                };
+                self.intern_frames(modules, pid, process, &frames, ended, Some(&sample))
+            })
         };
-        Some(self.intern_frames(modules, pid, process, frames, ended, Some(&sample)))
+        self.frames_buf = frames;
+        handle
     }
 
     /// Unwinds a copied stack in user space (framehop).
@@ -397,21 +414,26 @@ impl StackInterner {
         modules: &mut Modules,
         pid: u32,
         process: ProcessIndex,
-        addrs: Vec<u64>,
+        addrs: &[u64],
         truncated: bool,
     ) -> StackHandle {
-        let key = (addrs, truncated);
-        if let Some(&h) = self.table.by_addrs.get(&pid).and_then(|s| s.get(&key)) {
+        let table = &mut self.table;
+        let key = &mut table.addrs_key;
+        key.clear();
+        key.extend_from_slice(addrs);
+        key.push(u64::from(truncated));
+        if let Some(&h) = table.by_addrs.get(&pid).and_then(|s| s.get(key.as_slice())) {
             return h;
         }
-        let frames = modules.normalize(pid, &key.0);
+        let key: Box<[u64]> = key.as_slice().into();
+        let frames = modules.normalize(pid, addrs);
         let unnamed = frames.iter().any(|f| f.module.is_none());
         let frames = self.table.intern_frames(frames);
         let h = self.table.push(Stack {
             pid,
             process,
             frames: Some(frames),
-            truncated: key.1,
+            truncated,
         });
         if unnamed {
             self.table.pending_names.entry(pid).or_default().push(h);

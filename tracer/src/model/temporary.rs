@@ -49,25 +49,43 @@ pub struct Temporaries {
 
 impl Temporaries {
     /// Thread `tid` of `pid` allocated `size` bytes at `addr` from `stack`.
+    ///
+    /// On every recorded allocation in exact mode: four hash operations in
+    /// the usual case (the thread's slot, its previous block's and the new
+    /// block's owner entries), the others only when a free was lost.
     pub fn alloc(&mut self, pid: u32, tid: u32, addr: u64, size: u64, stack: StackHandle) {
-        // An address still some thread's newest (its free was lost): that
-        // block is gone.
-        if let Some(old) = self.owner.remove(&(pid, addr)) {
-            self.forget_thread(pid, old);
-        }
-        let known = self.newest.get(&pid).is_some_and(|t| t.contains_key(&tid));
-        if !known && self.threads >= MAX_THREADS {
-            self.untracked += 1;
-            return;
-        }
         let new = Newest { addr, size, stack };
-        match self.newest.entry(pid).or_default().insert(tid, new) {
-            Some(prev) => {
+        let full = self.threads >= MAX_THREADS;
+        let threads = self.newest.entry(pid).or_default();
+        match threads.get_mut(&tid) {
+            Some(slot) => {
+                let prev = std::mem::replace(slot, new);
                 self.owner.remove(&(pid, prev.addr));
             }
-            None => self.threads += 1,
+            None if full => {
+                if threads.is_empty() {
+                    self.newest.remove(&pid);
+                }
+                self.untracked += 1;
+                // The address may still be another thread's newest (its
+                // free was lost): that block is gone.
+                if let Some(old) = self.owner.remove(&(pid, addr)) {
+                    self.forget_thread(pid, old);
+                }
+                return;
+            }
+            None => {
+                threads.insert(tid, new);
+                self.threads += 1;
+            }
         }
-        self.owner.insert((pid, addr), tid);
+        // An address still another thread's newest (its free was lost):
+        // that block is gone.
+        if let Some(old) = self.owner.insert((pid, addr), tid) {
+            if old != tid {
+                self.forget_thread(pid, old);
+            }
+        }
     }
 
     /// Thread `tid` of `pid` freed `addr`; `by_free` is false when realloc
@@ -195,6 +213,31 @@ mod tests {
         t.free(PID, 1, 0x10, true);
         assert_eq!(t.of(100), Temporary::default());
         assert_eq!(t.of(200), Temporary::default());
+    }
+
+    #[test]
+    fn an_address_allocated_again_after_a_lost_free_is_the_new_threads() {
+        let mut t = Temporaries::default();
+        // Thread 1's block at 0x10 is freed, but the FREE is lost.
+        t.alloc(PID, 1, 0x10, 8, 100);
+        t.alloc(PID, 2, 0x10, 16, 200);
+        assert_eq!(t.threads(), 1, "thread 1's block is gone");
+        t.free(PID, 2, 0x10, true);
+        assert_eq!(t.of(100), Temporary::default());
+        assert_eq!(
+            t.of(200),
+            Temporary {
+                objects: 1,
+                bytes: 16
+            }
+        );
+        // The same thread allocating the same address again after a lost free.
+        t.alloc(PID, 3, 0x30, 8, 300);
+        t.alloc(PID, 3, 0x30, 8, 300);
+        assert_eq!(t.threads(), 1);
+        t.free(PID, 3, 0x30, true);
+        assert_eq!(t.of(300).objects, 1);
+        assert_eq!(t.threads(), 0);
     }
 
     #[test]
