@@ -393,11 +393,23 @@ impl<'a> Trace<'a> {
             detaching.wait()?;
         }
         phases.mark("detached");
+        // Sampling: the numbers are estimates from the sampled allocations,
+        // not counts of them.
+        let about = if profile.sample_rate == 1 {
+            ""
+        } else {
+            "about "
+        };
         console::say(format_args!(
-            "{} after {:.1} s: {} recorded, {} still live ({}){}",
+            "{} after {:.1} s: {about}{} {}, {about}{} still live ({}){}",
             profile.end_reason,
             profile.duration_secs,
             report::counted(profile.totals.alloc_objects, "allocation", "allocations"),
+            if profile.sample_rate == 1 {
+                "recorded"
+            } else {
+                "estimated from samples"
+            },
             profile.totals.inuse_objects,
             report::counted(profile.totals.inuse_bytes, "byte", "bytes"),
             written
