@@ -54,8 +54,12 @@ pub struct Loaded {
     map_fds: HashMap<String, OwnedFd>,
     /// The dispatcher and the session copies it tail-calls.
     session_progs: Vec<OwnedFd>,
-    /// Uprobe session links; closing them detaches.
+    /// Uprobe session links, and free's uprobe_multi links; closing them
+    /// detaches.
     session_links: Vec<OwnedFd>,
+    /// free's program loaded for uprobe_multi links (with the session
+    /// copies), when the kernel took it.
+    free_multi: Option<OwnedFd>,
     /// Why uprobe sessions are not used, when they were wanted.
     pub session_error: Option<String>,
     /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL, FILTER_CGROUP).
@@ -205,6 +209,7 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             map_fds,
             session_progs: Vec::new(),
             session_links: Vec::new(),
+            free_multi: None,
             session_error: None,
             traced,
         },
@@ -330,7 +335,7 @@ fn attach_sessions(
             .map(|&r| roles::of(r).program)
             .collect();
         names.push(RETURN_PROGRAM);
-        let mut copies = uprobe_session::load_session_copies(BPF_OBJECT, &names, &loaded.map_fds)?;
+        let mut copies = uprobe_session::load_copies(BPF_OBJECT, &names, &loaded.map_fds, true)?;
         for (role, name) in session_roles.iter().zip(&names) {
             let fd = copies.remove(*name).context("session copy")?;
             uprobe_session::set_prog_slot(loaded.progs_fd, *role as u32, &fd)?;
@@ -342,6 +347,14 @@ fn attach_sessions(
         // The dispatcher last: it is the one that is attached.
         let dispatcher = uprobe_session::load_dispatcher(loaded.progs_fd)?;
         loaded.session_progs.push(dispatcher);
+        // free as a uprobe_multi link where the kernel takes one (it has
+        // sessions, so it should): cheaper per call than a perf-event
+        // uprobe (uprobe_session.rs). If not, a plain uprobe.
+        let free = roles::of(Role::Free).program;
+        loaded.free_multi =
+            uprobe_session::load_copies(BPF_OBJECT, &[free], &loaded.map_fds, false)
+                .ok()
+                .and_then(|mut copies| copies.remove(free));
     }
 
     let placed = || planned.iter().filter_map(|p| Some((p.role, p.placed()?)));
@@ -352,7 +365,14 @@ fn attach_sessions(
     // free first: a block recorded before free is hooked would have its
     // free missed, stay "live" and be replaced when its address is reused.
     for (role, p) in placed().filter(|(role, _)| *role == Role::Free) {
-        attach_one(loaded, roles::of(role).program, p.plain.0, path, pid)?;
+        let multi = loaded.free_multi.as_ref().and_then(|prog| {
+            uprobe_session::attach_multi(prog, path, &[p.plain.0], pid.map_or(0, NonZeroU32::get))
+                .ok()
+        });
+        match multi {
+            Some(link) => loaded.session_links.push(link),
+            None => attach_one(loaded, roles::of(role).program, p.plain.0, path, pid)?,
+        }
     }
     let prog = loaded.session_progs.last().context("session program")?;
     let link = uprobe_session::attach(

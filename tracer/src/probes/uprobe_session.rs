@@ -36,6 +36,12 @@ use aya::{Btf, BtfError};
 
 /// BPF_TRACE_UPROBE_SESSION in the kernel's (newer) uapi/linux/bpf.h.
 const BPF_TRACE_UPROBE_SESSION: u32 = 57;
+/// BPF_TRACE_UPROBE_MULTI: a uprobe_multi link without a return run, for
+/// free(). The kernel runs its program straight from the uprobe's handler
+/// chain; a perf-event uprobe's dispatcher takes its filter's rwlock on
+/// every hit, a cache line that two threads freeing at once bounce between
+/// their CPUs (about 0.1 µs a free here).
+const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
@@ -220,45 +226,71 @@ pub fn attach(
     cookies: &[u64],
     pid: u32,
 ) -> anyhow::Result<OwnedFd> {
+    link_create(prog, BPF_TRACE_UPROBE_SESSION, path, offsets, cookies, pid)
+        .context("creating the uprobe session link")
+}
+
+/// Attaches `prog` (a copy from `load_copies(.., false)`) to `offsets` in
+/// `path` for process `pid` as a uprobe_multi link: entry only, no cookies.
+pub fn attach_multi(
+    prog: &OwnedFd,
+    path: &Path,
+    offsets: &[u64],
+    pid: u32,
+) -> anyhow::Result<OwnedFd> {
+    let cookies = vec![0u64; offsets.len()];
+    link_create(prog, BPF_TRACE_UPROBE_MULTI, path, offsets, &cookies, pid)
+        .context("creating the uprobe_multi link")
+}
+
+fn link_create(
+    prog: &OwnedFd,
+    attach_type: u32,
+    path: &Path,
+    offsets: &[u64],
+    cookies: &[u64],
+    pid: u32,
+) -> anyhow::Result<OwnedFd> {
     let path = CString::new(path.as_os_str().as_encoded_bytes()).context("path")?;
     let mut attr = [0u64; 16];
     attr[0] = prog.as_raw_fd() as u64; // prog_fd, target_fd 0
-    attr[1] = u64::from(BPF_TRACE_UPROBE_SESSION); // attach_type, flags 0
+    attr[1] = u64::from(attach_type); // attach_type, flags 0
     attr[2] = path.as_ptr() as u64;
     attr[3] = offsets.as_ptr() as u64;
     attr[4] = 0; // ref_ctr_offsets
     attr[5] = cookies.as_ptr() as u64;
     attr[6] = offsets.len() as u64; // cnt, flags 0
     attr[7] = u64::from(pid);
-    let fd = bpf(BPF_LINK_CREATE, &mut attr).context("creating the uprobe session link")?;
+    let fd = bpf(BPF_LINK_CREATE, &mut attr)?;
     // SAFETY: a new fd that we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Loads second copies of the named programs from the BPF object, as
-/// session programs (expected attach type BPF_TRACE_UPROBE_SESSION): the
-/// kernel only lets a session program tail-call programs of the same attach
-/// type, and aya 0.14 can only load plain kprobe programs. The copies share
-/// aya's maps: map references are relocated to `map_fds` (by map name),
-/// globals to the `.rodata` map, and calls into `.text` (compiler builtins
-/// such as memset) are resolved by appending the callee.
-pub fn load_session_copies(
+/// session programs (`session`: expected attach type
+/// BPF_TRACE_UPROBE_SESSION; the kernel only lets a session program
+/// tail-call programs of the same attach type) or as uprobe_multi programs
+/// (BPF_TRACE_UPROBE_MULTI); aya 0.14 can only load plain kprobe programs.
+/// The copies share aya's maps: map references are relocated to `map_fds`
+/// (by map name), globals to the `.rodata` map, and calls into `.text`
+/// (compiler builtins such as memset) are resolved by appending the callee.
+pub fn load_copies(
     object: &[u8],
     names: &[&str],
     map_fds: &HashMap<String, OwnedFd>,
+    session: bool,
 ) -> anyhow::Result<HashMap<String, OwnedFd>> {
+    let (attach_type, what) = match session {
+        true => (BPF_TRACE_UPROBE_SESSION, "a session program"),
+        false => (BPF_TRACE_UPROBE_MULTI, "a uprobe_multi program"),
+    };
     let file = object::File::parse(object).context("parsing the BPF object")?;
     let mut loaded = HashMap::new();
     for &name in names {
         let (insns, subprograms) = relocated_program(&file, name, map_fds)
             .with_context(|| format!("relocating {name}"))?;
-        let fd = load_program(
-            &insns,
-            name,
-            BPF_TRACE_UPROBE_SESSION,
-            subprograms.as_deref(),
-        )
-        .with_context(|| format!("loading {name} as a session program"))?;
+        let fd = load_program(&insns, name, attach_type, subprograms.as_deref())
+            .with_context(|| format!("loading {name} as {what}"))?;
         loaded.insert(name.to_string(), fd);
     }
     Ok(loaded)
