@@ -234,3 +234,53 @@ fn binary_scope_builds_tables_only_for_the_binarys_own_files() {
         "tables in use should be the binary's own files {files:?}: {line}"
     );
 }
+
+/// A library dlopen'ed during the trace, allocating under a 64 KiB frame:
+/// the first walk that meets it is finished from a stack copy (the kernel
+/// has no table for it yet), which cannot reach past the big frame. The
+/// stack keeps its leaf frames and is marked truncated, and the note says
+/// why and what helps: before, it gave only "the walker stops at 512
+/// frames", which was not the reason.
+#[test]
+fn a_walk_cut_at_a_library_dlopened_during_the_trace_is_explained() {
+    let lib = compile_c(
+        "dlopen_late",
+        "lib",
+        &[O2_FLAGS, &["-shared", "-fPIC", "-DAS_LIBRARY"]].concat(),
+    );
+    let bin = compile_c("dlopen_late", "O2", O2_FLAGS);
+    let lib = lib.to_str().expect("a UTF-8 path");
+    let report = trace(&bin, &[lib], "tables-dlopen-late", &[]);
+    let all = describe(&report);
+    let mine = with_leaf(&report, "lib_site");
+    assert_eq!(mine.len(), 1, "{all}");
+    assert_eq!(
+        (n(mine[0], "inuse_bytes"), n(mine[0], "inuse_objects")),
+        (3333, 1),
+        "{all}"
+    );
+    assert_eq!(names(mine[0])[..2], ["lib_site", "lib_big_frame"], "{all}");
+    // The tracer reads the process's maps at attach and again only when a
+    // walk meets an address outside them: this first walk through the
+    // library is finished from the 8192-byte copy, 64 KiB short.
+    assert_eq!(mine[0]["truncated"], true, "{all}");
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let note = notes
+        .iter()
+        .find(|n| n.contains("marked [truncated]"))
+        .unwrap_or_else(|| panic!("no note on the cut stack:\n{all}"));
+    for words in [
+        "1 walk at code mapped after the process's maps were read",
+        "dlopen",
+        "a copy of 8192 stack bytes",
+        "raise --stack-bytes",
+    ] {
+        assert!(note.contains(words), "{words:?} not in {note:?}");
+    }
+    assert!(!note.contains("512 frames"), "{note:?}");
+}

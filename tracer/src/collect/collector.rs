@@ -182,10 +182,10 @@ impl Collector {
         counters: &aya::maps::PerCpuArray<MapData, u64>,
     ) -> Option<super::unwind_notes::KernelUnwind> {
         let tables = self.state.modules.kernel.as_ref()?;
-        Some(super::unwind_notes::KernelUnwind::read(
-            counters,
-            tables.stats,
-        ))
+        Some(super::unwind_notes::KernelUnwind {
+            resumed_cut: self.state.stacks.unwinders.stats.resumed_cut,
+            ..super::unwind_notes::KernelUnwind::read(counters, tables.stats)
+        })
     }
 
     /// `--unwind tables`: the rows and trie entries in use now.

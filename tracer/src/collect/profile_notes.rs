@@ -64,7 +64,7 @@ pub(super) fn notes(
             let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
                 .saturating_sub(unnamed.truncated);
             let kernel = meta.kernel_unwind.unwrap_or_default();
-            notes.extend(kernel.notes(cut));
+            notes.extend(kernel.notes(cut, meta.stack_bytes));
         }
     }
     notes

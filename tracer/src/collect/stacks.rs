@@ -327,11 +327,13 @@ impl StackInterner {
         let Some(sample) = resume else {
             return self.intern_addrs(modules, pid, process, frames, ended);
         };
+        self.unwinders.stats.resumed += 1;
         if sample.stack.is_empty() {
+            self.unwinders.stats.resumed_cut += 1;
             return self.intern_addrs(modules, pid, process, frames, true);
         }
-        self.unwinders.stats.resumed += 1;
         let unwound = self.unwind_sample(modules, pid, sample);
+        self.unwinders.stats.resumed_cut += u64::from(unwound.truncated);
         let mut addrs = frames;
         addrs.extend(unwound.addrs);
         self.intern_addrs(modules, pid, process, addrs, unwound.truncated)
