@@ -284,3 +284,52 @@ fn a_walk_cut_at_a_library_dlopened_during_the_trace_is_explained() {
     }
     assert!(!note.contains("512 frames"), "{note:?}");
 }
+
+/// A process attached by --pid that runs code from anonymous executable
+/// memory (a JIT's, keeping a frame pointer) from before the attach: the
+/// kernel crosses it by its frame pointer from the first walk, and the
+/// frame is named from the process's perf map, the name kept exact in
+/// JSON. Before, --pid described only the process's files at attach, so
+/// every walk through such code went back to user space with a stack copy
+/// (all 100 here) until its maps happened to be read again.
+#[test]
+fn tables_cross_jit_code_of_a_process_attached_by_pid_from_the_first_walk() {
+    let bin = compile_c("anon_code", "O2", O2_FLAGS);
+    let mut target = Target::start(&bin, &["100"]);
+    let pid = target.pid();
+    let perf_map = format!("/tmp/perf-{pid}.map");
+    let pid = pid.to_string();
+    let tracer = JsonTracer::start(
+        "tables-anon-code",
+        &["--pid", pid.as_str(), "--unwind", "tables", "--verbose"],
+    );
+    target.run_sites();
+    let (report, out) = tracer.stop();
+    drop(target);
+    let _ = std::fs::remove_file(&perf_map);
+    let all = describe(&report);
+    let mine = with_leaf(&report, "anon_site");
+    assert_eq!(mine.len(), 1, "{all}");
+    assert_eq!(
+        (n(mine[0], "inuse_bytes"), n(mine[0], "inuse_objects")),
+        (333_300, 100),
+        "{all}"
+    );
+    assert_eq!(mine[0]["truncated"], false, "{all}");
+    let names = names(mine[0]);
+    assert_eq!(
+        names[..3],
+        ["anon_site", "JS:anon_trampoline \u{1b}[31mred", "main"],
+        "{all}"
+    );
+    let walks = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("kernel walks: "))
+        .unwrap_or_else(|| panic!("no kernel walks line:\n{}", out.stderr));
+    assert!(
+        walks.contains(" 0 finished from a stack copy")
+            && walks.contains(": 100 frame-pointer steps"),
+        "walks through the JIT code went back to user space: {walks}"
+    );
+}

@@ -385,10 +385,19 @@ impl Modules {
         self.procs.get(&pid).map_or(0, |p| p.generation)
     }
 
-    /// Sets `pid`'s maps as read elsewhere (the initial read of a target).
-    pub fn set_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
+    /// Sets `pid`'s maps as read elsewhere (the initial read of a target,
+    /// a forked child's parent's): its file mappings and its anonymous
+    /// executable ones (JIT code), both described to the kernel's walker.
+    /// Without the latter, every walk through JIT code of a process
+    /// attached by --pid went back to user space until its maps were
+    /// read again.
+    pub fn set_maps(&mut self, pid: u32, maps: Vec<Mapping>, jit: Vec<std::ops::Range<u64>>) {
         self.forget(pid);
         self.merge_maps(pid, maps);
+        if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.jit != jit) {
+            p.jit = jit;
+            self.describe_to_kernel(pid);
+        }
     }
 
     /// The process's anonymous executable mappings (JIT code) as last read.

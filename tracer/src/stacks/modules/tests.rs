@@ -25,8 +25,8 @@ fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
     let me = std::process::id();
     let a = exe_mapping(0);
     let b = exe_mapping(0x1000_0000);
-    modules.set_maps(me, vec![a.clone()]);
-    modules.set_maps(NO_SUCH_PID, vec![b.clone()]);
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    modules.set_maps(NO_SUCH_PID, vec![b.clone()], Vec::new());
     assert_eq!(modules.held(), (2, 1), "two processes, one file");
     // The same code at different addresses: the same (object, offset).
     let fa = modules.normalize(me, &[a.start + 0x101]);
@@ -43,12 +43,12 @@ fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
 #[test]
 fn an_object_no_process_maps_and_no_frame_refers_to_is_closed() {
     let mut modules = Modules::default();
-    modules.set_maps(NO_SUCH_PID, vec![exe_mapping(0)]);
+    modules.set_maps(NO_SUCH_PID, vec![exe_mapping(0)], Vec::new());
     assert_eq!(modules.held(), (1, 1));
     modules.drop_process(NO_SUCH_PID);
     assert_eq!(modules.held(), (0, 0));
     // Its slot is reused by the next file.
-    modules.set_maps(NO_SUCH_PID + 1, vec![exe_mapping(0)]);
+    modules.set_maps(NO_SUCH_PID + 1, vec![exe_mapping(0)], Vec::new());
     assert_eq!(modules.objects.len(), 1);
 }
 
@@ -56,12 +56,12 @@ fn an_object_no_process_maps_and_no_frame_refers_to_is_closed() {
 fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation() {
     let mut modules = Modules::default();
     let m = exe_mapping(0);
-    modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
+    modules.set_maps(NO_SUCH_PID, vec![m.clone()], Vec::new());
     let old = modules.normalize(NO_SUCH_PID, &[m.start + 0x11]);
     modules.forget(NO_SUCH_PID);
     assert!(modules.maps(NO_SUCH_PID).is_empty());
     assert_eq!(modules.held().1, 1, "the old image's frame keeps it");
-    modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
+    modules.set_maps(NO_SUCH_PID, vec![m.clone()], Vec::new());
     let generation = modules.generation(NO_SUCH_PID);
     modules.merge_maps(NO_SUCH_PID, vec![m.clone()]);
     assert_eq!(modules.generation(NO_SUCH_PID), generation);
