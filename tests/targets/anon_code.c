@@ -7,10 +7,12 @@
  * anon_site(n): malloc(n). The perf map names it with JIT_NAME (an escape
  * sequence included: a traced process's text is hostile).
  *
- * Usage: anon_code [COUNT]. Protocol as in sites.c: prints "ready\n",
- * waits for a line on stdin, calls the code COUNT times (default 100),
- * keeping 3333 bytes each time, prints "done\n", then waits for stdin to
- * close and removes its perf map. */
+ * Usage: anon_code [COUNT [symlink]]. With "symlink" the perf map is a
+ * symbolic link to /tmp/anon_code-PID.real, which holds the lines (the
+ * tracer must refuse it). Protocol as in sites.c: prints "ready\n", waits
+ * for a line on stdin, calls the code COUNT times (default 100), keeping
+ * 3333 bytes each time, prints "done\n", then waits for stdin to close
+ * and removes its files. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -44,9 +46,12 @@ int main(int argc, char **argv) {
     if (page == MAP_FAILED) return 1;
     memcpy(page, code, sizeof code);
     if (mprotect(page, 4096, PROT_READ | PROT_EXEC) != 0) return 1;
-    char path[64];
+    char path[64], real[64];
     snprintf(path, sizeof path, "/tmp/perf-%d.map", getpid());
-    FILE *map = fopen(path, "w");
+    snprintf(real, sizeof real, "/tmp/anon_code-%d.real", getpid());
+    int symlinked = argc > 2 && strcmp(argv[2], "symlink") == 0;
+    if (symlinked && symlink(real, path) != 0) return 1;
+    FILE *map = fopen(symlinked ? real : path, "w");
     if (!map) return 1;
     fprintf(map, "%lx %zx %s\n", (unsigned long)(uintptr_t)page, sizeof code, JIT_NAME);
     fclose(map);
@@ -59,5 +64,6 @@ int main(int argc, char **argv) {
     while (read(0, buf, sizeof buf) > 0) {
     }
     unlink(path);
+    if (symlinked) unlink(real);
     return 0;
 }

@@ -193,6 +193,12 @@ impl Collector {
         Some(self.state.modules.kernel.as_ref()?.in_use())
     }
 
+    /// JIT names: files read and refused, entries dropped at the caps, and
+    /// frames left unnamed at the interning cap.
+    pub fn jit_stats(&self) -> (crate::stacks::jit::JitStats, u64) {
+        self.state.modules.jit_stats()
+    }
+
     /// The unwinders' counters (--verbose).
     pub fn unwind_stats(&self) -> crate::stacks::unwind::UnwindStats {
         self.state.stacks.unwinders.stats

@@ -48,6 +48,14 @@ pub(super) fn notes(
         });
     }
     notes.extend(super::event_notes::event_notes(meta, collector, losses));
+    let (jit, unnamed_frames) = collector.jit_stats();
+    if jit.refused + jit.capped + unnamed_frames > 0 {
+        notes.push(Note::JitNamesIncomplete {
+            refused_files: jit.refused,
+            capped_entries: jit.capped,
+            unnamed_frames,
+        });
+    }
     match meta.unwind {
         UnwindMode::Fp => notes.push(Note::FramePointerStacks),
         UnwindMode::Dwarf => {

@@ -88,6 +88,15 @@ pub enum Note {
         rows_capacity: u64,
         mappings: u64,
     },
+    /// JIT names that could not be had: perf maps or jitdump files
+    /// refused (a symlink, not a regular file, not the process's user's),
+    /// entries dropped at a process's caps, and frames left unnamed at the
+    /// trace's cap on interned names.
+    JitNamesIncomplete {
+        refused_files: u64,
+        capped_entries: u64,
+        unnamed_frames: u64,
+    },
     /// -- CMD with --keep-running: the command outlived the trace.
     CommandLeftRunning { pid: u32 },
     /// -- CMD: the trace ended first; the command was sent `signal` and

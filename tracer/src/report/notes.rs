@@ -73,6 +73,11 @@ impl fmt::Display for Note {
                 rows_capacity,
                 mappings,
             } => unwind_tables_full(f, *files, *rows_capacity, *mappings),
+            Note::JitNamesIncomplete {
+                refused_files,
+                capped_entries,
+                unnamed_frames,
+            } => jit_names_incomplete(f, *refused_files, *capped_entries, *unnamed_frames),
             Note::CommandLeftRunning { pid } => write!(
                 f,
                 "the command (pid {pid}) was left running, no longer traced (--keep-running)"
@@ -151,6 +156,45 @@ fn unwind_tables_full(
          --unwind-rows from {rows_capacity}), {}",
         counted(files, "file", "files"),
         counted(mappings, "mapping", "mappings"),
+    )
+}
+
+/// Why JIT frames may stay [unknown]: files refused, caps reached.
+fn jit_names_incomplete(
+    f: &mut fmt::Formatter<'_>,
+    refused_files: u64,
+    capped_entries: u64,
+    unnamed_frames: u64,
+) -> fmt::Result {
+    let mut parts = Vec::new();
+    if refused_files > 0 {
+        parts.push(format!(
+            "{} refused (a symbolic link on its path, not a regular file, or not owned by the \
+             process's user: the tracer reads none of these)",
+            counted(
+                refused_files,
+                "perf map or jitdump file was",
+                "perf map or jitdump files were"
+            )
+        ));
+    }
+    if capped_entries > 0 {
+        parts.push(format!(
+            "{} dropped at a process's caps (entries, bytes of names, bytes read: a process \
+             keeps its first entries; docs/jit-names.md)",
+            counted(capped_entries, "entry was", "entries were"),
+        ));
+    }
+    if unnamed_frames > 0 {
+        parts.push(format!(
+            "{} left unnamed at the trace's cap on distinct JIT names",
+            counted(unnamed_frames, "frame was", "frames were"),
+        ));
+    }
+    write!(
+        f,
+        "JIT names incomplete, frames in the code concerned stay [unknown]: {}",
+        parts.join("; ")
     )
 }
 
@@ -476,5 +520,37 @@ mod tests {
         );
         let limit = walks_cut(4, 0, 8192);
         assert!(!limit.contains("--stack-bytes"), "{limit}");
+    }
+
+    /// JIT frames left [unknown] by a refused perf map or a cap say so.
+    #[test]
+    fn jit_names_incomplete_names_what_was_refused_and_capped() {
+        let note = |refused_files, capped_entries, unnamed_frames| {
+            Note::JitNamesIncomplete {
+                refused_files,
+                capped_entries,
+                unnamed_frames,
+            }
+            .to_string()
+        };
+        let refused = note(1, 0, 0);
+        assert!(
+            refused.starts_with("JIT names incomplete, frames in the code concerned stay [unknown]: 1 perf map or jitdump file was refused (a symbolic link"),
+            "{refused}"
+        );
+        assert!(!refused.contains("caps"), "{refused}");
+        let capped = note(0, 4_800_001, 0);
+        assert!(
+            capped.contains(": 4800001 entries were dropped at a process's caps"),
+            "{capped}"
+        );
+        assert!(!capped.contains("refused"), "{capped}");
+        let all = note(2, 1, 3);
+        assert!(
+            all.contains("2 perf map or jitdump files were refused"),
+            "{all}"
+        );
+        assert!(all.contains("1 entry was dropped"), "{all}");
+        assert!(all.contains("3 frames were left unnamed"), "{all}");
     }
 }

@@ -506,6 +506,12 @@ impl Modules {
         self.jit_names.get(module)
     }
 
+    /// The JIT name files read over the trace (summed over processes) and
+    /// the frames left unnamed at the interning cap.
+    pub fn jit_stats(&self) -> (JitStats, u64) {
+        (self.jit_stats, self.jit_names.refused)
+    }
+
     /// What the JIT names of live processes hold: (processes with entries,
     /// entries), and frames left unnamed at the interning cap.
     pub fn jit_held(&self) -> (usize, usize, u64) {
