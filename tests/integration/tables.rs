@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::harness::{
     compile_c, compile_rust, function_names as names,
+    http::{get, served_addr},
     sites::{assert_no_losses, assert_site_stacks_complete, assert_sites_exact, O2_FLAGS},
     JsonTracer, Target,
 };
@@ -331,5 +332,81 @@ fn tables_cross_jit_code_of_a_process_attached_by_pid_from_the_first_walk() {
         walks.contains(" 0 finished from a stack copy")
             && walks.contains(": 100 frame-pointer steps"),
         "walks through the JIT code went back to user space: {walks}"
+    );
+}
+
+/// A library unloaded and another loaded at its addresses (a plugin
+/// reloaded) while traced by --pid. The kernel walks B's first stacks with
+/// A's stale table and ends them early; the tracer then reads the maps
+/// again, describes B to the kernel and no longer reuses what it interned
+/// for those addresses: B's later stacks are complete and named from B.
+/// Before, every stack through B stayed cut and named `[unknown]` in
+/// libA, for the rest of the trace. Each GET of the served profile
+/// handles every event queued before it: it orders the phases.
+#[test]
+fn tables_follow_a_library_replaced_at_the_same_addresses() {
+    let flags = [O2_FLAGS, &["-shared", "-fPIC"]].concat();
+    let lib_a = compile_c("swap_libs", "lib-a", &[&flags[..], &["-DLIB_A"]].concat());
+    let lib_b = compile_c("swap_libs", "lib-b", &[&flags[..], &["-DLIB_B"]].concat());
+    let bin = compile_c("swap_libs", "O2", O2_FLAGS);
+    let (a, b) = (
+        lib_a.to_str().expect("utf-8"),
+        lib_b.to_str().expect("utf-8"),
+    );
+    let mut target = Target::start(&bin, &[a, b]);
+    let pid = target.pid().to_string();
+    let mut tracer = JsonTracer::start(
+        "tables-swap-libs",
+        &["--pid", pid.as_str(), "--serve", "127.0.0.1:0"],
+    );
+    let addr = served_addr(&mut tracer);
+    let mut phase = |cmd: &str| {
+        target.send(cmd);
+        let line = target.wait_for(&format!("did {cmd}"));
+        assert_eq!(get(&addr, "/profile.json").0, 200);
+        line.rsplit(' ').next().expect("an address").to_string()
+    };
+    let entry_a = phase("a");
+    let entry_b = phase("b");
+    phase("c");
+    let (report, _) = tracer.stop();
+    let all = describe(&report);
+    // What this test is about: B where A was (the kernel reuses the hole).
+    let base = |e: &str| u64::from_str_radix(e.trim_start_matches("0x"), 16).expect("hex") >> 12;
+    assert_eq!(
+        base(&entry_a),
+        base(&entry_b),
+        "B was not loaded at A's addresses"
+    );
+    let sized = |bytes: u64| -> Vec<&Value> {
+        stacks(&report)
+            .iter()
+            .filter(|s| n(s, "alloc_objects") > 0 && n(s, "alloc_bytes") % bytes == 0)
+            .filter(|s| n(s, "alloc_bytes") / n(s, "alloc_objects") == bytes)
+            .collect()
+    };
+    let complete = |s: &Value, want: &[&str]| {
+        let names = names(s);
+        s["truncated"] == false && names.len() > want.len() && names[..want.len()] == *want
+    };
+    let a_stacks = sized(1111);
+    assert_eq!(a_stacks.len(), 1, "{all}");
+    assert!(complete(a_stacks[0], &["a_site", "a_mid", "main"]), "{all}");
+    // B's first stacks may be cut (walked with A's table), never named from A.
+    for s in sized(2222) {
+        let modules: Vec<&str> = s["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .filter_map(|f| f["module"].as_str())
+            .collect();
+        assert!(!modules.iter().any(|m| m.ends_with("lib-a")), "{all}");
+    }
+    let later = sized(3333);
+    assert_eq!(later.len(), 1, "{all}");
+    assert_eq!(n(later[0], "alloc_objects"), 100, "{all}");
+    assert!(
+        complete(later[0], &["b_site", "b_mid2", "b_mid", "main"]),
+        "{all}"
     );
 }

@@ -67,3 +67,40 @@ fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation
     assert_eq!(modules.generation(NO_SUCH_PID), generation);
     assert_eq!(modules.normalize(NO_SUCH_PID, &[m.start + 0x11]), old);
 }
+
+/// Other code at an address range known before (a library unloaded and
+/// another loaded in its place) counts as a remap; a new range, or the
+/// same file split at the same place (mprotect), does not.
+#[test]
+fn another_file_at_known_addresses_is_a_remap_and_a_new_range_is_not() {
+    let mut modules = Modules::default();
+    let pid = NO_SUCH_PID;
+    let lib = |path: &str, start: u64, end: u64, offset: u64| Mapping {
+        start,
+        end,
+        offset,
+        executable: true,
+        path: path.to_string(),
+    };
+    let a = lib("/plugins/a.so", 0x7f00_0000_1000, 0x7f00_0000_3000, 0x1000);
+    modules.set_maps(pid, vec![a.clone()], Vec::new());
+    assert_eq!(modules.remaps(pid), 0);
+    // The same file split in two at the same place, and a new library.
+    let split = vec![
+        lib("/plugins/a.so", 0x7f00_0000_1000, 0x7f00_0000_2000, 0x1000),
+        lib("/plugins/a.so", 0x7f00_0000_2000, 0x7f00_0000_3000, 0x2000),
+        lib("/plugins/c.so", 0x7f00_1000_0000, 0x7f00_1000_2000, 0),
+    ];
+    modules.merge_maps(pid, split.clone());
+    assert_eq!(modules.remaps(pid), 0);
+    // b.so where a.so was.
+    let mut b = split;
+    b[0] = lib("/plugins/b.so", 0x7f00_0000_1000, 0x7f00_0000_3000, 0x1000);
+    b.remove(1);
+    modules.merge_maps(pid, b.clone());
+    assert_eq!(modules.remaps(pid), 1);
+    assert_eq!(modules.maps(pid)[0].path, "/plugins/b.so");
+    // Read again unchanged: no further remap.
+    modules.merge_maps(pid, b);
+    assert_eq!(modules.remaps(pid), 1);
+}
