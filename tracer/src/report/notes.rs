@@ -431,7 +431,6 @@ fn kernel_walks_cut(f: &mut fmt::Formatter<'_>, note: &Note) -> fmt::Result {
 
 /// How many stacks end early, why, and what to do: a larger window only
 /// while one can be asked for.
-
 fn stacks_cut(f: &mut fmt::Formatter<'_>, stacks: u64, stack_bytes: u32) -> fmt::Result {
     let max = tracer_common::MAX_STACK_BYTES;
     let remedy = if (stack_bytes as usize) < max {
