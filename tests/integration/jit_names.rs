@@ -2,11 +2,13 @@
 //! running a leaky script (tests/targets/leaky.js), traced by pid while it
 //! holds its buffers. The stack crosses V8's JIT frames (frame-pointer
 //! steps) and reaches `_start`: node's `main` tail-calls `node::Start`, so
-//! `main` is no frame of its own.
+//! `main` is no frame of its own. And a C program running code from an
+//! anonymous page (tests/targets/anon_code.c) whose perf map is a symbolic
+//! link: refused, and the report says so.
 
 use serde_json::Value;
 
-use crate::harness::{target_source, JsonTracer, Target};
+use crate::harness::{compile_c, sites::O2_FLAGS, target_source, JsonTracer, Target};
 
 /// (function, module) of each frame of a stack, leaf first.
 fn names(stack: &Value) -> Vec<(String, String)> {
@@ -107,4 +109,40 @@ fn node_perf_map_names_the_js_function_and_the_stack_is_complete() {
             "{frames:?}"
         );
     }
+}
+
+/// A perf map that is a symbolic link (to a file of the process's own) is
+/// not read: its frame stays `[unknown]`, and a note says a file was
+/// refused and why, where before nothing said why the name was missing.
+#[test]
+fn a_perf_map_that_is_a_symlink_is_refused_and_the_report_says_so() {
+    let bin = compile_c("anon_code", "O2", O2_FLAGS);
+    let mut target = Target::start(&bin, &["10", "symlink"]);
+    let pid = target.pid();
+    let files = [
+        format!("/tmp/perf-{pid}.map"),
+        format!("/tmp/anon_code-{pid}.real"),
+    ];
+    let pid = pid.to_string();
+    let tracer = JsonTracer::start("jit-symlink", &["--pid", pid.as_str()]);
+    target.run_sites();
+    let (report, _) = tracer.stop();
+    drop(target);
+    for f in &files {
+        let _ = std::fs::remove_file(f);
+    }
+    let stack = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .find(|s| names(s).first().is_some_and(|(f, _)| f == "anon_site"))
+        .unwrap_or_else(|| panic!("no anon_site stack: {report:#}"));
+    let frames = names(stack);
+    assert_eq!(frames[1].0, "[unknown]", "{frames:?}");
+    assert_eq!(frames[2].0, "main", "{frames:?}");
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("JIT names incomplete, frames in the code concerned stay [unknown]: 1 perf map or jitdump file was refused (a symbolic link"),
+        "{notes}"
+    );
 }

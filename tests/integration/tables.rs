@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::harness::{
     compile_c, compile_rust, function_names as names,
+    http::{get, served_addr},
     sites::{assert_no_losses, assert_site_stacks_complete, assert_sites_exact, O2_FLAGS},
     JsonTracer, Target,
 };
@@ -233,4 +234,169 @@ fn binary_scope_builds_tables_only_for_the_binarys_own_files() {
         files.len(),
         "tables in use should be the binary's own files {files:?}: {line}"
     );
+}
+
+/// A library dlopen'ed during the trace, allocating under a 64 KiB frame:
+/// the first walk that meets it is finished from a stack copy (the kernel
+/// has no table for it yet), which cannot reach past the big frame. The
+/// stack keeps its leaf frames and is marked truncated, and the note says
+/// why and what helps: before, it gave only "the walker stops at 512
+/// frames", which was not the reason.
+#[test]
+fn a_walk_cut_at_a_library_dlopened_during_the_trace_is_explained() {
+    let lib = compile_c(
+        "dlopen_late",
+        "lib",
+        &[O2_FLAGS, &["-shared", "-fPIC", "-DAS_LIBRARY"]].concat(),
+    );
+    let bin = compile_c("dlopen_late", "O2", O2_FLAGS);
+    let lib = lib.to_str().expect("a UTF-8 path");
+    let report = trace(&bin, &[lib], "tables-dlopen-late", &[]);
+    let all = describe(&report);
+    let mine = with_leaf(&report, "lib_site");
+    assert_eq!(mine.len(), 1, "{all}");
+    assert_eq!(
+        (n(mine[0], "inuse_bytes"), n(mine[0], "inuse_objects")),
+        (3333, 1),
+        "{all}"
+    );
+    assert_eq!(names(mine[0])[..2], ["lib_site", "lib_big_frame"], "{all}");
+    // The tracer reads the process's maps at attach and again only when a
+    // walk meets an address outside them: this first walk through the
+    // library is finished from the 8192-byte copy, 64 KiB short.
+    assert_eq!(mine[0]["truncated"], true, "{all}");
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let note = notes
+        .iter()
+        .find(|n| n.contains("marked [truncated]"))
+        .unwrap_or_else(|| panic!("no note on the cut stack:\n{all}"));
+    for words in [
+        "1 walk at code mapped after the process's maps were read",
+        "dlopen",
+        "a copy of 8192 stack bytes",
+        "raise --stack-bytes",
+    ] {
+        assert!(note.contains(words), "{words:?} not in {note:?}");
+    }
+    assert!(!note.contains("512 frames"), "{note:?}");
+}
+
+/// A process attached by --pid that runs code from anonymous executable
+/// memory (a JIT's, keeping a frame pointer) from before the attach: the
+/// kernel crosses it by its frame pointer from the first walk, and the
+/// frame is named from the process's perf map, the name kept exact in
+/// JSON. Before, --pid described only the process's files at attach, so
+/// every walk through such code went back to user space with a stack copy
+/// (all 100 here) until its maps happened to be read again.
+#[test]
+fn tables_cross_jit_code_of_a_process_attached_by_pid_from_the_first_walk() {
+    let bin = compile_c("anon_code", "O2", O2_FLAGS);
+    let mut target = Target::start(&bin, &["100"]);
+    let pid = target.pid();
+    let perf_map = format!("/tmp/perf-{pid}.map");
+    let pid = pid.to_string();
+    let tracer = JsonTracer::start(
+        "tables-anon-code",
+        &["--pid", pid.as_str(), "--unwind", "tables", "--verbose"],
+    );
+    target.run_sites();
+    let (report, out) = tracer.stop();
+    drop(target);
+    let _ = std::fs::remove_file(&perf_map);
+    let all = describe(&report);
+    let mine = with_leaf(&report, "anon_site");
+    assert_eq!(mine.len(), 1, "{all}");
+    assert_eq!(
+        (n(mine[0], "inuse_bytes"), n(mine[0], "inuse_objects")),
+        (333_300, 100),
+        "{all}"
+    );
+    assert_eq!(mine[0]["truncated"], false, "{all}");
+    let names = names(mine[0]);
+    assert_eq!(
+        names[..3],
+        ["anon_site", "JS:anon_trampoline \u{1b}[31mred", "main"],
+        "{all}"
+    );
+    let walks = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("kernel walks: "))
+        .unwrap_or_else(|| panic!("no kernel walks line:\n{}", out.stderr));
+    assert!(
+        walks.contains(" 0 finished from a stack copy")
+            && walks.contains(": 100 frame-pointer steps"),
+        "walks through the JIT code went back to user space: {walks}"
+    );
+}
+
+/// A library unloaded and another loaded at its addresses (a plugin
+/// reloaded) while traced by --pid. The kernel walks B's first stacks with
+/// A's stale table and ends them early; the tracer then reads the maps
+/// again at once, describes B to the kernel and no longer reuses what it
+/// interned for those addresses: B's stacks are named from B. Before,
+/// every stack through B was named from A (`a_site`) for the rest of the
+/// trace. Each GET of the served profile handles every event queued
+/// before it: it orders the phases. (Whether B's later stacks are
+/// complete depends on when the tracer describes B: not asserted.)
+#[test]
+fn tables_follow_a_library_replaced_at_the_same_addresses() {
+    let flags = [O2_FLAGS, &["-shared", "-fPIC"]].concat();
+    let lib_a = compile_c("swap_libs", "lib-a", &[&flags[..], &["-DLIB_A"]].concat());
+    let lib_b = compile_c("swap_libs", "lib-b", &[&flags[..], &["-DLIB_B"]].concat());
+    let bin = compile_c("swap_libs", "O2", O2_FLAGS);
+    let (a, b) = (
+        lib_a.to_str().expect("utf-8"),
+        lib_b.to_str().expect("utf-8"),
+    );
+    let mut target = Target::start(&bin, &[a, b]);
+    let pid = target.pid().to_string();
+    let mut tracer = JsonTracer::start(
+        "tables-swap-libs",
+        &["--pid", pid.as_str(), "--serve", "127.0.0.1:0"],
+    );
+    let addr = served_addr(&mut tracer);
+    let mut phase = |cmd: &str| {
+        target.send(cmd);
+        let line = target.wait_for(&format!("did {cmd}"));
+        assert_eq!(get(&addr, "/profile.json").0, 200);
+        line.rsplit(' ').next().expect("an address").to_string()
+    };
+    let entry_a = phase("a");
+    let entry_b = phase("b");
+    phase("c");
+    let (report, _) = tracer.stop();
+    let all = describe(&report);
+    // What this test is about: B where A was (the kernel reuses the hole).
+    let base = |e: &str| u64::from_str_radix(e.trim_start_matches("0x"), 16).expect("hex") >> 12;
+    assert_eq!(
+        base(&entry_a),
+        base(&entry_b),
+        "B was not loaded at A's addresses"
+    );
+    let objects_under = |leaf: &str| -> u64 {
+        with_leaf(&report, leaf)
+            .iter()
+            .map(|s| n(s, "alloc_objects"))
+            .sum()
+    };
+    assert_eq!(objects_under("a_site"), 100, "{all}");
+    assert_eq!(objects_under("b_site"), 200, "{all}");
+    let a_stacks = with_leaf(&report, "a_site");
+    assert_eq!(a_stacks.len(), 1, "{all}");
+    assert_eq!(
+        names(a_stacks[0])[..3],
+        ["a_site", "a_mid", "main"],
+        "{all}"
+    );
+    for s in with_leaf(&report, "b_site") {
+        let names = names(s);
+        assert!(!names.iter().any(|f| f.starts_with("a_")), "{all}");
+        assert_eq!(names.get(1), Some(&"b_mid2"), "{all}");
+    }
 }

@@ -182,15 +182,21 @@ impl Collector {
         counters: &aya::maps::PerCpuArray<MapData, u64>,
     ) -> Option<super::unwind_notes::KernelUnwind> {
         let tables = self.state.modules.kernel.as_ref()?;
-        Some(super::unwind_notes::KernelUnwind::read(
-            counters,
-            tables.stats,
-        ))
+        Some(super::unwind_notes::KernelUnwind {
+            resumed_cut: self.state.stacks.unwinders.stats.resumed_cut,
+            ..super::unwind_notes::KernelUnwind::read(counters, tables.stats)
+        })
     }
 
     /// `--unwind tables`: the rows and trie entries in use now.
     pub fn tables_in_use(&self) -> Option<crate::stacks::kernel_tables::TablesInUse> {
         Some(self.state.modules.kernel.as_ref()?.in_use())
+    }
+
+    /// JIT names: files read and refused, entries dropped at the caps, and
+    /// frames left unnamed at the interning cap.
+    pub fn jit_stats(&self) -> (crate::stacks::jit::JitStats, u64) {
+        self.state.modules.jit_stats()
     }
 
     /// The unwinders' counters (--verbose).

@@ -48,6 +48,14 @@ pub(super) fn notes(
         });
     }
     notes.extend(super::event_notes::event_notes(meta, collector, losses));
+    let (jit, unnamed_frames) = collector.jit_stats();
+    if jit.refused + jit.capped + unnamed_frames > 0 {
+        notes.push(Note::JitNamesIncomplete {
+            refused_files: jit.refused,
+            capped_entries: jit.capped,
+            unnamed_frames,
+        });
+    }
     match meta.unwind {
         UnwindMode::Fp => notes.push(Note::FramePointerStacks),
         UnwindMode::Dwarf => {
@@ -64,7 +72,7 @@ pub(super) fn notes(
             let cut = (stacks.iter().filter(|s| s.truncated).count() as u64)
                 .saturating_sub(unnamed.truncated);
             let kernel = meta.kernel_unwind.unwrap_or_default();
-            notes.extend(kernel.notes(cut));
+            notes.extend(kernel.notes(cut, meta.stack_bytes));
         }
     }
     notes

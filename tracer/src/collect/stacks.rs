@@ -57,9 +57,27 @@ pub struct StackTable {
     /// node's perf map comes through a stdio buffer), named again later.
     /// Bounded by the stacks held; a process's entry goes when it exits.
     pending_names: FastMap<u32, Vec<StackHandle>>,
+    /// `Modules::remaps` of each process whose maps were found remapped,
+    /// as of its last interned stack; a process's entry goes when it
+    /// execs or exits.
+    remaps_seen: FastMap<u32, u64>,
 }
 
 impl StackTable {
+    /// Process `pid`'s maps hold other code at some addresses than when
+    /// its stacks were interned (a library unloaded and another loaded in
+    /// its place: `Modules::remaps`): the addresses interned before are
+    /// not reused, and stacks waiting for names are named no more (their
+    /// addresses mean other code now).
+    pub(super) fn note_remaps(&mut self, pid: u32, remaps: u64) {
+        if self.remaps_seen.get(&pid).copied().unwrap_or(0) != remaps {
+            self.by_id.remove(&pid);
+            self.by_addrs.remove(&pid);
+            self.pending_names.remove(&pid);
+            self.remaps_seen.insert(pid, remaps);
+        }
+    }
+
     pub fn get(&self, h: StackHandle) -> Option<&Stack> {
         self.stacks.get(h as usize)
     }
@@ -84,6 +102,7 @@ impl StackTable {
         self.by_id.remove(&pid);
         self.by_addrs.remove(&pid);
         self.pending_names.remove(&pid);
+        self.remaps_seen.remove(&pid);
     }
 
     fn push(&mut self, stack: Stack) -> StackHandle {
@@ -268,6 +287,7 @@ impl StackInterner {
         stack_id: i32,
     ) -> StackHandle {
         let id = if stack_id < 0 { -1 } else { stack_id };
+        self.table.note_remaps(pid, modules.remaps(pid));
         if let Some(&h) = self.table.by_id.get(&pid).and_then(|ids| ids.get(&id)) {
             return h;
         }
@@ -332,11 +352,13 @@ impl StackInterner {
         let Some(sample) = resume else {
             return self.intern_addrs(modules, pid, process, frames, ended);
         };
+        self.unwinders.stats.resumed += 1;
         if sample.stack.is_empty() {
+            self.unwinders.stats.resumed_cut += 1;
             return self.intern_addrs(modules, pid, process, frames, true);
         }
-        self.unwinders.stats.resumed += 1;
         let unwound = self.unwind_sample(modules, pid, sample);
+        self.unwinders.stats.resumed_cut += u64::from(unwound.truncated);
         let mut addrs = frames.to_vec();
         addrs.extend(unwound.addrs);
         self.intern_addrs(modules, pid, process, &addrs, unwound.truncated)
@@ -363,6 +385,14 @@ impl StackInterner {
         );
         let ended = h.flags & (FRAMES_TRUNCATED | FRAMES_ENDED) != 0;
         let pid = h.event.pid;
+        // A walk that ended at a frame it could not follow may have used
+        // the table of a library unloaded since, at an address where
+        // another is loaded now (dlclose, dlopen): the maps are read again,
+        // which describes the new one to the kernel for the next walks and
+        // names this stack with it.
+        if let Some(&pc) = frames.last().filter(|_| h.flags & FRAMES_ENDED != 0) {
+            modules.walk_ended_at(pid, pc);
+        }
         let handle = if h.flags & FRAMES_RESUME == 0 {
             Some(self.intern_frames(modules, pid, process, &frames, ended, None))
         } else {
@@ -417,6 +447,7 @@ impl StackInterner {
         addrs: &[u64],
         truncated: bool,
     ) -> StackHandle {
+        self.table.note_remaps(pid, modules.remaps(pid));
         let table = &mut self.table;
         let key = &mut table.addrs_key;
         key.clear();

@@ -371,7 +371,8 @@ impl State {
         self.modules.forget(child);
         let maps = self.modules.maps(parent).to_vec();
         if !maps.is_empty() {
-            self.modules.set_maps(child, maps);
+            let jit = self.modules.jit(parent).to_vec();
+            self.modules.set_maps(child, maps, jit);
         }
     }
 

@@ -23,6 +23,9 @@ pub struct KernelUnwind {
     pub fp_steps: u64,
     /// Walks that met an address not described yet, finished in user space.
     pub resumed: u64,
+    /// Of those, walks whose stack copy did not reach the root (counted in
+    /// user space, `UnwindStats::resumed_cut`).
+    pub resumed_cut: u64,
     pub tables: TableStats,
 }
 
@@ -36,13 +39,15 @@ impl KernelUnwind {
             bad_frame: c(counter::UNWIND_BAD_FRAME),
             fp_steps: c(counter::UNWIND_FP_STEPS),
             resumed: c(counter::UNWIND_RESUMED),
+            resumed_cut: 0,
             tables,
         }
     }
 
     /// The notes: one for cut stacks by reason, one for tables that did
     /// not fit. Nothing when all went well.
-    pub fn notes(&self, stacks_cut: u64) -> Vec<Note> {
+    /// `stack_bytes`: the copy taken where a walk is finished in user space.
+    pub fn notes(&self, stacks_cut: u64, stack_bytes: u32) -> Vec<Note> {
         let mut notes = Vec::new();
         if stacks_cut > 0 {
             notes.push(Note::KernelWalksCut {
@@ -51,6 +56,8 @@ impl KernelUnwind {
                 unsupported: self.unsupported,
                 read_failed: self.read_failed,
                 bad_frame: self.bad_frame,
+                copy_cut: self.resumed_cut,
+                stack_bytes,
                 max_frames: tracer_common::MAX_FRAMES as u64,
             });
         }

@@ -68,13 +68,17 @@ pub enum Note {
     StacksCut { stacks: u64, stack_bytes: u32 },
     /// --unwind tables: stacks the kernel's walk ended early, by reason
     /// (walks cut at the frame limit, at rules it cannot follow, at
-    /// unreadable memory, at a frame with neither table nor frame pointer).
+    /// unreadable memory, at a frame with neither table nor frame pointer;
+    /// walks finished from a `stack_bytes` copy, at code not described to
+    /// the kernel yet, whose copy did not reach the root).
     KernelWalksCut {
         stacks: u64,
         at_limit: u64,
         unsupported: u64,
         read_failed: u64,
         bad_frame: u64,
+        copy_cut: u64,
+        stack_bytes: u32,
         max_frames: u64,
     },
     /// --unwind tables: files whose table did not fit in the rows map
@@ -84,6 +88,15 @@ pub enum Note {
         files: u64,
         rows_capacity: u64,
         mappings: u64,
+    },
+    /// JIT names that could not be had: perf maps or jitdump files
+    /// refused (a symlink, not a regular file, not the process's user's),
+    /// entries dropped at a process's caps, and frames left unnamed at the
+    /// trace's cap on interned names.
+    JitNamesIncomplete {
+        refused_files: u64,
+        capped_entries: u64,
+        unnamed_frames: u64,
     },
     /// -- CMD with --keep-running: the command outlived the trace.
     CommandLeftRunning { pid: u32 },

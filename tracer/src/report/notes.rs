@@ -73,6 +73,11 @@ impl fmt::Display for Note {
                 rows_capacity,
                 mappings,
             } => unwind_tables_full(f, *files, *rows_capacity, *mappings),
+            Note::JitNamesIncomplete {
+                refused_files,
+                capped_entries,
+                unnamed_frames,
+            } => jit_names_incomplete(f, *refused_files, *capped_entries, *unnamed_frames),
             Note::CommandLeftRunning { pid } => write!(
                 f,
                 "the command (pid {pid}) was left running, no longer traced (--keep-running)"
@@ -151,6 +156,45 @@ fn unwind_tables_full(
          frames follow frame pointers: raise --unwind-rows from {rows_capacity}), {}",
         counted(files, "file", "files"),
         counted(mappings, "mapping", "mappings"),
+    )
+}
+
+/// Why JIT frames may stay [unknown]: files refused, caps reached.
+fn jit_names_incomplete(
+    f: &mut fmt::Formatter<'_>,
+    refused_files: u64,
+    capped_entries: u64,
+    unnamed_frames: u64,
+) -> fmt::Result {
+    let mut parts = Vec::new();
+    if refused_files > 0 {
+        parts.push(format!(
+            "{} refused (a symbolic link on its path, not a regular file, or not owned by the \
+             process's user: the tracer reads none of these)",
+            counted(
+                refused_files,
+                "perf map or jitdump file was",
+                "perf map or jitdump files were"
+            )
+        ));
+    }
+    if capped_entries > 0 {
+        parts.push(format!(
+            "{} dropped at a process's caps (entries, bytes of names, bytes read: a process \
+             keeps its first entries; docs/jit-names.md)",
+            counted(capped_entries, "entry was", "entries were"),
+        ));
+    }
+    if unnamed_frames > 0 {
+        parts.push(format!(
+            "{} left unnamed at the trace's cap on distinct JIT names",
+            counted(unnamed_frames, "frame was", "frames were"),
+        ));
+    }
+    write!(
+        f,
+        "JIT names incomplete, frames in the code concerned stay [unknown]: {}",
+        parts.join("; ")
     )
 }
 
@@ -329,9 +373,8 @@ fn ringbuf_full(
     )
 }
 
-/// How many stacks end early, why, and what to do: a larger window only
-/// while one can be asked for.
-/// Why the kernel's walks ended early, the reasons that occurred only.
+/// Why the kernel's walks ended early, the reasons that occurred only, and
+/// what to do where something can be done.
 fn kernel_walks_cut(f: &mut fmt::Formatter<'_>, note: &Note) -> fmt::Result {
     let Note::KernelWalksCut {
         stacks,
@@ -339,13 +382,16 @@ fn kernel_walks_cut(f: &mut fmt::Formatter<'_>, note: &Note) -> fmt::Result {
         unsupported,
         read_failed,
         bad_frame,
+        copy_cut,
+        stack_bytes,
         max_frames,
     } = *note
     else {
         return Ok(());
     };
+    let limit = format!("deeper than the walker's limit of {max_frames} frames");
     let reasons: Vec<String> = [
-        (at_limit, "deeper than the walker's frames limit"),
+        (at_limit, limit.as_str()),
         (unsupported, "at unwind rules the walker cannot follow"),
         (read_failed, "at stack memory that could not be read"),
         (
@@ -357,17 +403,34 @@ fn kernel_walks_cut(f: &mut fmt::Formatter<'_>, note: &Note) -> fmt::Result {
     .filter(|(n, _)| *n > 0)
     .map(|(n, why)| format!("{n} {why}"))
     .collect();
-    let why = match reasons.is_empty() {
+    let mut why = match reasons.is_empty() {
         true => String::new(),
         false => format!(" (kernel walks ended: {})", reasons.join(", ")),
     };
+    if copy_cut > 0 {
+        let max = tracer_common::MAX_STACK_BYTES;
+        let remedy = match (stack_bytes as usize) < max {
+            true => format!("raise --stack-bytes, up to {max}, for these"),
+            false => format!("{max} bytes is the most --stack-bytes allows"),
+        };
+        why = format!(
+            "{why}; {} at code mapped after the process's maps were read (a library \
+             loaded with dlopen, new JIT code) {} finished from a copy of {stack_bytes} stack \
+             bytes that did not reach the root ({remedy}); the walks after such code is \
+             described are done in full in the kernel",
+            counted(copy_cut, "walk", "walks"),
+            plural(copy_cut, "was", "were"),
+        );
+    }
     write!(
         f,
-        "{} early, marked [truncated]{why}; the walker stops at {max_frames} frames",
+        "{} early, marked [truncated]{why}",
         counted(stacks, "stack ends", "stacks end"),
     )
 }
 
+/// How many stacks end early, why, and what to do: a larger window only
+/// while one can be asked for.
 fn stacks_cut(f: &mut fmt::Formatter<'_>, stacks: u64, stack_bytes: u32) -> fmt::Result {
     let max = tracer_common::MAX_STACK_BYTES;
     let remedy = if (stack_bytes as usize) < max {
@@ -408,5 +471,85 @@ mod tests {
         let at_max = cut(max);
         assert!(!at_max.contains("raise --stack-bytes"), "{at_max}");
         assert!(at_max.contains("--unwind fp"), "{at_max}");
+    }
+
+    fn walks_cut(at_limit: u64, copy_cut: u64, stack_bytes: u32) -> String {
+        Note::KernelWalksCut {
+            stacks: 2,
+            at_limit,
+            unsupported: 0,
+            read_failed: 0,
+            bad_frame: 0,
+            copy_cut,
+            stack_bytes,
+            max_frames: 512,
+        }
+        .to_string()
+    }
+
+    /// Tables mode: stacks cut where a walk was finished from a copy (code
+    /// mapped since the maps were read: dlopen) say so and name the copy's
+    /// size and the flag; the frame limit is named only when it was met.
+    #[test]
+    fn kernel_walks_finished_from_a_short_copy_say_why_and_what_to_raise() {
+        let max = tracer_common::MAX_STACK_BYTES as u32;
+        let copy = walks_cut(0, 587, 8192);
+        assert!(
+            copy.starts_with(
+                "2 stacks end early, marked [truncated]; 587 walks at code mapped after"
+            ),
+            "{copy}"
+        );
+        assert!(copy.contains("dlopen"), "{copy}");
+        assert!(copy.contains("a copy of 8192 stack bytes"), "{copy}");
+        assert!(
+            copy.contains(&format!("raise --stack-bytes, up to {max}")),
+            "{copy}"
+        );
+        assert!(!copy.contains("512 frames"), "{copy}");
+        let at_max = walks_cut(0, 1, max);
+        assert!(at_max.contains("1 walk at code mapped"), "{at_max}");
+        assert!(!at_max.contains("raise --stack-bytes"), "{at_max}");
+        let both = walks_cut(4, 3, 8192);
+        assert!(
+            both.contains(
+                "(kernel walks ended: 4 deeper than the walker's limit of 512 frames); 3 walks"
+            ),
+            "{both}"
+        );
+        let limit = walks_cut(4, 0, 8192);
+        assert!(!limit.contains("--stack-bytes"), "{limit}");
+    }
+
+    /// JIT frames left [unknown] by a refused perf map or a cap say so.
+    #[test]
+    fn jit_names_incomplete_names_what_was_refused_and_capped() {
+        let note = |refused_files, capped_entries, unnamed_frames| {
+            Note::JitNamesIncomplete {
+                refused_files,
+                capped_entries,
+                unnamed_frames,
+            }
+            .to_string()
+        };
+        let refused = note(1, 0, 0);
+        assert!(
+            refused.starts_with("JIT names incomplete, frames in the code concerned stay [unknown]: 1 perf map or jitdump file was refused (a symbolic link"),
+            "{refused}"
+        );
+        assert!(!refused.contains("caps"), "{refused}");
+        let capped = note(0, 4_800_001, 0);
+        assert!(
+            capped.contains(": 4800001 entries were dropped at a process's caps"),
+            "{capped}"
+        );
+        assert!(!capped.contains("refused"), "{capped}");
+        let all = note(2, 1, 3);
+        assert!(
+            all.contains("2 perf map or jitdump files were refused"),
+            "{all}"
+        );
+        assert!(all.contains("1 entry was dropped"), "{all}");
+        assert!(all.contains("3 frames were left unnamed"), "{all}");
     }
 }

@@ -212,11 +212,13 @@ fn print_kernel_unwind(k: &KernelUnwind, collector: &Collector) {
         t.unsupported_rows,
     ));
     console::say(format_args!(
-        "kernel walks: {} frame-pointer steps; {} finished from a stack copy ({} here); \
-         ended early: {} at {} frames, {} at unsupported rows, {} at failed reads, {} at bad frames",
+        "kernel walks: {} frame-pointer steps; {} finished from a stack copy ({} here, {} of \
+         them cut); ended early: {} at {} frames, {} at unsupported rows, {} at failed reads, \
+         {} at bad frames",
         k.fp_steps,
         k.resumed,
         collector.unwind_stats().resumed,
+        k.resumed_cut,
         k.truncated,
         tracer_common::MAX_FRAMES,
         k.unsupported,

@@ -156,8 +156,8 @@ impl<'a> Trace<'a> {
                 unwind,
             )));
         }
-        for (pid, mappings) in initial_maps {
-            modules.set_maps(pid, mappings);
+        for m in initial_maps {
+            modules.set_maps(m.pid, m.files, m.jit);
         }
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;

@@ -11,8 +11,12 @@ use crate::{
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
     report::{Note, ProcessInfo},
-    session::{binary::Binary, cgroup::Cgroup, single::Single},
-    tracee::{launch::Launched, liveness::PidFd, process::Mapping, search::Program},
+    session::{
+        binary::Binary,
+        cgroup::Cgroup,
+        single::{InitialMaps, Single},
+    },
+    tracee::{launch::Launched, liveness::PidFd, search::Program},
 };
 
 pub enum Scope {
@@ -28,7 +32,7 @@ pub enum Scope {
 /// The scope and the maps of the processes known at the start.
 pub struct Start {
     pub scope: Scope,
-    pub maps: Vec<(u32, Vec<Mapping>)>,
+    pub maps: Vec<InitialMaps>,
 }
 
 impl Scope {
@@ -37,7 +41,7 @@ impl Scope {
             Target::Pid(pid) => {
                 let (single, maps) =
                     Single::attach_to(*pid, config.follow_forks, config.exited_processes)?;
-                (Scope::Single(single), vec![(*pid, maps)])
+                (Scope::Single(single), vec![maps])
             }
             Target::Command(args) => (
                 Scope::Single(Single::start(

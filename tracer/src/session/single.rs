@@ -32,20 +32,29 @@ pub struct Single {
     launched: Option<(Launched, String)>,
 }
 
+/// A process's maps read at the start: its file mappings and its
+/// anonymous executable ones (JIT code, crossed by frame pointers).
+pub struct InitialMaps {
+    pub pid: u32,
+    pub files: Vec<Mapping>,
+    pub jit: Vec<std::ops::Range<u64>>,
+}
+
 impl Single {
     /// Started by the tracer (`-- CMD`), not attached to (`--pid`).
     pub fn is_launched(&self) -> bool {
         self.launched.is_some()
     }
 
-    /// `--pid`: the process and its maps as they are now.
+    /// `--pid`: the process and its maps as they are now (file mappings,
+    /// and anonymous executable ones: JIT code).
     /// `keep_exited`: --exited-processes, how many exited children keep
     /// their own entry (see `Forks`).
     pub fn attach_to(
         pid: u32,
         follow_forks: bool,
         keep_exited: usize,
-    ) -> anyhow::Result<(Single, Vec<Mapping>)> {
+    ) -> anyhow::Result<(Single, InitialMaps)> {
         let process = Process::inspect(pid)?;
         let pidfd = PidFd::open(pid)?;
         let single = Single {
@@ -55,7 +64,14 @@ impl Single {
             forks: Forks::new(follow_forks, keep_exited),
             launched: None,
         };
-        Ok((single, process.mappings))
+        Ok((
+            single,
+            InitialMaps {
+                pid,
+                files: process.mappings,
+                jit: process.jit,
+            },
+        ))
     }
 
     /// `-- CMD`: started, held before its first instruction.

@@ -2,7 +2,7 @@
 //! mapped object, so `symbolize.rs` names frames after processes exited.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs::File,
     os::{fd::AsRawFd, unix::fs::MetadataExt as _},
     path::PathBuf,
@@ -73,7 +73,18 @@ struct Proc {
     jit: Vec<std::ops::Range<u64>>,
     /// Names of its JIT code (perf map, jitdump), read when first needed.
     jit_symbols: JitSymbols,
+    /// Reads that found an address range holding other code than before
+    /// (a library unloaded and another loaded in its place): addresses
+    /// interned before mean other code now (`remaps`).
+    remaps: u64,
+    /// Addresses where a kernel walk ended early under the maps as last
+    /// read (`walk_ended_at`); at most MAX_ENDED_AT, cleared when the maps
+    /// change.
+    ended_at: HashSet<u64>,
 }
+
+/// Addresses kept per process where kernel walks ended early.
+const MAX_ENDED_AT: usize = 4096;
 
 #[derive(Default)]
 pub struct Modules {
@@ -81,7 +92,7 @@ pub struct Modules {
     objects: Vec<Option<Object>>,
     free: Vec<u32>,
     by_key: HashMap<ObjectKey, u32>,
-    procs: HashMap<u32, Proc>,
+    procs: crate::hashing::FastMap<u32, Proc>,
     /// Source of `Proc::generation`: unique across pids and their reuse.
     generations: u64,
     /// Processes whose maps could not be read before they exited.
@@ -113,6 +124,12 @@ pub const JIT_MODULE_PATH: &str = "[jit]";
 /// A path that opens the very file `file` has open.
 fn fd_path(file: &File) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// Where a mapping's file would start in memory: a file mapped again at
+/// the same place (split by mprotect, say) keeps it.
+fn load_bias(m: &Mapping) -> u64 {
+    m.start.wrapping_sub(m.offset)
 }
 
 /// The path a mapping shows (one place to adapt if its type changes).
@@ -186,6 +203,7 @@ impl Modules {
         };
         let mut merged: Vec<(Mapping, u32)> = Vec::with_capacity(new.len() + old_maps.len());
         let mut opened: HashMap<String, u32> = HashMap::new();
+        let mut replaced = false;
         for m in &new {
             // An unchanged mapping keeps its object: no open, no stat.
             let same = old_maps.iter().position(|o| o == m);
@@ -200,6 +218,11 @@ impl Modules {
                     }
                 },
             };
+            replaced |= old_maps.iter().zip(&old_objects).any(|(o, &old)| {
+                o.start < m.end
+                    && m.start < o.end
+                    && (old != object || load_bias(o) != load_bias(m))
+            });
             self.retain_object(object);
             merged.push((m.clone(), object));
         }
@@ -227,8 +250,14 @@ impl Modules {
             generation,
             jit: Vec::new(),
             jit_symbols: JitSymbols::default(),
+            remaps: 0,
+            ended_at: HashSet::new(),
         });
+        p.remaps += u64::from(replaced);
         let changed = maps != old_maps || objects != old_objects;
+        if changed {
+            p.ended_at.clear();
+        }
         p.maps = maps;
         p.objects = objects;
         p.last_read = Some(Instant::now());
@@ -250,6 +279,31 @@ impl Modules {
         for pid in kernel.waiting(now) {
             self.describe_to_kernel(pid);
         }
+    }
+
+    /// A kernel walk of `pid` ended early at `pc` (a frame it could not
+    /// follow): the table used there may be that of a library unloaded
+    /// since, with another loaded at its addresses (dlclose, dlopen). The
+    /// first time a walk ends at `pc` under the maps as last read, they
+    /// are read again at once (a change describes the new code to the
+    /// kernel); later times, at most as often as `refresh` allows, so that
+    /// code no walk can cross costs no read per event.
+    pub fn walk_ended_at(&mut self, pid: u32, pc: u64) {
+        let first = self
+            .procs
+            .get_mut(&pid)
+            .is_some_and(|p| p.ended_at.len() < MAX_ENDED_AT && p.ended_at.insert(pc));
+        if first {
+            self.refresh_now(pid);
+        } else {
+            self.refresh(pid);
+        }
+    }
+
+    /// How many times `pid`'s maps were found to hold other code at an
+    /// address range than before (see `Proc::remaps`).
+    pub fn remaps(&self, pid: u32) -> u64 {
+        self.procs.get(&pid).map_or(0, |p| p.remaps)
     }
 
     /// `--unwind tables`: tells the kernel's walker about `pid`'s maps.
@@ -398,10 +452,19 @@ impl Modules {
         self.procs.get(&pid).map_or(0, |p| p.generation)
     }
 
-    /// Sets `pid`'s maps as read elsewhere (the initial read of a target).
-    pub fn set_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
+    /// Sets `pid`'s maps as read elsewhere (the initial read of a target,
+    /// a forked child's parent's): its file mappings and its anonymous
+    /// executable ones (JIT code), both described to the kernel's walker.
+    /// Without the latter, every walk through JIT code of a process
+    /// attached by --pid went back to user space until its maps were
+    /// read again.
+    pub fn set_maps(&mut self, pid: u32, maps: Vec<Mapping>, jit: Vec<std::ops::Range<u64>>) {
         self.forget(pid);
         self.merge_maps(pid, maps);
+        if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.jit != jit) {
+            p.jit = jit;
+            self.describe_to_kernel(pid);
+        }
     }
 
     /// The process's anonymous executable mappings (JIT code) as last read.
@@ -508,6 +571,12 @@ impl Modules {
     /// The function name of a JIT frame's module id (None: an object).
     pub fn jit_name(&self, module: u32) -> Option<&str> {
         self.jit_names.get(module)
+    }
+
+    /// The JIT name files read over the trace (summed over processes) and
+    /// the frames left unnamed at the interning cap.
+    pub fn jit_stats(&self) -> (JitStats, u64) {
+        (self.jit_stats, self.jit_names.refused)
     }
 
     /// What the JIT names of live processes hold: (processes with entries,

@@ -53,6 +53,10 @@ pub struct UnwindStats {
     pub stacks: u64,
     /// Tables mode: kernel walks finished here from a stack copy.
     pub resumed: u64,
+    /// Of those, walks whose copy did not reach the root (or was empty):
+    /// the copy was too small for the frames above, or met code without
+    /// unwind information.
+    pub resumed_cut: u64,
     pub frames: u64,
     pub truncated: u64,
     pub nanos: u64,
@@ -69,6 +73,7 @@ impl Default for UnwindStats {
         UnwindStats {
             stacks: 0,
             resumed: 0,
+            resumed_cut: 0,
             frames: 0,
             truncated: 0,
             nanos: 0,

@@ -117,6 +117,8 @@ pub struct Process {
     /// Command line, arguments joined with spaces.
     pub command: String,
     pub mappings: Vec<Mapping>,
+    /// Its anonymous executable mappings (JIT code): `parse_jit`.
+    pub jit: Vec<std::ops::Range<u64>>,
 }
 
 impl Process {
@@ -151,6 +153,7 @@ impl Process {
         Ok(Process {
             command: read_cmdline(pid),
             mappings,
+            jit: parse_jit(&maps),
         })
     }
 }

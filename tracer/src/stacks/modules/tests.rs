@@ -25,8 +25,8 @@ fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
     let me = std::process::id();
     let a = exe_mapping(0);
     let b = exe_mapping(0x1000_0000);
-    modules.set_maps(me, vec![a.clone()]);
-    modules.set_maps(NO_SUCH_PID, vec![b.clone()]);
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    modules.set_maps(NO_SUCH_PID, vec![b.clone()], Vec::new());
     assert_eq!(modules.held(), (2, 1), "two processes, one file");
     // The same code at different addresses: the same (object, offset).
     let fa = modules.normalize(me, &[a.start + 0x101]);
@@ -43,12 +43,12 @@ fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
 #[test]
 fn an_object_no_process_maps_and_no_frame_refers_to_is_closed() {
     let mut modules = Modules::default();
-    modules.set_maps(NO_SUCH_PID, vec![exe_mapping(0)]);
+    modules.set_maps(NO_SUCH_PID, vec![exe_mapping(0)], Vec::new());
     assert_eq!(modules.held(), (1, 1));
     modules.drop_process(NO_SUCH_PID);
     assert_eq!(modules.held(), (0, 0));
     // Its slot is reused by the next file.
-    modules.set_maps(NO_SUCH_PID + 1, vec![exe_mapping(0)]);
+    modules.set_maps(NO_SUCH_PID + 1, vec![exe_mapping(0)], Vec::new());
     assert_eq!(modules.objects.len(), 1);
 }
 
@@ -56,14 +56,51 @@ fn an_object_no_process_maps_and_no_frame_refers_to_is_closed() {
 fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation() {
     let mut modules = Modules::default();
     let m = exe_mapping(0);
-    modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
+    modules.set_maps(NO_SUCH_PID, vec![m.clone()], Vec::new());
     let old = modules.normalize(NO_SUCH_PID, &[m.start + 0x11]);
     modules.forget(NO_SUCH_PID);
     assert!(modules.maps(NO_SUCH_PID).is_empty());
     assert_eq!(modules.held().1, 1, "the old image's frame keeps it");
-    modules.set_maps(NO_SUCH_PID, vec![m.clone()]);
+    modules.set_maps(NO_SUCH_PID, vec![m.clone()], Vec::new());
     let generation = modules.generation(NO_SUCH_PID);
     modules.merge_maps(NO_SUCH_PID, vec![m.clone()]);
     assert_eq!(modules.generation(NO_SUCH_PID), generation);
     assert_eq!(modules.normalize(NO_SUCH_PID, &[m.start + 0x11]), old);
+}
+
+/// Other code at an address range known before (a library unloaded and
+/// another loaded in its place) counts as a remap; a new range, or the
+/// same file split at the same place (mprotect), does not.
+#[test]
+fn another_file_at_known_addresses_is_a_remap_and_a_new_range_is_not() {
+    let mut modules = Modules::default();
+    let pid = NO_SUCH_PID;
+    let lib = |path: &str, start: u64, end: u64, offset: u64| Mapping {
+        start,
+        end,
+        offset,
+        executable: true,
+        path: path.to_string(),
+    };
+    let a = lib("/plugins/a.so", 0x7f00_0000_1000, 0x7f00_0000_3000, 0x1000);
+    modules.set_maps(pid, vec![a.clone()], Vec::new());
+    assert_eq!(modules.remaps(pid), 0);
+    // The same file split in two at the same place, and a new library.
+    let split = vec![
+        lib("/plugins/a.so", 0x7f00_0000_1000, 0x7f00_0000_2000, 0x1000),
+        lib("/plugins/a.so", 0x7f00_0000_2000, 0x7f00_0000_3000, 0x2000),
+        lib("/plugins/c.so", 0x7f00_1000_0000, 0x7f00_1000_2000, 0),
+    ];
+    modules.merge_maps(pid, split.clone());
+    assert_eq!(modules.remaps(pid), 0);
+    // b.so where a.so was.
+    let mut b = split;
+    b[0] = lib("/plugins/b.so", 0x7f00_0000_1000, 0x7f00_0000_3000, 0x1000);
+    b.remove(1);
+    modules.merge_maps(pid, b.clone());
+    assert_eq!(modules.remaps(pid), 1);
+    assert_eq!(modules.maps(pid)[0].path, "/plugins/b.so");
+    // Read again unchanged: no further remap.
+    modules.merge_maps(pid, b);
+    assert_eq!(modules.remaps(pid), 1);
 }
