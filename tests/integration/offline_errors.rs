@@ -187,3 +187,40 @@ fn a_hostile_file_name_is_escaped_once() {
         "{err}"
     );
 }
+
+#[test]
+fn report_into_a_pipe_whose_reader_is_gone_exits_quietly() {
+    // `memtrace-bpf report FILE | head`: head exits, and the saved file is
+    // still there, so there is nothing to say.
+    let dir = open_dir("offline-pipe");
+    let path = dir.join("p.json");
+    std::fs::write(
+        &path,
+        br#"{"format":"memtrace-bpf/2","target":"t","totals":{"inuse_bytes":5},
+            "stacks":[{"pid":1,"inuse_bytes":5,"inuse_objects":1,"frames":[0]}],
+            "frames":[{"function":"f","module":"/bin/x"}]}"#,
+    )
+    .expect("write");
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two-int array it is given.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: two fresh fds that nothing else owns.
+    let (reader, writer) = unsafe {
+        use std::os::fd::FromRawFd as _;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    // The reader is gone before anything is written: every write fails.
+    drop(reader);
+    let out = Command::new(TRACER)
+        .arg("report")
+        .arg(&path)
+        .stdout(std::process::Stdio::from(writer))
+        .output()
+        .expect("run the tracer");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(err.is_empty(), "{err}");
+}

@@ -233,10 +233,25 @@ fn write_out(output: Option<&Output>, render: &mut report::Render<'_>) -> anyhow
         Some(output) => output.write_with(render),
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            render(&mut out).context("writing to stdout")?;
-            out.flush().context("writing to stdout")
+            match render(&mut out).and_then(|()| Ok(out.flush()?)) {
+                // The reader stopped reading (`| head`): the saved file is
+                // still there, so nothing is lost; quiet, as other tools.
+                Err(e) if broken_pipe(&e) => {
+                    // Nothing more can be written: drop the buffer unflushed.
+                    let _ = out.into_parts();
+                    Ok(())
+                }
+                written => written.context("writing to stdout"),
+            }
         }
     }
+}
+
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// `--sort`: the order asked for, or growth when the profile has growth
