@@ -188,6 +188,13 @@ impl Collector {
         })
     }
 
+    /// `--unwind tables`: the file with the most rows among those whose
+    /// table did not fit, and its rows.
+    pub fn largest_unfit_table(&self) -> Option<(std::path::PathBuf, u32)> {
+        let (path, rows) = self.state.modules.kernel.as_ref()?.largest_unfit()?;
+        Some((path.to_path_buf(), rows))
+    }
+
     /// `--unwind tables`: the rows and trie entries in use now.
     pub fn tables_in_use(&self) -> Option<crate::stacks::kernel_tables::TablesInUse> {
         Some(self.state.modules.kernel.as_ref()?.in_use())

@@ -211,6 +211,13 @@ fn print_kernel_unwind(k: &KernelUnwind, collector: &Collector) {
         t.mappings_full,
         t.unsupported_rows,
     ));
+    if let Some((path, rows)) = collector.largest_unfit_table() {
+        console::say(format_args!(
+            "unwind tables: the largest that did not fit: {} ({rows} rows; --unwind-rows is {})",
+            crate::escape::path(&path),
+            t.rows_capacity,
+        ));
+    }
     console::say(format_args!(
         "kernel walks: {} frame-pointer steps; {} finished from a stack copy ({} here, {} of \
          them cut); ended early: {} at {} frames, {} at unsupported rows, {} at failed reads, \

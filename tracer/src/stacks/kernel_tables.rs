@@ -159,6 +159,10 @@ pub struct KernelTables {
     /// `Instant::now`, or a fake clock in the tests.
     clock: Box<dyn Fn() -> Instant>,
     pub stats: TableStats,
+    /// The file with the most rows among those that did not fit, and its
+    /// rows (`--verbose` names it: how far to raise --unwind-rows). One
+    /// entry, replaced by a larger one.
+    largest_unfit: Option<(PathBuf, u32)>,
 }
 
 impl KernelTables {
@@ -176,6 +180,7 @@ impl KernelTables {
                 rows_capacity: u64::from(capacity),
                 ..TableStats::default()
             },
+            largest_unfit: None,
         }
     }
 
@@ -336,10 +341,25 @@ impl KernelTables {
         let needed = f.needed;
         if new_user && f.rows.is_none() && needed > 0 {
             self.stats.rows_full += 1;
+            if self
+                .largest_unfit
+                .as_ref()
+                .is_none_or(|(_, rows)| needed > *rows)
+            {
+                self.largest_unfit = Some((path.to_path_buf(), needed));
+            }
             if self.could_fit(needed, now, Evictable::AnyUnused) {
                 self.stats.kept_out_recent += 1;
             }
         }
+    }
+
+    /// The file with the most rows among those whose table did not fit
+    /// (a path some traced process mapped: escape it), and its rows.
+    pub fn largest_unfit(&self) -> Option<(&Path, u32)> {
+        self.largest_unfit
+            .as_ref()
+            .map(|(p, rows)| (p.as_path(), *rows))
     }
 
     /// Builds the table of the file at `path` and writes it into free rows.
