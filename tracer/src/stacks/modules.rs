@@ -414,6 +414,25 @@ impl Modules {
         self.procs.get(&pid).map_or(&[], |p| p.maps.as_slice())
     }
 
+    /// The file mapping `m` of `pid` shows, as `describe_to_kernel` gives
+    /// it: (device, inode) and a path to the copy held open here. None when
+    /// `m` is not one of its maps as last read, or its file was not opened.
+    pub fn file_of(&self, pid: u32, m: &Mapping) -> Option<((u64, u64), PathBuf)> {
+        let p = self.procs.get(&pid)?;
+        let i = self.find_index(pid, m.start)?;
+        if p.maps.get(i) != Some(m) {
+            return None;
+        }
+        match self.objects.get(*p.objects.get(i)? as usize) {
+            Some(Some(Object {
+                key: ObjectKey::File { dev, ino },
+                file: Some(file),
+                ..
+            })) => Some(((*dev, *ino), fd_path(file))),
+            _ => None,
+        }
+    }
+
     fn find_index(&self, pid: u32, addr: u64) -> Option<usize> {
         let maps = &self.procs.get(&pid)?.maps;
         let i = maps.partition_point(|m| m.start <= addr).checked_sub(1)?;
