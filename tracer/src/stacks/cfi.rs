@@ -120,13 +120,10 @@ impl SectionCache {
     /// The sections of file `key`, read from `host` (a path the tracer
     /// can open) on its first use.
     pub(super) fn get(&mut self, key: FileKey, host: &Path) -> Option<Arc<Sections>> {
-        let file = self
-            .files
-            .entry(key)
-            .or_insert_with(|| CachedFile {
-                sections: read_sections(host),
-                used: Instant::now(),
-            });
+        let file = self.files.entry(key).or_insert_with(|| CachedFile {
+            sections: read_sections(host),
+            used: Instant::now(),
+        });
         file.used = Instant::now();
         file.sections.clone()
     }
@@ -176,6 +173,7 @@ mod tests {
             offset: 0x14000,
             executable: true,
             path: "rust_allocs".into(),
+            dev_inode: (0, 0),
         };
         assert_eq!(sections.bias(&exec), Some(0x7000_0000_0000));
         let first = Mapping {

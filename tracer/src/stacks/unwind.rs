@@ -107,7 +107,6 @@ pub struct Unwinders {
 }
 
 impl Unwinders {
-
     /// Forgets a process's unwinder so the next sample rebuilds it from
     /// fresh maps (after a dlopen, an exec, or its exit).
     pub fn invalidate(&mut self, pid: u32) {

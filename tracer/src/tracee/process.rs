@@ -24,6 +24,9 @@ pub struct Mapping {
     pub executable: bool,
     /// Path as the process sees it.
     pub path: String,
+    /// (device, inode) of the mapped file as the maps show them (the
+    /// device as major << 32 | minor); (0, 0) when not known.
+    pub dev_inode: (u64, u64),
 }
 
 /// Parses /proc/PID/maps, keeping file-backed mappings only. The text is
@@ -68,7 +71,7 @@ fn parse_maps_line(line: &[u8]) -> Option<(Mapping, PathBuf)> {
     let range = next()?;
     let perms = next()?;
     let offset = u64::from_str_radix(next()?, 16).ok()?;
-    let _dev = next()?;
+    let dev = next()?;
     let inode: u64 = next()?.parse().ok()?;
     let path = fields.next()?.trim_ascii_start();
     if inode == 0 || !path.starts_with(b"/") {
@@ -83,9 +86,16 @@ fn parse_maps_line(line: &[u8]) -> Option<(Mapping, PathBuf)> {
             offset,
             executable: perms.as_bytes().get(2) == Some(&b'x'),
             path: file.to_string_lossy().into_owned(),
+            dev_inode: (parse_dev(dev).unwrap_or(0), inode),
         },
         file,
     ))
+}
+
+/// A maps line's device, `MAJOR:MINOR` in hex, as major << 32 | minor.
+fn parse_dev(dev: &str) -> Option<u64> {
+    let (major, minor) = dev.split_once(':')?;
+    Some(u64::from_str_radix(major, 16).ok()? << 32 | u64::from_str_radix(minor, 16).ok()?)
 }
 
 /// The kernel shows a newline in a mapped path as `\012`.
@@ -399,7 +409,8 @@ mod tests {
                 end: 0x55d0_c8a0_2000,
                 offset: 0x1000,
                 executable: true,
-                path: "/usr/bin/target".into()
+                path: "/usr/bin/target".into(),
+                dev_inode: (0xfe << 32 | 1, 1234),
             }
         );
         assert!(!maps[0].executable);

@@ -45,6 +45,7 @@ fn fixtures() -> Vec<Fixture> {
                     offset: u(&m["offset"]),
                     executable: m["executable"].as_bool().expect("bool"),
                     path: m["path"].as_str().expect("path").to_string(),
+                    dev_inode: (0, 0),
                 })
                 .collect(),
             ip: u(&s["ip"]),
