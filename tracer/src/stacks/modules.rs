@@ -196,29 +196,39 @@ impl Modules {
             None => (Vec::new(), Vec::new()),
         };
         let mut merged: Vec<(Mapping, u32)> = Vec::with_capacity(new.len() + old_maps.len());
-        let mut opened: HashMap<String, u32> = HashMap::new();
-        for m in &new {
-            // An unchanged mapping keeps its object: no open, no stat.
-            let same = old_maps.iter().position(|o| o == m);
-            let object = match same {
-                Some(i) => old_objects[i],
-                None => match opened.get(map_path(m)) {
-                    Some(&o) => o,
-                    None => {
-                        let o = self.identify(pid, m);
-                        opened.insert(map_path(m).to_string(), o);
-                        o
-                    }
-                },
-            };
-            self.retain_object(object);
-            merged.push((m.clone(), object));
-        }
+        // Known mappings that nothing new overlaps stay (cloned: the old
+        // list is compared with the result below).
         for (o, &object) in old_maps.iter().zip(&old_objects) {
             if !new.iter().any(|n| n.start < o.end && o.start < n.end) {
                 self.retain_object(object);
                 merged.push((o.clone(), object));
             }
+        }
+        let mut opened: HashMap<String, u32> = HashMap::new();
+        for m in new {
+            // An unchanged mapping keeps its object: no open, no stat.
+            // Both lists are sorted by start.
+            let at = old_maps.partition_point(|o| o.start < m.start);
+            let same = old_maps
+                .get(at..)
+                .unwrap_or_default()
+                .iter()
+                .take_while(|o| o.start == m.start)
+                .position(|o| *o == m)
+                .map(|i| at + i);
+            let object = match same {
+                Some(i) => old_objects[i],
+                None => match opened.get(map_path(&m)) {
+                    Some(&o) => o,
+                    None => {
+                        let o = self.identify(pid, &m);
+                        opened.insert(map_path(&m).to_string(), o);
+                        o
+                    }
+                },
+            };
+            self.retain_object(object);
+            merged.push((m, object));
         }
         for &object in &old_objects {
             self.release_object(object);
