@@ -318,8 +318,9 @@ impl StackInterner {
         if self.unwinder_maps.insert(pid, now) != Some(now) {
             self.unwinders.invalidate(pid);
         }
+        let file_of = |m: &crate::tracee::process::Mapping| modules.file_of(pid, m);
         self.unwinders
-            .unwind(pid, modules.maps(pid), modules.jit(pid), sample)
+            .unwind(pid, modules.maps(pid), modules.jit(pid), sample, &file_of)
     }
 
     pub(super) fn intern_sample(

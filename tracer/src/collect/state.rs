@@ -368,12 +368,7 @@ impl State {
     /// pid seen before is a new process now.
     fn forked(&mut self, child: u32, parent: u32) {
         self.stacks.forget_process(child);
-        self.modules.forget(child);
-        let maps = self.modules.maps(parent).to_vec();
-        if !maps.is_empty() {
-            let jit = self.modules.jit(parent).to_vec();
-            self.modules.set_maps(child, maps, jit);
-        }
+        self.modules.forked(parent, child);
     }
 
     /// Process `pid` exited and its events are handled: its blocks leave

@@ -7,7 +7,6 @@
 use std::{
     collections::HashMap,
     ops::Range,
-    os::unix::fs::MetadataExt as _,
     path::Path,
     sync::Arc,
     time::{Duration, Instant},
@@ -102,7 +101,7 @@ const UNUSED_FILE_TTL: Duration = Duration::from_secs(10);
 
 /// Which file: (device, inode), the same through every path and mount
 /// namespace it is seen from.
-type FileKey = (u64, u64);
+pub type FileKey = (u64, u64);
 
 struct CachedFile {
     /// None when the file is not ELF or could not be parsed.
@@ -118,17 +117,13 @@ pub(super) struct SectionCache {
 }
 
 impl SectionCache {
-    /// The sections of the file at `host` (a path the tracer can open),
-    /// parsed on its first use.
-    pub(super) fn get(&mut self, host: &Path) -> Option<Arc<Sections>> {
-        let meta = std::fs::metadata(host).ok()?;
-        let file = self
-            .files
-            .entry((meta.dev(), meta.ino()))
-            .or_insert_with(|| CachedFile {
-                sections: read_sections(host),
-                used: Instant::now(),
-            });
+    /// The sections of file `key`, read from `host` (a path the tracer
+    /// can open) on its first use.
+    pub(super) fn get(&mut self, key: FileKey, host: &Path) -> Option<Arc<Sections>> {
+        let file = self.files.entry(key).or_insert_with(|| CachedFile {
+            sections: read_sections(host),
+            used: Instant::now(),
+        });
         file.used = Instant::now();
         file.sections.clone()
     }
@@ -178,6 +173,7 @@ mod tests {
             offset: 0x14000,
             executable: true,
             path: "rust_allocs".into(),
+            dev_inode: (0, 0),
         };
         assert_eq!(sections.bias(&exec), Some(0x7000_0000_0000));
         let first = Mapping {

@@ -65,6 +65,11 @@ pub trait UnwindMaps {
     fn write_rows(&mut self, first: u32, rows: &[u64]) -> anyhow::Result<()>;
     fn insert_mapping(&mut self, key: PrefixKey, value: MappingValue) -> anyhow::Result<()>;
     fn remove_mapping(&mut self, key: PrefixKey) -> anyhow::Result<()>;
+    /// After a sync's or a drop's inserts and removes: the walkers' rule
+    /// caches are told once, not once per entry.
+    fn changed(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// An UNWIND_MAPPINGS key with its prefix length.
@@ -232,14 +237,19 @@ impl KernelTables {
             }
         }
         let mut entries = HashMap::with_capacity(want.len());
+        let mut changed = old.entries.keys().any(|k| !want.contains_key(k));
         for (key, value) in want {
-            if old.entries.get(&key) != Some(&value)
-                && self.maps.insert_mapping(key, value).is_err()
-            {
-                self.stats.mappings_full += 1;
-                continue;
+            if old.entries.get(&key) != Some(&value) {
+                changed = true;
+                if self.maps.insert_mapping(key, value).is_err() {
+                    self.stats.mappings_full += 1;
+                    continue;
+                }
             }
             entries.insert(key, value);
+        }
+        if changed {
+            let _ = self.maps.changed();
         }
         for object in old.objects {
             self.release(object);
@@ -261,6 +271,9 @@ impl KernelTables {
         };
         for key in old.entries.keys() {
             let _ = self.maps.remove_mapping(*key);
+        }
+        if !old.entries.is_empty() {
+            let _ = self.maps.changed();
         }
         for object in old.objects {
             self.release(object);

@@ -44,6 +44,10 @@ struct Object {
     path_in_root: String,
     /// Build id and debug file, read the first time a frame is named.
     debug: OnceLock<DebugInfo>,
+    /// (device, inode) as the maps of the process it was opened for show
+    /// it, when it was opened through /proc/PID/map_files: its entry in
+    /// `Modules::by_maps_id`.
+    maps_id: Option<(u64, u64)>,
 }
 
 /// A return address turned into (module, file offset of `ip - 1`).
@@ -92,6 +96,13 @@ pub struct Modules {
     objects: Vec<Option<Object>>,
     free: Vec<u32>,
     by_key: HashMap<ObjectKey, u32>,
+    /// Objects by the (device, inode) that /proc/PID/maps shows for them,
+    /// so that another process mapping the same file costs no open and no
+    /// stat. Sound because the object holds the file open: its inode
+    /// cannot be freed and its number reused while the entry lives. At
+    /// most one entry per object (bounded as `objects` is), removed when
+    /// the object is evicted.
+    by_maps_id: HashMap<(u64, u64), u32>,
     procs: crate::hashing::FastMap<u32, Proc>,
     /// Source of `Proc::generation`: unique across pids and their reuse.
     generations: u64,
@@ -202,35 +213,47 @@ impl Modules {
             None => (Vec::new(), Vec::new()),
         };
         let mut merged: Vec<(Mapping, u32)> = Vec::with_capacity(new.len() + old_maps.len());
-        let mut opened: HashMap<String, u32> = HashMap::new();
-        let mut replaced = false;
-        for m in &new {
-            // An unchanged mapping keeps its object: no open, no stat.
-            let same = old_maps.iter().position(|o| o == m);
-            let object = match same {
-                Some(i) => old_objects[i],
-                None => match opened.get(map_path(m)) {
-                    Some(&o) => o,
-                    None => {
-                        let o = self.identify(pid, m);
-                        opened.insert(map_path(m).to_string(), o);
-                        o
-                    }
-                },
-            };
-            replaced |= old_maps.iter().zip(&old_objects).any(|(o, &old)| {
-                o.start < m.end
-                    && m.start < o.end
-                    && (old != object || load_bias(o) != load_bias(m))
-            });
-            self.retain_object(object);
-            merged.push((m.clone(), object));
-        }
+        // Known mappings that nothing new overlaps stay (cloned: the old
+        // list is compared with the result below).
         for (o, &object) in old_maps.iter().zip(&old_objects) {
             if !new.iter().any(|n| n.start < o.end && o.start < n.end) {
                 self.retain_object(object);
                 merged.push((o.clone(), object));
             }
+        }
+        let mut opened: HashMap<String, u32> = HashMap::new();
+        let mut replaced = false;
+        for m in new {
+            // An unchanged mapping keeps its object: no open, no stat.
+            // Both lists are sorted by start.
+            let at = old_maps.partition_point(|o| o.start < m.start);
+            let same = old_maps
+                .get(at..)
+                .unwrap_or_default()
+                .iter()
+                .take_while(|o| o.start == m.start)
+                .position(|o| *o == m)
+                .map(|i| at + i);
+            let object = match same {
+                Some(i) => old_objects[i],
+                None => match opened.get(map_path(&m)) {
+                    Some(&o) => o,
+                    None => {
+                        let o = self.identify(pid, &m);
+                        opened.insert(map_path(&m).to_string(), o);
+                        o
+                    }
+                },
+            };
+            // Other code where known code was (a library unloaded and
+            // another loaded in its place): a remap.
+            replaced |= old_maps.iter().zip(&old_objects).any(|(o, &old)| {
+                o.start < m.end
+                    && m.start < o.end
+                    && (old != object || load_bias(o) != load_bias(&m))
+            });
+            self.retain_object(object);
+            merged.push((m, object));
         }
         for &object in &old_objects {
             self.release_object(object);
@@ -335,7 +358,14 @@ impl Modules {
     /// /proc/PID/map_files (the very file mapped, even if deleted or
     /// replaced since), else through the process's root.
     fn identify(&mut self, pid: u32, m: &Mapping) -> u32 {
-        let file = File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+        let maps_id = Some(m.dev_inode).filter(|&(_, inode)| inode != 0);
+        if let Some(&i) = maps_id.and_then(|id| self.by_maps_id.get(&id)) {
+            return i;
+        }
+        let mapped = File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+        // Only the very file mapped may be found again by the maps' id.
+        let maps_id = maps_id.filter(|_| mapped.is_ok());
+        let file = mapped
             .or_else(|_| File::open(host_path(pid, map_path(m))))
             .ok();
         let key = match file.as_ref().and_then(|f| f.metadata().ok()) {
@@ -346,7 +376,14 @@ impl Modules {
             None => ObjectKey::Unopened(map_path(m).to_string()),
         };
         if let Some(&i) = self.by_key.get(&key) {
-            return i; // the file we opened now closes here
+            // The file we opened now closes here.
+            if let (Some(id), Some(Some(o))) = (maps_id, self.objects.get_mut(i as usize)) {
+                if o.maps_id.is_none() && o.file.is_some() {
+                    o.maps_id = Some(id);
+                    self.by_maps_id.insert(id, i);
+                }
+            }
+            return i;
         }
         let (root, prefix) = self.roots.of(pid);
         let object = Object {
@@ -358,6 +395,7 @@ impl Modules {
             root,
             path_in_root: path_in_root(map_path(m), &prefix),
             debug: OnceLock::new(),
+            maps_id,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -369,6 +407,12 @@ impl Modules {
                 (self.objects.len() - 1) as u32
             }
         };
+        if let Some(Some(Object {
+            maps_id: Some(id), ..
+        })) = self.objects.get(i as usize)
+        {
+            self.by_maps_id.insert(*id, i);
+        }
         self.by_key.insert(key, i);
         i
     }
@@ -391,6 +435,9 @@ impl Modules {
         o.users = o.users.saturating_sub(1);
         if o.users == 0 && !o.referenced {
             self.by_key.remove(&o.key);
+            if let Some(id) = o.maps_id {
+                self.by_maps_id.remove(&id);
+            }
             *slot = None;
             self.free.push(i);
         }
@@ -426,6 +473,42 @@ impl Modules {
                 self.release_object(o);
             }
         }
+    }
+
+    /// `child` was forked from `parent`: fork copies the address space, so
+    /// it maps what the parent maps, and takes the parent's maps and
+    /// objects as they are (nothing read, opened or stat'ed). Whether the
+    /// parent's maps were known.
+    pub fn forked(&mut self, parent: u32, child: u32) -> bool {
+        self.forget(child);
+        let Some(p) = self.procs.get(&parent).filter(|p| !p.maps.is_empty()) else {
+            return false;
+        };
+        let (maps, objects, jit) = (p.maps.clone(), p.objects.clone(), p.jit.clone());
+        for &o in &objects {
+            self.retain_object(o);
+        }
+        self.generations += 1;
+        let generation = self.generations;
+        let c = self.procs.entry(child).or_insert_with(|| Proc {
+            maps: Vec::new(),
+            objects: Vec::new(),
+            last_read: None,
+            quick_reads: 0,
+            generation,
+            jit: Vec::new(),
+            jit_symbols: JitSymbols::default(),
+            remaps: 0,
+            ended_at: HashSet::new(),
+        });
+        c.maps = maps;
+        c.objects = objects;
+        c.jit = jit;
+        c.last_read = Some(Instant::now());
+        c.generation = generation;
+        self.unread.remove(&child);
+        self.describe_to_kernel(child);
+        true
     }
 
     /// The process exited and its events are handled: everything kept
@@ -475,6 +558,25 @@ impl Modules {
     /// The process's file-backed mappings as last read.
     pub fn maps(&self, pid: u32) -> &[Mapping] {
         self.procs.get(&pid).map_or(&[], |p| p.maps.as_slice())
+    }
+
+    /// The file mapping `m` of `pid` shows, as `describe_to_kernel` gives
+    /// it: (device, inode) and a path to the copy held open here. None when
+    /// `m` is not one of its maps as last read, or its file was not opened.
+    pub fn file_of(&self, pid: u32, m: &Mapping) -> Option<((u64, u64), PathBuf)> {
+        let p = self.procs.get(&pid)?;
+        let i = self.find_index(pid, m.start)?;
+        if p.maps.get(i) != Some(m) {
+            return None;
+        }
+        match self.objects.get(*p.objects.get(i)? as usize) {
+            Some(Some(Object {
+                key: ObjectKey::File { dev, ino },
+                file: Some(file),
+                ..
+            })) => Some(((*dev, *ino), fd_path(file))),
+            _ => None,
+        }
     }
 
     fn find_index(&self, pid: u32, addr: u64) -> Option<usize> {

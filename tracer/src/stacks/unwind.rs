@@ -12,7 +12,7 @@ use framehop::{
     FrameAddress, Module, Unwinder as _,
 };
 
-use super::cfi::{Data, SectionCache, Sections};
+use super::cfi::{Data, FileKey, SectionCache, Sections};
 use crate::tracee::process::Mapping;
 
 /// Frames beyond this many are dropped and the stack marked truncated (the
@@ -99,32 +99,19 @@ impl UnwindStats {
     }
 }
 
-/// Where the file a process maps at a path is found from here.
-pub type Resolver = fn(u32, &str) -> PathBuf;
+/// Which file a mapping shows, (device, inode), and a path that opens it
+/// from here: the caller's (`Modules` holds every mapped file open), so
+/// building an unwinder costs no path lookups and no re-read of the maps.
+pub type FileOf<'a> = &'a dyn Fn(&Mapping) -> Option<(FileKey, PathBuf)>;
 
+#[derive(Default)]
 pub struct Unwinders {
     files: SectionCache,
     procs: HashMap<u32, ProcessUnwinder>,
-    resolve: Resolver,
     pub stats: UnwindStats,
 }
 
-impl Default for Unwinders {
-    fn default() -> Self {
-        Unwinders::with_resolver(crate::tracee::process::host_path)
-    }
-}
-
 impl Unwinders {
-    pub fn with_resolver(resolve: Resolver) -> Self {
-        Unwinders {
-            files: SectionCache::default(),
-            procs: HashMap::new(),
-            resolve,
-            stats: UnwindStats::default(),
-        }
-    }
-
     /// Forgets a process's unwinder so the next sample rebuilds it from
     /// fresh maps (after a dlopen, an exec, or its exit).
     pub fn invalidate(&mut self, pid: u32) {
@@ -144,17 +131,19 @@ impl Unwinders {
 
     /// `jit`: the process's anonymous executable ranges (JIT code), which
     /// framehop crosses by the frame-pointer chain (V8, the JVM and .NET
-    /// keep frame pointers there).
+    /// keep frame pointers there). `file_of` is asked only when the
+    /// process's unwinder is (re)built.
     pub fn unwind(
         &mut self,
         pid: u32,
         maps: &[Mapping],
         jit: &[Range<u64>],
         sample: &Sample<'_>,
+        file_of: FileOf<'_>,
     ) -> Unwound {
         let started = std::time::Instant::now();
         if !self.procs.contains_key(&pid) {
-            let built = self.build(pid, maps);
+            let built = self.build(maps, file_of);
             self.procs.insert(pid, built);
         }
         let (result, depth) = match self.procs.get_mut(&pid) {
@@ -178,7 +167,7 @@ impl Unwinders {
         result
     }
 
-    fn build(&mut self, pid: u32, maps: &[Mapping]) -> ProcessUnwinder {
+    fn build(&mut self, maps: &[Mapping], file_of: FileOf<'_>) -> ProcessUnwinder {
         let mut unwinder = UnwinderX86_64::new();
         let mut covered = Vec::new();
         let mut files = Vec::new();
@@ -190,7 +179,8 @@ impl Unwinders {
             let Some(exec) = group.iter().find(|m| m.executable) else {
                 continue;
             };
-            let Some(sections) = self.sections(pid, path) else {
+            let Some(sections) = file_of(exec).and_then(|(key, at)| self.files.get(key, &at))
+            else {
                 continue;
             };
             let Some(bias) = sections.bias(exec) else {
@@ -220,10 +210,6 @@ impl Unwinders {
             covered,
             _files: files,
         }
-    }
-
-    fn sections(&mut self, pid: u32, path: &str) -> Option<Arc<Sections>> {
-        self.files.get(&(self.resolve)(pid, path))
     }
 }
 

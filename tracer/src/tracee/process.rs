@@ -24,13 +24,18 @@ pub struct Mapping {
     pub executable: bool,
     /// Path as the process sees it.
     pub path: String,
+    /// (device, inode) of the mapped file as the maps show them (the
+    /// device as major << 32 | minor); (0, 0) when not known.
+    pub dev_inode: (u64, u64),
 }
 
 /// Parses /proc/PID/maps, keeping file-backed mappings only. The text is
 /// bytes: a path may hold any byte but a newline (which the kernel shows
 /// as `\012`).
 pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
-    parse_maps_files(text).into_iter().map(|(m, _)| m).collect()
+    text.split(|&b| b == b'\n')
+        .filter_map(|line| Some(parse_maps_line(line)?.0))
+        .collect()
 }
 
 /// `parse_maps`, with each mapping's file path as the bytes the process
@@ -38,7 +43,10 @@ pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
 /// form.
 pub fn parse_maps_files(text: &[u8]) -> Vec<(Mapping, PathBuf)> {
     text.split(|&b| b == b'\n')
-        .filter_map(parse_maps_line)
+        .filter_map(|line| {
+            let (m, file) = parse_maps_line(line)?;
+            Some((m, PathBuf::from(OsStr::from_bytes(&file))))
+        })
         .collect()
 }
 
@@ -62,30 +70,46 @@ pub fn parse_jit(text: &[u8]) -> Vec<std::ops::Range<u64>> {
     text.split(|&b| b == b'\n').filter_map(jit).collect()
 }
 
-fn parse_maps_line(line: &[u8]) -> Option<(Mapping, PathBuf)> {
+/// One line: the mapping and its file's path as bytes (unescaped, without
+/// " (deleted)"), borrowed from the line unless a newline was escaped in
+/// it. One allocation per line (the path's display form): the maps are
+/// read again and again for short-lived processes.
+fn parse_maps_line(line: &[u8]) -> Option<(Mapping, std::borrow::Cow<'_, [u8]>)> {
     let mut fields = line.splitn(6, |&b| b == b' ');
     let mut next = || std::str::from_utf8(fields.next()?).ok();
     let range = next()?;
     let perms = next()?;
     let offset = u64::from_str_radix(next()?, 16).ok()?;
-    let _dev = next()?;
+    let dev = next()?;
     let inode: u64 = next()?.parse().ok()?;
     let path = fields.next()?.trim_ascii_start();
     if inode == 0 || !path.starts_with(b"/") {
         return None; // anonymous, [heap], [stack], [vdso]...
     }
     let (start, end) = range.split_once('-')?;
-    let file = strip_deleted(&unescape_newlines(path));
+    let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
+    let file = if path.windows(4).any(|w| w == b"\\012") {
+        std::borrow::Cow::Owned(unescape_newlines(path))
+    } else {
+        std::borrow::Cow::Borrowed(path)
+    };
     Some((
         Mapping {
             start: u64::from_str_radix(start, 16).ok()?,
             end: u64::from_str_radix(end, 16).ok()?,
             offset,
             executable: perms.as_bytes().get(2) == Some(&b'x'),
-            path: file.to_string_lossy().into_owned(),
+            path: String::from_utf8_lossy(&file).into_owned(),
+            dev_inode: (parse_dev(dev).unwrap_or(0), inode),
         },
         file,
     ))
+}
+
+/// A maps line's device, `MAJOR:MINOR` in hex, as major << 32 | minor.
+fn parse_dev(dev: &str) -> Option<u64> {
+    let (major, minor) = dev.split_once(':')?;
+    Some(u64::from_str_radix(major, 16).ok()? << 32 | u64::from_str_radix(minor, 16).ok()?)
 }
 
 /// The kernel shows a newline in a mapped path as `\012`.
@@ -402,7 +426,8 @@ mod tests {
                 end: 0x55d0_c8a0_2000,
                 offset: 0x1000,
                 executable: true,
-                path: "/usr/bin/target".into()
+                path: "/usr/bin/target".into(),
+                dev_inode: (0xfe << 32 | 1, 1234),
             }
         );
         assert!(!maps[0].executable);

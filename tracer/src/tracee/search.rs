@@ -75,6 +75,24 @@ impl Program {
     /// A running process (or one that just exec'ed: its libraries may not
     /// be mapped yet, and are then found by the loader's rules).
     pub fn running(pid: u32) -> Result<Program, TraceError> {
+        let mut program = Program::just_executed(pid)?;
+        let maps = std::fs::read(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let mut mapped: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (m, file) in crate::tracee::process::parse_maps_files(&maps) {
+            if m.executable && !mapped.iter().any(|(p, _)| *p == file) {
+                let host =
+                    PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+                mapped.push((file, host));
+            }
+        }
+        program.mapped = Some(mapped);
+        Ok(program)
+    }
+
+    /// A process that just exec'ed: its libraries may not be mapped yet,
+    /// so they are found by the loader's rules alone (its maps are not
+    /// read).
+    pub fn just_executed(pid: u32) -> Result<Program, TraceError> {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
             .map_err(|e| crate::tracee::process::unreadable(pid, "exe", &e))?;
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
@@ -87,32 +105,15 @@ impl Program {
                 library_path = v;
             }
         }
-        let maps = std::fs::read(format!("/proc/{pid}/maps")).unwrap_or_default();
-        let mut mapped: Vec<(PathBuf, PathBuf)> = Vec::new();
-        for (m, file) in crate::tracee::process::parse_maps_files(&maps) {
-            if m.executable && !mapped.iter().any(|(p, _)| *p == file) {
-                let host =
-                    PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-                mapped.push((file, host));
-            }
-        }
         Ok(Program {
             root: PathBuf::from(format!("/proc/{pid}/root")),
             exe_host: PathBuf::from(format!("/proc/{pid}/exe")),
             exe: crate::tracee::process::strip_deleted(exe.as_os_str().as_bytes()),
             ld_preload: split_list(preload, b" :"),
             ld_library_path: split_list(library_path, b":;"),
-            mapped: Some(mapped),
+            mapped: None,
             conf_dirs: std::cell::OnceCell::new(),
         })
-    }
-
-    /// A process that just exec'ed: its libraries may not be mapped yet,
-    /// so they are found by the loader's rules alone.
-    pub fn just_executed(pid: u32) -> Result<Program, TraceError> {
-        let mut program = Program::running(pid)?;
-        program.mapped = None;
-        Ok(program)
     }
 
     pub(super) fn host(&self, path: &Path) -> PathBuf {

@@ -1,8 +1,9 @@
 //! `UnwindMaps` on the real BPF maps: UNWIND_ROWS is memory-mapped
 //! (BPF_F_MMAPABLE), so a table is written with one copy instead of a
-//! syscall per row; UNWIND_MAPPINGS is an aya LPM trie. Every change to
-//! the trie bumps STATE_UNWIND_GEN afterwards, which empties the walkers'
-//! per-CPU rule caches (tracer-ebpf walk.rs RULE_CACHE).
+//! syscall per row; UNWIND_MAPPINGS is an aya LPM trie. Every batch of
+//! changes to the trie (one process's sync or drop) bumps STATE_UNWIND_GEN
+//! afterwards, which empties the walkers' per-CPU rule caches (tracer-ebpf
+//! walk.rs RULE_CACHE).
 
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
@@ -59,9 +60,13 @@ impl BpfUnwindMaps {
         })
     }
 
-    /// After a trie change: cached rules from before it no longer count.
-    /// Bumped after the change, so that a walk that read the trie before
-    /// it filled its cache under a generation that is now stale.
+    /// After trie changes: cached rules from before them no longer count.
+    /// Bumped after the last change, so that a walk that read the trie
+    /// before or between them filled its cache under a generation that is
+    /// now stale. (Once per batch, not per entry: the walk of a process
+    /// whose maps change already runs its new code before the tracer reads
+    /// them, so a batch's microseconds add nothing that per-entry bumps
+    /// prevented.)
     fn bump_generation(&mut self) -> anyhow::Result<()> {
         self.gen += 1;
         self.state
@@ -96,19 +101,17 @@ impl UnwindMaps for BpfUnwindMaps {
     }
 
     fn insert_mapping(&mut self, key: PrefixKey, value: MappingValue) -> anyhow::Result<()> {
-        let inserted = self
-            .mappings
-            .insert(&Key::new(key.prefix_len, key.key), value, 0);
-        // A failed insert may still have replaced nothing; bump anyway.
-        self.bump_generation()?;
-        inserted?;
+        self.mappings
+            .insert(&Key::new(key.prefix_len, key.key), value, 0)?;
         Ok(())
     }
 
     fn remove_mapping(&mut self, key: PrefixKey) -> anyhow::Result<()> {
-        let removed = self.mappings.remove(&Key::new(key.prefix_len, key.key));
-        self.bump_generation()?;
-        removed?;
+        self.mappings.remove(&Key::new(key.prefix_len, key.key))?;
         Ok(())
+    }
+
+    fn changed(&mut self) -> anyhow::Result<()> {
+        self.bump_generation()
     }
 }

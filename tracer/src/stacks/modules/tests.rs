@@ -81,6 +81,7 @@ fn another_file_at_known_addresses_is_a_remap_and_a_new_range_is_not() {
         offset,
         executable: true,
         path: path.to_string(),
+        dev_inode: (0, 0),
     };
     let a = lib("/plugins/a.so", 0x7f00_0000_1000, 0x7f00_0000_3000, 0x1000);
     modules.set_maps(pid, vec![a.clone()], Vec::new());
@@ -103,4 +104,75 @@ fn another_file_at_known_addresses_is_a_remap_and_a_new_range_is_not() {
     // Read again unchanged: no further remap.
     modules.merge_maps(pid, b);
     assert_eq!(modules.remaps(pid), 1);
+}
+
+#[test]
+fn a_file_mapped_again_is_found_by_the_maps_id_without_opening_it() {
+    let mut modules = Modules::default();
+    let me = std::process::id();
+    let a = exe_mapping(0);
+    assert_ne!(a.dev_inode.1, 0, "the maps give the inode");
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    assert_eq!(modules.by_maps_id.len(), 1, "opened through map_files");
+    // Another process maps the same file under a path that opens nothing
+    // here: the maps' (device, inode) alone names the object.
+    let b = Mapping {
+        path: "/no/such/file".into(),
+        ..exe_mapping(0x1000_0000)
+    };
+    modules.set_maps(NO_SUCH_PID, vec![b.clone()], Vec::new());
+    assert_eq!(modules.held(), (2, 1), "two processes, one file");
+    let fa = modules.normalize(me, &[a.start + 0x101]);
+    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x101]);
+    assert_eq!(fa, fb);
+    assert_eq!(modules.path(fb[0].module.expect("module")), a.path);
+}
+
+#[test]
+fn the_maps_id_cache_goes_with_its_object_and_another_inode_misses_it() {
+    let mut modules = Modules::default();
+    let me = std::process::id();
+    let a = exe_mapping(0);
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    // A file replaced on disk is another inode: not the cached object.
+    let replaced = Mapping {
+        path: "/no/such/file".into(),
+        dev_inode: (a.dev_inode.0, a.dev_inode.1 + 1),
+        ..exe_mapping(0x1000_0000)
+    };
+    modules.set_maps(NO_SUCH_PID, vec![replaced.clone()], Vec::new());
+    assert_eq!(modules.held(), (2, 2), "an unopened object of its own");
+    modules.drop_process(NO_SUCH_PID);
+    modules.drop_process(me);
+    assert_eq!(modules.held(), (0, 0));
+    assert!(modules.by_maps_id.is_empty(), "freed with the object");
+    // Once the object is gone its id names nothing: an unopenable path
+    // stays unopened.
+    let b = Mapping {
+        path: "/no/such/file".into(),
+        ..a.clone()
+    };
+    modules.set_maps(NO_SUCH_PID, vec![b], Vec::new());
+    assert!(modules.open_path(0).is_none());
+}
+
+#[test]
+fn a_forked_child_takes_its_parents_maps_and_objects() {
+    let mut modules = Modules::default();
+    let me = std::process::id();
+    let a = exe_mapping(0);
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    assert!(modules.forked(me, NO_SUCH_PID));
+    assert_eq!(modules.held(), (2, 1));
+    assert_eq!(modules.maps(NO_SUCH_PID), modules.maps(me));
+    assert_eq!(
+        modules.normalize(NO_SUCH_PID, &[a.start + 0x11]),
+        modules.normalize(me, &[a.start + 0x11])
+    );
+    modules.drop_process(me);
+    assert_eq!(modules.held(), (1, 1), "the child still maps it");
+    assert!(
+        !modules.forked(NO_SUCH_PID + 1, NO_SUCH_PID + 2),
+        "unknown parent"
+    );
 }

@@ -10,8 +10,12 @@ use super::*;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/unwind");
 
-fn fixture_path(_pid: u32, path: &str) -> PathBuf {
-    Path::new(DIR).join(path)
+/// The fixture's files by their identity on disk, as `Modules` gives them.
+fn fixture_file(m: &Mapping) -> Option<(FileKey, PathBuf)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let path = Path::new(DIR).join(&m.path);
+    let meta = std::fs::metadata(&path).ok()?;
+    Some(((meta.dev(), meta.ino()), path))
 }
 
 struct Fixture {
@@ -41,6 +45,7 @@ fn fixtures() -> Vec<Fixture> {
                     offset: u(&m["offset"]),
                     executable: m["executable"].as_bool().expect("bool"),
                     path: m["path"].as_str().expect("path").to_string(),
+                    dev_inode: (0, 0),
                 })
                 .collect(),
             ip: u(&s["ip"]),
@@ -82,14 +87,14 @@ fn function_at(maps: &[Mapping], addr: u64) -> String {
 }
 
 fn unwind(f: &Fixture, stack: &[u8]) -> Unwound {
-    let mut u = Unwinders::with_resolver(fixture_path);
+    let mut u = Unwinders::default();
     let sample = Sample {
         ip: f.ip,
         sp: f.sp,
         bp: f.bp,
         stack,
     };
-    u.unwind(1, &f.maps, &[], &sample)
+    u.unwind(1, &f.maps, &[], &sample, &fixture_file)
 }
 
 #[test]
@@ -113,15 +118,15 @@ fn recorded_samples_unwind_through_the_call_sites_to_main_or_the_thread_routine(
 #[test]
 fn processes_mapping_one_file_share_its_parsed_sections() {
     let f = &fixtures()[0];
-    let mut u = Unwinders::with_resolver(fixture_path);
+    let mut u = Unwinders::default();
     let sample = Sample {
         ip: f.ip,
         sp: f.sp,
         bp: f.bp,
         stack: &f.stack,
     };
-    let first = u.unwind(1, &f.maps, &[], &sample);
-    let second = u.unwind(2, &f.maps, &[], &sample);
+    let first = u.unwind(1, &f.maps, &[], &sample, &fixture_file);
+    let second = u.unwind(2, &f.maps, &[], &sample, &fixture_file);
     assert_eq!(first, second);
     // Only the fixture binary exists here (its libc does not).
     assert_eq!(u.held(), (2, 1), "two unwinders, one parsed file");
