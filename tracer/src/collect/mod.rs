@@ -14,6 +14,7 @@ pub mod processes;
 pub mod profile;
 mod profile_notes;
 pub mod reader;
+mod ring;
 mod roots;
 pub mod stacks;
 mod state;

@@ -73,10 +73,24 @@ impl Reader {
             // SAFETY: a fresh fd that we own from here on.
             ready: unsafe { OwnedFd::from_raw_fd(fd) },
         });
+        // The ring buffer is read through our own mapping (ring.rs): aya's
+        // goes, so that the buffer is not mapped (and counted in RSS) twice;
+        // a duplicate of the map's fd keeps it open.
+        // SAFETY: dup of an fd we hold; the result is checked.
+        let fd = unsafe { libc::dup(events.as_raw_fd()) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error())
+                .context("duplicating the ring buffer's fd");
+        }
+        // SAFETY: a fresh fd that we own from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        drop(events);
+        let consumer = super::ring::map_max_entries(fd.as_raw_fd())
+            .and_then(|size| super::ring::Consumer::new(fd, size))?;
         let for_thread = shared.clone();
         let thread = std::thread::Builder::new()
             .name("ringbuf-reader".into())
-            .spawn(move || read_loop(events, &for_thread))
+            .spawn(move || read_loop(consumer, &for_thread))
             .context("starting the ring buffer's reader thread")?;
         Ok(Reader {
             shared,
@@ -139,15 +153,15 @@ fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn read_loop(mut events: RingBuf<MapData>, shared: &Shared) {
-    let fd = events.as_raw_fd();
+fn read_loop(mut consumer: super::ring::Consumer, shared: &Shared) {
+    let fd = consumer.fd();
     while !shared.stop.load(Ordering::SeqCst) {
         // Read the request before draining: whatever was submitted before
         // it was made is then in the ring buffer and gets drained below.
         let flush = shared.flush_wanted.load(Ordering::SeqCst);
         let full = lock(&shared.queue).bytes >= MAX_QUEUED_BYTES;
         if !full {
-            drain(&mut events, shared);
+            drain(&mut consumer, shared);
         }
         {
             let mut q = lock(&shared.queue);
@@ -169,7 +183,7 @@ fn read_loop(mut events: RingBuf<MapData>, shared: &Shared) {
 }
 
 /// Copies everything in the ring buffer into batches on the queue.
-fn drain(events: &mut RingBuf<MapData>, shared: &Shared) {
+fn drain(consumer: &mut super::ring::Consumer, shared: &Shared) {
     let mut batch: Vec<u8> = Vec::new();
     let mut queued = false;
     let mut push = |batch: Vec<u8>| {
@@ -179,14 +193,11 @@ fn drain(events: &mut RingBuf<MapData>, shared: &Shared) {
         queued = true;
         q.bytes
     };
-    while let Some(item) = events.next() {
+    consumer.drain(|item| {
         batch.extend_from_slice(&(item.len() as u32).to_ne_bytes());
-        batch.extend_from_slice(&item);
-        drop(item);
-        if batch.len() >= BATCH_BYTES && push(std::mem::take(&mut batch)) >= MAX_QUEUED_BYTES {
-            break;
-        }
-    }
+        batch.extend_from_slice(item);
+        !(batch.len() >= BATCH_BYTES && push(std::mem::take(&mut batch)) >= MAX_QUEUED_BYTES)
+    });
     if !batch.is_empty() {
         push(batch);
     }
