@@ -87,6 +87,23 @@ struct Proc {
     ended_at: HashSet<u64>,
 }
 
+impl Proc {
+    /// A process with nothing read yet.
+    fn new(generation: u64) -> Proc {
+        Proc {
+            maps: Vec::new(),
+            objects: Vec::new(),
+            last_read: None,
+            quick_reads: 0,
+            generation,
+            jit: Vec::new(),
+            jit_symbols: JitSymbols::default(),
+            remaps: 0,
+            ended_at: HashSet::new(),
+        }
+    }
+}
+
 /// Addresses kept per process where kernel walks ended early.
 const MAX_ENDED_AT: usize = 4096;
 
@@ -265,17 +282,10 @@ impl Modules {
             self.generations += 1;
         }
         let generation = self.generations;
-        let p = self.procs.entry(pid).or_insert_with(|| Proc {
-            maps: Vec::new(),
-            objects: Vec::new(),
-            last_read: None,
-            quick_reads: 0,
-            generation,
-            jit: Vec::new(),
-            jit_symbols: JitSymbols::default(),
-            remaps: 0,
-            ended_at: HashSet::new(),
-        });
+        let p = self
+            .procs
+            .entry(pid)
+            .or_insert_with(|| Proc::new(generation));
         p.remaps += u64::from(replaced);
         let changed = maps != old_maps || objects != old_objects;
         if changed {
@@ -490,17 +500,10 @@ impl Modules {
         }
         self.generations += 1;
         let generation = self.generations;
-        let c = self.procs.entry(child).or_insert_with(|| Proc {
-            maps: Vec::new(),
-            objects: Vec::new(),
-            last_read: None,
-            quick_reads: 0,
-            generation,
-            jit: Vec::new(),
-            jit_symbols: JitSymbols::default(),
-            remaps: 0,
-            ended_at: HashSet::new(),
-        });
+        let c = self
+            .procs
+            .entry(child)
+            .or_insert_with(|| Proc::new(generation));
         c.maps = maps;
         c.objects = objects;
         c.jit = jit;
