@@ -189,10 +189,9 @@ impl Collector {
     }
 
     /// `--unwind tables`: the file with the most rows among those whose
-    /// table did not fit, and its rows.
-    pub fn largest_unfit_table(&self) -> Option<(std::path::PathBuf, u32)> {
-        let (path, rows) = self.state.modules.kernel.as_ref()?.largest_unfit()?;
-        Some((path.to_path_buf(), rows))
+    /// table did not fit (its path: hostile), and its rows.
+    pub fn largest_unfit_table(&self) -> Option<(&str, u32)> {
+        self.state.modules.largest_unfit_table()
     }
 
     /// `--unwind tables`: the rows and trie entries in use now.

@@ -214,7 +214,7 @@ fn print_kernel_unwind(k: &KernelUnwind, collector: &Collector) {
     if let Some((path, rows)) = collector.largest_unfit_table() {
         console::say(format_args!(
             "unwind tables: the largest that did not fit: {} ({rows} rows; --unwind-rows is {})",
-            crate::escape::path(&path),
+            crate::escape::text(path),
             t.rows_capacity,
         ));
     }

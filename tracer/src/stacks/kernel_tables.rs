@@ -167,7 +167,7 @@ pub struct KernelTables {
     /// The file with the most rows among those that did not fit, and its
     /// rows (`--verbose` names it: how far to raise --unwind-rows). One
     /// entry, replaced by a larger one.
-    largest_unfit: Option<(PathBuf, u32)>,
+    largest_unfit: Option<(FileId, u32)>,
 }
 
 impl KernelTables {
@@ -359,7 +359,7 @@ impl KernelTables {
                 .as_ref()
                 .is_none_or(|(_, rows)| needed > *rows)
             {
-                self.largest_unfit = Some((path.to_path_buf(), needed));
+                self.largest_unfit = Some((id, needed));
             }
             if self.could_fit(needed, now, Evictable::AnyUnused) {
                 self.stats.kept_out_recent += 1;
@@ -367,12 +367,10 @@ impl KernelTables {
         }
     }
 
-    /// The file with the most rows among those whose table did not fit
-    /// (a path some traced process mapped: escape it), and its rows.
-    pub fn largest_unfit(&self) -> Option<(&Path, u32)> {
+    /// The file with the most rows among those whose table did not fit,
+    /// and its rows.
+    pub fn largest_unfit(&self) -> Option<(FileId, u32)> {
         self.largest_unfit
-            .as_ref()
-            .map(|(p, rows)| (p.as_path(), *rows))
     }
 
     /// Builds the table of the file at `path` and writes it into free rows.

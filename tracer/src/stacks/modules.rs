@@ -134,6 +134,10 @@ pub struct Modules {
     /// Names of the JIT frames that stacks hold (module ids from JIT_MODULE).
     jit_names: JitNames,
     pub jit_stats: JitStats,
+    /// `--unwind tables`: the path and rows of the largest file whose
+    /// table did not fit (named when the kernel tables first report it,
+    /// while a process maps it). One entry.
+    largest_unfit: Option<(String, u32)>,
 }
 
 /// Else each event at an address in no mapped file (JIT code) re-reads maps.
@@ -345,6 +349,8 @@ impl Modules {
             kernel: Some(kernel),
             procs,
             objects,
+            by_key,
+            largest_unfit,
             ..
         } = self
         else {
@@ -362,6 +368,24 @@ impl Modules {
             _ => None,
         };
         kernel.sync(pid, &p.maps, &p.objects, &p.jit, open);
+        if let Some(((dev, ino), rows)) = kernel.largest_unfit() {
+            if largest_unfit.as_ref().is_none_or(|(_, r)| *r != rows) {
+                let name = by_key
+                    .get(&ObjectKey::File { dev, ino })
+                    .and_then(|&i| objects.get(i as usize)?.as_ref())
+                    .map_or_else(|| format!("device {dev} inode {ino}"), |o| o.path.clone());
+                *largest_unfit = Some((name, rows));
+            }
+        }
+    }
+
+    /// `--unwind tables`: the path (as the first process that mapped it
+    /// saw it: hostile, escape it) and rows of the largest file whose table
+    /// did not fit.
+    pub fn largest_unfit_table(&self) -> Option<(&str, u32)> {
+        self.largest_unfit
+            .as_ref()
+            .map(|(name, rows)| (name.as_str(), *rows))
     }
 
     /// The object a mapping of `pid` shows: opened through
