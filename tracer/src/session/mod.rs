@@ -184,7 +184,6 @@ impl<'a> Trace<'a> {
             modules.refresh(pid);
         }
         hooks.announce_from_now();
-        finish::announce(config, &scope, &hooks);
         modules.shown_as = scope.binary_alias();
         let collector = Collector::new(
             maps,
@@ -198,6 +197,11 @@ impl<'a> Trace<'a> {
                 snapshot_on_peak: config.snapshot_on_peak,
             },
         )?;
+        // "tracing" once the ring buffer's reader runs (mapping a big ring
+        // buffer takes a while): what a process does from then on is read
+        // while it still runs, so its identity (start time, command, cgroup)
+        // is its own, not that of a later process given its pid.
+        finish::announce(config, &scope, &hooks);
         Ok(Trace {
             settings,
             signals,
