@@ -118,6 +118,15 @@ impl Consumer {
         unsafe { &*self.producer.ptr.cast::<AtomicUsize>() }.load(Ordering::Acquire)
     }
 
+    /// Bytes copied between two publications of the position within a
+    /// drain: at most an eighth of the ring, so producers always find most
+    /// of it free, and at most 256 KiB, well under the 1 MiB of pending
+    /// data past which BPF forces a wakeup (tracer-ebpf `wakeup_flags`),
+    /// while one store still serves a thousand records or more.
+    fn publish_every(&self) -> usize {
+        (self.size / 8).min(256 << 10)
+    }
+
     /// Hands every committed record, oldest first, to `take` until it
     /// returns false or the next record is not committed yet, then
     /// publishes the position past what was taken. Returns the records
@@ -125,6 +134,7 @@ impl Consumer {
     pub fn drain(&mut self, mut take: impl FnMut(&[u8]) -> bool) -> usize {
         let base = self.producer.ptr.cast::<u8>().cast_const();
         let mut taken = 0;
+        let mut published = self.pos;
         let mut prod = self.producer_pos();
         loop {
             if self.pos == prod {
@@ -164,6 +174,13 @@ impl Consumer {
                 }
             }
             self.pos += (HEADER_BYTES + len).next_multiple_of(8);
+            if self.pos - published >= self.publish_every() {
+                // A drain that chases busy producers can go on for long:
+                // free what it copied every so often, or they find the
+                // ring full while it is being emptied.
+                self.consumer_pos().store(self.pos, Ordering::Release);
+                published = self.pos;
+            }
         }
         // Publish after the copies: the kernel reuses the space once it
         // sees the position past it.
