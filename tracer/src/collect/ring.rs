@@ -1,14 +1,16 @@
 //! The BPF ring buffer read directly from its mapped pages, publishing the
-//! consumer position once per drain instead of once per record.
+//! consumer position once per drain (and every 256 KiB within a long one)
+//! instead of once per record.
 //!
 //! aya's `RingBuf` stores the consumer position after every record. The
 //! kernel's reserve reads that position on every event to check for room,
 //! so each store moves its cache line from the producer's CPU to the
 //! reader's and back: at a million events a second that was a good part of
 //! both the reader's time and the BPF programs' reserve. Here a drain
-//! copies every committed record, then publishes the position once; the
-//! producers see the room a drain frees a moment later, which a ring
-//! buffer of megabytes drained every few milliseconds does not notice.
+//! copies every committed record, publishing the position every 256 KiB
+//! and at its end; the producers see the room a drain frees a moment
+//! later, which a ring buffer of megabytes drained every few milliseconds
+//! does not notice.
 //!
 //! The layout (kernel/bpf/ringbuf.c): page 0, the consumer position
 //! (writable); page 1, the producer position; then the data pages, mapped
