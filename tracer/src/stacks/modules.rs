@@ -45,8 +45,8 @@ struct Object {
     /// Build id and debug file, read the first time a frame is named.
     debug: OnceLock<DebugInfo>,
     /// (device, inode) as the maps of the process it was opened for show
-    /// it, when it was opened through /proc/PID/map_files: its entry in
-    /// `Modules::by_maps_id`.
+    /// it, when it was opened through /proc/PID/map_files and its fstat
+    /// gives the same (`maps_form`): its entry in `Modules::by_maps_id`.
     maps_id: Option<(u64, u64)>,
 }
 
@@ -162,6 +162,17 @@ fn fd_path(file: &File) -> PathBuf {
 /// the same place (split by mprotect, say) keeps it.
 fn load_bias(m: &Mapping) -> u64 {
     m.start.wrapping_sub(m.offset)
+}
+
+/// A file's (device, inode) as /proc/PID/maps would show them: the kernel
+/// prints MAJOR:MINOR of the device, read back as major << 32 | minor
+/// (`process::parse_dev`); stat gives the device encoded otherwise.
+fn maps_form(meta: &std::fs::Metadata) -> (u64, u64) {
+    let dev = meta.dev();
+    (
+        u64::from(libc::major(dev)) << 32 | u64::from(libc::minor(dev)),
+        meta.ino(),
+    )
 }
 
 /// The path a mapping shows (one place to adapt if its type changes).
@@ -397,12 +408,18 @@ impl Modules {
             return i;
         }
         let mapped = File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-        // Only the very file mapped may be found again by the maps' id.
-        let maps_id = maps_id.filter(|_| mapped.is_ok());
+        let very_file = mapped.is_ok();
         let file = mapped
             .or_else(|_| File::open(host_path(pid, map_path(m))))
             .ok();
-        let key = match file.as_ref().and_then(|f| f.metadata().ok()) {
+        let meta = file.as_ref().and_then(|f| f.metadata().ok());
+        // Only the very file mapped may be found again by the maps' id, and
+        // only where that id is its own: btrfs shows the filesystem's
+        // device for every subvolume, whose inode numbers repeat, so there
+        // two files share an id and each is identified by its fstat.
+        let maps_id = maps_id
+            .filter(|&id| very_file && meta.as_ref().is_some_and(|meta| maps_form(meta) == id));
+        let key = match meta {
             Some(meta) => ObjectKey::File {
                 dev: meta.dev(),
                 ino: meta.ino(),

@@ -156,6 +156,48 @@ fn the_maps_id_cache_goes_with_its_object_and_another_inode_misses_it() {
     assert!(modules.open_path(0).is_none());
 }
 
+/// A mapping of this test process of another file than its executable
+/// (its libc, its loader).
+fn other_file_mapping(exe: &Mapping) -> Mapping {
+    let text = std::fs::read("/proc/self/maps").expect("own maps");
+    crate::tracee::process::parse_maps(&text)
+        .into_iter()
+        .find(|m| m.dev_inode != exe.dev_inode)
+        .expect("a mapping of another file than the test binary")
+}
+
+/// btrfs shows the filesystem's device in the maps for every subvolume,
+/// while inode numbers repeat across subvolumes: two files, one maps id.
+#[test]
+fn two_files_the_maps_show_with_one_id_are_two_objects() {
+    let mut modules = Modules::default();
+    let me = std::process::id();
+    let exe = exe_mapping(0);
+    let other = other_file_mapping(&exe);
+    // Given both shown with a device that is neither file's own
+    let shown = (exe.dev_inode.0 ^ 0xff, exe.dev_inode.1);
+    let a = Mapping {
+        dev_inode: shown,
+        ..exe.clone()
+    };
+    let b = Mapping {
+        dev_inode: shown,
+        ..other.clone()
+    };
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    modules.set_maps(NO_SUCH_PID, vec![b.clone()], Vec::new());
+    // Then each mapping names its own file
+    assert_eq!(modules.held(), (2, 2), "two processes, two files");
+    let fa = modules.normalize(me, &[a.start + 0x11]);
+    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x11]);
+    assert_ne!(fa[0].module, fb[0].module);
+    assert_eq!(modules.path(fb[0].module.expect("module")), other.path);
+    assert!(
+        modules.by_maps_id.is_empty(),
+        "no id that is not the file's own"
+    );
+}
+
 #[test]
 fn a_forked_child_takes_its_parents_maps_and_objects() {
     let mut modules = Modules::default();
