@@ -278,12 +278,16 @@ impl Modules {
                 },
             };
             // Other code where known code was (a library unloaded and
-            // another loaded in its place): a remap.
-            replaced |= old_maps.iter().zip(&old_objects).any(|(o, &old)| {
-                o.start < m.end
-                    && m.start < o.end
-                    && (old != object || load_bias(o) != load_bias(&m))
-            });
+            // another loaded in its place): a remap. Only code counts:
+            // no return address lies in data, and a data file mapped where
+            // another was (databases, locales) is common.
+            replaced |= m.executable
+                && old_maps.iter().zip(&old_objects).any(|(o, &old)| {
+                    o.executable
+                        && o.start < m.end
+                        && m.start < o.end
+                        && (old != object || load_bias(o) != load_bias(&m))
+                });
             self.retain_object(object);
             merged.push((m, object));
         }

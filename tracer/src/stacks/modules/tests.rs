@@ -106,6 +106,35 @@ fn another_file_at_known_addresses_is_a_remap_and_a_new_range_is_not() {
     assert_eq!(modules.remaps(pid), 1);
 }
 
+/// A data file mapped where another was (an mmap'ed database, a locale
+/// file) holds no code: no interned address changed meaning.
+#[test]
+fn another_data_file_at_known_addresses_is_no_remap() {
+    let mut modules = Modules::default();
+    let pid = NO_SUCH_PID;
+    let file = |path: &str, executable: bool| Mapping {
+        start: 0x7f00_0000_1000,
+        end: 0x7f00_0000_3000,
+        offset: 0,
+        executable,
+        path: path.to_string(),
+        dev_inode: (0, 0),
+    };
+    // Given a data file at an address, then another in its place
+    modules.set_maps(pid, vec![file("/data/a.db", false)], Vec::new());
+    modules.merge_maps(pid, vec![file("/data/b.db", false)]);
+    // Then no remap
+    assert_eq!(modules.remaps(pid), 0);
+    // Code where data was, or data where code was: none either
+    modules.merge_maps(pid, vec![file("/lib/a.so", true)]);
+    modules.merge_maps(pid, vec![file("/data/c.db", false)]);
+    assert_eq!(modules.remaps(pid), 0);
+    // Code where code was: a remap
+    modules.merge_maps(pid, vec![file("/lib/a.so", true)]);
+    modules.merge_maps(pid, vec![file("/lib/b.so", true)]);
+    assert_eq!(modules.remaps(pid), 1);
+}
+
 #[test]
 fn a_file_mapped_again_is_found_by_the_maps_id_without_opening_it() {
     let mut modules = Modules::default();
