@@ -82,8 +82,8 @@ struct Proc {
     /// interned before mean other code now (`remaps`).
     remaps: u64,
     /// Addresses where a kernel walk ended early under the maps as last
-    /// read (`walk_ended_at`); at most MAX_ENDED_AT, cleared when the maps
-    /// change.
+    /// read (`walk_ended_at`); at most MAX_ENDED_AT, cleared when the
+    /// executable maps change.
     ended_at: HashSet<u64>,
 }
 
@@ -143,6 +143,11 @@ pub struct Modules {
 /// Else each event at an address in no mapped file (JIT code) re-reads maps.
 const MIN_REREAD_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The same for the read at once after a kernel walk first ended at an
+/// address (`walk_ended_at`): else a process whose walks end at ever new
+/// addresses costs a read, a merge and a kernel sync per event.
+const MIN_WALK_REREAD_INTERVAL: Duration = Duration::from_millis(10);
+
 /// A new process maps its libraries in its first milliseconds, so reads
 /// soon after its exec must not block the next few: this many are free of
 /// MIN_REREAD_INTERVAL (a short-lived process is gone 100 ms later).
@@ -175,6 +180,14 @@ fn maps_form(meta: &std::fs::Metadata) -> (u64, u64) {
     )
 }
 
+/// The executable mappings of a process and their objects.
+fn code<'a>(
+    maps: &'a [Mapping],
+    objects: &'a [u32],
+) -> impl Iterator<Item = (&'a Mapping, &'a u32)> {
+    maps.iter().zip(objects).filter(|(m, _)| m.executable)
+}
+
 /// The path a mapping shows (one place to adapt if its type changes).
 fn map_path(m: &Mapping) -> &str {
     m.path.as_str()
@@ -185,10 +198,13 @@ impl Modules {
     /// the first QUICK_READS). Returns whether the maps were read (false
     /// too when the process is gone).
     pub fn refresh(&mut self, pid: u32) -> bool {
+        self.refresh_within(pid, MIN_REREAD_INTERVAL)
+    }
+
+    /// `refresh` with `min_interval` in place of MIN_REREAD_INTERVAL.
+    fn refresh_within(&mut self, pid: u32, min_interval: Duration) -> bool {
         if let Some(p) = self.procs.get_mut(&pid) {
-            if p.last_read
-                .is_some_and(|t| t.elapsed() < MIN_REREAD_INTERVAL)
-            {
+            if p.last_read.is_some_and(|t| t.elapsed() < min_interval) {
                 if p.quick_reads >= QUICK_READS {
                     return false;
                 }
@@ -307,7 +323,8 @@ impl Modules {
             .or_insert_with(|| Proc::new(generation));
         p.remaps += u64::from(replaced);
         let changed = maps != old_maps || objects != old_objects;
-        if changed {
+        // Walks end in code only: data mapped or unmapped changes none.
+        if !code(&maps, &objects).eq(code(&old_maps, &old_objects)) {
             p.ended_at.clear();
         }
         p.maps = maps;
@@ -337,18 +354,22 @@ impl Modules {
     /// follow): the table used there may be that of a library unloaded
     /// since, with another loaded at its addresses (dlclose, dlopen). The
     /// first time a walk ends at `pc` under the maps as last read, they
-    /// are read again at once (a change describes the new code to the
-    /// kernel); later times, at most as often as `refresh` allows, so that
-    /// code no walk can cross costs no read per event.
+    /// are read again soon (at most every MIN_WALK_REREAD_INTERVAL; a
+    /// change describes the new code to the kernel); later times, at most
+    /// as often as `refresh` allows, so that code no walk can cross costs
+    /// no read per event.
     pub fn walk_ended_at(&mut self, pid: u32, pc: u64) {
         let first = self
             .procs
             .get_mut(&pid)
             .is_some_and(|p| p.ended_at.len() < MAX_ENDED_AT && p.ended_at.insert(pc));
-        if first {
-            self.refresh_now(pid);
-        } else {
+        if !first {
             self.refresh(pid);
+        } else if !self.refresh_within(pid, MIN_WALK_REREAD_INTERVAL) {
+            // Not read: its next end at `pc` is a first one still.
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.ended_at.remove(&pc);
+            }
         }
     }
 

@@ -135,6 +135,73 @@ fn another_data_file_at_known_addresses_is_no_remap() {
     assert_eq!(modules.remaps(pid), 1);
 }
 
+/// Where kernel walks ended is kept while the code is the same: a data
+/// file mapped or unmapped does not make the next end a first one (each
+/// of which reads the maps soon).
+#[test]
+fn where_walks_ended_is_forgotten_when_code_changes_only() {
+    let mut modules = Modules::default();
+    let pid = NO_SUCH_PID;
+    let file = |path: &str, start: u64, executable: bool| Mapping {
+        start,
+        end: start + 0x2000,
+        offset: 0,
+        executable,
+        path: path.to_string(),
+        dev_inode: (0, 0),
+    };
+    let lib = file("/lib/a.so", 0x7f00_0000_1000, true);
+    modules.set_maps(pid, vec![lib.clone()], Vec::new());
+    let ended_at = |modules: &Modules| modules.procs.get(&pid).map_or(0, |p| p.ended_at.len());
+    // Given a walk that ended in the library
+    if let Some(p) = modules.procs.get_mut(&pid) {
+        p.ended_at.insert(lib.start + 0x10);
+    }
+    // When a data file is mapped, then another in its place
+    modules.merge_maps(
+        pid,
+        vec![lib.clone(), file("/data/a.db", 0x7f00_1000_0000, false)],
+    );
+    modules.merge_maps(
+        pid,
+        vec![lib.clone(), file("/data/b.db", 0x7f00_1000_0000, false)],
+    );
+    // Then where the walk ended is kept
+    assert_eq!(ended_at(&modules), 1);
+    // And another library where the first was forgets it
+    modules.merge_maps(pid, vec![file("/lib/b.so", lib.start, true)]);
+    assert_eq!(ended_at(&modules), 0);
+}
+
+/// A walk that first ends at an address reads the maps soon, at most
+/// every MIN_WALK_REREAD_INTERVAL; one refused is a first one still.
+#[test]
+fn first_walk_ends_read_the_maps_at_most_every_few_milliseconds() {
+    let mut modules = Modules::default();
+    let me = std::process::id();
+    let a = exe_mapping(0);
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    let read_at = |modules: &Modules| modules.procs.get(&me).and_then(|p| p.last_read);
+    // Given maps just read, with the quick reads after exec used up
+    if let Some(p) = modules.procs.get_mut(&me) {
+        p.quick_reads = QUICK_READS;
+        p.last_read = Some(Instant::now());
+    }
+    let before = read_at(&modules);
+    // When a walk first ends at an address now
+    modules.walk_ended_at(me, a.start + 0x10);
+    // Then the maps are not read, and the address is not taken as seen
+    assert_eq!(read_at(&modules), before);
+    assert!(modules
+        .procs
+        .get(&me)
+        .is_some_and(|p| p.ended_at.is_empty()));
+    // And once the interval passed, the same address reads them
+    std::thread::sleep(MIN_WALK_REREAD_INTERVAL);
+    modules.walk_ended_at(me, a.start + 0x10);
+    assert_ne!(read_at(&modules), before);
+}
+
 #[test]
 fn a_file_mapped_again_is_found_by_the_maps_id_without_opening_it() {
     let mut modules = Modules::default();
