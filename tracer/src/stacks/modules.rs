@@ -534,7 +534,8 @@ impl Modules {
 
     /// The process exec'ed: its maps are read again at its next event
     /// (objects its interned frames refer to stay, for stacks of the old
-    /// image).
+    /// image). Its JIT code goes too: else the first sync describes the
+    /// old image's to the kernel's walker.
     pub fn forget(&mut self, pid: u32) {
         if let Some(kernel) = &mut self.kernel {
             kernel.drop_process(pid);
@@ -542,6 +543,8 @@ impl Modules {
         if let Some(p) = self.procs.get_mut(&pid) {
             let objects = std::mem::take(&mut p.objects);
             p.maps.clear();
+            p.jit.clear();
+            p.ended_at.clear();
             p.jit_symbols = JitSymbols::default();
             p.last_read = None;
             p.quick_reads = 0;

@@ -294,6 +294,29 @@ fn two_files_the_maps_show_with_one_id_are_two_objects() {
     );
 }
 
+/// After an exec nothing of the old image is described to the kernel's
+/// walker: neither its files nor its JIT code.
+#[test]
+fn exec_forgets_the_old_images_jit_code_and_walk_ends() {
+    let mut modules = Modules::default();
+    let pid = NO_SUCH_PID;
+    let m = exe_mapping(0);
+    // Given a process with JIT code, and a walk that ended in it
+    let jit = 0x7f00_0000_0000..0x7f00_0001_0000;
+    modules.set_maps(pid, vec![m], vec![jit]);
+    if let Some(p) = modules.procs.get_mut(&pid) {
+        p.ended_at.insert(0x7f00_0000_0010);
+    }
+    // When it exec'ed
+    modules.forget(pid);
+    // Then neither is kept
+    assert!(modules.jit(pid).is_empty());
+    assert!(modules
+        .procs
+        .get(&pid)
+        .is_some_and(|p| p.ended_at.is_empty()));
+}
+
 #[test]
 fn a_forked_child_takes_its_parents_maps_and_objects() {
     let mut modules = Modules::default();
