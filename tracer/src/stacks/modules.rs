@@ -45,8 +45,8 @@ struct Object {
     /// Build id and debug file, read the first time a frame is named.
     debug: OnceLock<DebugInfo>,
     /// (device, inode) as the maps of the process it was opened for show
-    /// it, when it was opened through /proc/PID/map_files: its entry in
-    /// `Modules::by_maps_id`.
+    /// it, when it was opened through /proc/PID/map_files and its fstat
+    /// gives the same (`maps_form`): its entry in `Modules::by_maps_id`.
     maps_id: Option<(u64, u64)>,
 }
 
@@ -82,8 +82,8 @@ struct Proc {
     /// interned before mean other code now (`remaps`).
     remaps: u64,
     /// Addresses where a kernel walk ended early under the maps as last
-    /// read (`walk_ended_at`); at most MAX_ENDED_AT, cleared when the maps
-    /// change.
+    /// read (`walk_ended_at`); at most MAX_ENDED_AT, cleared when the
+    /// executable maps change.
     ended_at: HashSet<u64>,
 }
 
@@ -143,6 +143,11 @@ pub struct Modules {
 /// Else each event at an address in no mapped file (JIT code) re-reads maps.
 const MIN_REREAD_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The same for the read at once after a kernel walk first ended at an
+/// address (`walk_ended_at`): else a process whose walks end at ever new
+/// addresses costs a read, a merge and a kernel sync per event.
+const MIN_WALK_REREAD_INTERVAL: Duration = Duration::from_millis(10);
+
 /// A new process maps its libraries in its first milliseconds, so reads
 /// soon after its exec must not block the next few: this many are free of
 /// MIN_REREAD_INTERVAL (a short-lived process is gone 100 ms later).
@@ -164,6 +169,25 @@ fn load_bias(m: &Mapping) -> u64 {
     m.start.wrapping_sub(m.offset)
 }
 
+/// A file's (device, inode) as /proc/PID/maps would show them: the kernel
+/// prints MAJOR:MINOR of the device, read back as major << 32 | minor
+/// (`process::parse_dev`); stat gives the device encoded otherwise.
+fn maps_form(meta: &std::fs::Metadata) -> (u64, u64) {
+    let dev = meta.dev();
+    (
+        u64::from(libc::major(dev)) << 32 | u64::from(libc::minor(dev)),
+        meta.ino(),
+    )
+}
+
+/// The executable mappings of a process and their objects.
+fn code<'a>(
+    maps: &'a [Mapping],
+    objects: &'a [u32],
+) -> impl Iterator<Item = (&'a Mapping, &'a u32)> {
+    maps.iter().zip(objects).filter(|(m, _)| m.executable)
+}
+
 /// The path a mapping shows (one place to adapt if its type changes).
 fn map_path(m: &Mapping) -> &str {
     m.path.as_str()
@@ -174,10 +198,13 @@ impl Modules {
     /// the first QUICK_READS). Returns whether the maps were read (false
     /// too when the process is gone).
     pub fn refresh(&mut self, pid: u32) -> bool {
+        self.refresh_within(pid, MIN_REREAD_INTERVAL)
+    }
+
+    /// `refresh` with `min_interval` in place of MIN_REREAD_INTERVAL.
+    fn refresh_within(&mut self, pid: u32, min_interval: Duration) -> bool {
         if let Some(p) = self.procs.get_mut(&pid) {
-            if p.last_read
-                .is_some_and(|t| t.elapsed() < MIN_REREAD_INTERVAL)
-            {
+            if p.last_read.is_some_and(|t| t.elapsed() < min_interval) {
                 if p.quick_reads >= QUICK_READS {
                     return false;
                 }
@@ -267,12 +294,16 @@ impl Modules {
                 },
             };
             // Other code where known code was (a library unloaded and
-            // another loaded in its place): a remap.
-            replaced |= old_maps.iter().zip(&old_objects).any(|(o, &old)| {
-                o.start < m.end
-                    && m.start < o.end
-                    && (old != object || load_bias(o) != load_bias(&m))
-            });
+            // another loaded in its place): a remap. Only code counts:
+            // no return address lies in data, and a data file mapped where
+            // another was (databases, locales) is common.
+            replaced |= m.executable
+                && old_maps.iter().zip(&old_objects).any(|(o, &old)| {
+                    o.executable
+                        && o.start < m.end
+                        && m.start < o.end
+                        && (old != object || load_bias(o) != load_bias(&m))
+                });
             self.retain_object(object);
             merged.push((m, object));
         }
@@ -292,7 +323,8 @@ impl Modules {
             .or_insert_with(|| Proc::new(generation));
         p.remaps += u64::from(replaced);
         let changed = maps != old_maps || objects != old_objects;
-        if changed {
+        // Walks end in code only: data mapped or unmapped changes none.
+        if !code(&maps, &objects).eq(code(&old_maps, &old_objects)) {
             p.ended_at.clear();
         }
         p.maps = maps;
@@ -322,18 +354,22 @@ impl Modules {
     /// follow): the table used there may be that of a library unloaded
     /// since, with another loaded at its addresses (dlclose, dlopen). The
     /// first time a walk ends at `pc` under the maps as last read, they
-    /// are read again at once (a change describes the new code to the
-    /// kernel); later times, at most as often as `refresh` allows, so that
-    /// code no walk can cross costs no read per event.
+    /// are read again soon (at most every MIN_WALK_REREAD_INTERVAL; a
+    /// change describes the new code to the kernel); later times, at most
+    /// as often as `refresh` allows, so that code no walk can cross costs
+    /// no read per event.
     pub fn walk_ended_at(&mut self, pid: u32, pc: u64) {
         let first = self
             .procs
             .get_mut(&pid)
             .is_some_and(|p| p.ended_at.len() < MAX_ENDED_AT && p.ended_at.insert(pc));
-        if first {
-            self.refresh_now(pid);
-        } else {
+        if !first {
             self.refresh(pid);
+        } else if !self.refresh_within(pid, MIN_WALK_REREAD_INTERVAL) {
+            // Not read: its next end at `pc` is a first one still.
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.ended_at.remove(&pc);
+            }
         }
     }
 
@@ -397,12 +433,18 @@ impl Modules {
             return i;
         }
         let mapped = File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-        // Only the very file mapped may be found again by the maps' id.
-        let maps_id = maps_id.filter(|_| mapped.is_ok());
+        let very_file = mapped.is_ok();
         let file = mapped
             .or_else(|_| File::open(host_path(pid, map_path(m))))
             .ok();
-        let key = match file.as_ref().and_then(|f| f.metadata().ok()) {
+        let meta = file.as_ref().and_then(|f| f.metadata().ok());
+        // Only the very file mapped may be found again by the maps' id, and
+        // only where that id is its own: btrfs shows the filesystem's
+        // device for every subvolume, whose inode numbers repeat, so there
+        // two files share an id and each is identified by its fstat.
+        let maps_id = maps_id
+            .filter(|&id| very_file && meta.as_ref().is_some_and(|meta| maps_form(meta) == id));
+        let key = match meta {
             Some(meta) => ObjectKey::File {
                 dev: meta.dev(),
                 ino: meta.ino(),
@@ -492,7 +534,8 @@ impl Modules {
 
     /// The process exec'ed: its maps are read again at its next event
     /// (objects its interned frames refer to stay, for stacks of the old
-    /// image).
+    /// image). Its JIT code goes too: else the first sync describes the
+    /// old image's to the kernel's walker.
     pub fn forget(&mut self, pid: u32) {
         if let Some(kernel) = &mut self.kernel {
             kernel.drop_process(pid);
@@ -500,6 +543,8 @@ impl Modules {
         if let Some(p) = self.procs.get_mut(&pid) {
             let objects = std::mem::take(&mut p.objects);
             p.maps.clear();
+            p.jit.clear();
+            p.ended_at.clear();
             p.jit_symbols = JitSymbols::default();
             p.last_read = None;
             p.quick_reads = 0;

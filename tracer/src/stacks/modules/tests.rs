@@ -106,6 +106,102 @@ fn another_file_at_known_addresses_is_a_remap_and_a_new_range_is_not() {
     assert_eq!(modules.remaps(pid), 1);
 }
 
+/// A data file mapped where another was (an mmap'ed database, a locale
+/// file) holds no code: no interned address changed meaning.
+#[test]
+fn another_data_file_at_known_addresses_is_no_remap() {
+    let mut modules = Modules::default();
+    let pid = NO_SUCH_PID;
+    let file = |path: &str, executable: bool| Mapping {
+        start: 0x7f00_0000_1000,
+        end: 0x7f00_0000_3000,
+        offset: 0,
+        executable,
+        path: path.to_string(),
+        dev_inode: (0, 0),
+    };
+    // Given a data file at an address, then another in its place
+    modules.set_maps(pid, vec![file("/data/a.db", false)], Vec::new());
+    modules.merge_maps(pid, vec![file("/data/b.db", false)]);
+    // Then no remap
+    assert_eq!(modules.remaps(pid), 0);
+    // Code where data was, or data where code was: none either
+    modules.merge_maps(pid, vec![file("/lib/a.so", true)]);
+    modules.merge_maps(pid, vec![file("/data/c.db", false)]);
+    assert_eq!(modules.remaps(pid), 0);
+    // Code where code was: a remap
+    modules.merge_maps(pid, vec![file("/lib/a.so", true)]);
+    modules.merge_maps(pid, vec![file("/lib/b.so", true)]);
+    assert_eq!(modules.remaps(pid), 1);
+}
+
+/// Where kernel walks ended is kept while the code is the same: a data
+/// file mapped or unmapped does not make the next end a first one (each
+/// of which reads the maps soon).
+#[test]
+fn where_walks_ended_is_forgotten_when_code_changes_only() {
+    let mut modules = Modules::default();
+    let pid = NO_SUCH_PID;
+    let file = |path: &str, start: u64, executable: bool| Mapping {
+        start,
+        end: start + 0x2000,
+        offset: 0,
+        executable,
+        path: path.to_string(),
+        dev_inode: (0, 0),
+    };
+    let lib = file("/lib/a.so", 0x7f00_0000_1000, true);
+    modules.set_maps(pid, vec![lib.clone()], Vec::new());
+    let ended_at = |modules: &Modules| modules.procs.get(&pid).map_or(0, |p| p.ended_at.len());
+    // Given a walk that ended in the library
+    if let Some(p) = modules.procs.get_mut(&pid) {
+        p.ended_at.insert(lib.start + 0x10);
+    }
+    // When a data file is mapped, then another in its place
+    modules.merge_maps(
+        pid,
+        vec![lib.clone(), file("/data/a.db", 0x7f00_1000_0000, false)],
+    );
+    modules.merge_maps(
+        pid,
+        vec![lib.clone(), file("/data/b.db", 0x7f00_1000_0000, false)],
+    );
+    // Then where the walk ended is kept
+    assert_eq!(ended_at(&modules), 1);
+    // And another library where the first was forgets it
+    modules.merge_maps(pid, vec![file("/lib/b.so", lib.start, true)]);
+    assert_eq!(ended_at(&modules), 0);
+}
+
+/// A walk that first ends at an address reads the maps soon, at most
+/// every MIN_WALK_REREAD_INTERVAL; one refused is a first one still.
+#[test]
+fn first_walk_ends_read_the_maps_at_most_every_few_milliseconds() {
+    let mut modules = Modules::default();
+    let me = std::process::id();
+    let a = exe_mapping(0);
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    let read_at = |modules: &Modules| modules.procs.get(&me).and_then(|p| p.last_read);
+    // Given maps just read, with the quick reads after exec used up
+    if let Some(p) = modules.procs.get_mut(&me) {
+        p.quick_reads = QUICK_READS;
+        p.last_read = Some(Instant::now());
+    }
+    let before = read_at(&modules);
+    // When a walk first ends at an address now
+    modules.walk_ended_at(me, a.start + 0x10);
+    // Then the maps are not read, and the address is not taken as seen
+    assert_eq!(read_at(&modules), before);
+    assert!(modules
+        .procs
+        .get(&me)
+        .is_some_and(|p| p.ended_at.is_empty()));
+    // And once the interval passed, the same address reads them
+    std::thread::sleep(MIN_WALK_REREAD_INTERVAL);
+    modules.walk_ended_at(me, a.start + 0x10);
+    assert_ne!(read_at(&modules), before);
+}
+
 #[test]
 fn a_file_mapped_again_is_found_by_the_maps_id_without_opening_it() {
     let mut modules = Modules::default();
@@ -154,6 +250,71 @@ fn the_maps_id_cache_goes_with_its_object_and_another_inode_misses_it() {
     };
     modules.set_maps(NO_SUCH_PID, vec![b], Vec::new());
     assert!(modules.open_path(0).is_none());
+}
+
+/// A mapping of this test process of another file than its executable
+/// (its libc, its loader).
+fn other_file_mapping(exe: &Mapping) -> Mapping {
+    let text = std::fs::read("/proc/self/maps").expect("own maps");
+    crate::tracee::process::parse_maps(&text)
+        .into_iter()
+        .find(|m| m.dev_inode != exe.dev_inode)
+        .expect("a mapping of another file than the test binary")
+}
+
+/// btrfs shows the filesystem's device in the maps for every subvolume,
+/// while inode numbers repeat across subvolumes: two files, one maps id.
+#[test]
+fn two_files_the_maps_show_with_one_id_are_two_objects() {
+    let mut modules = Modules::default();
+    let me = std::process::id();
+    let exe = exe_mapping(0);
+    let other = other_file_mapping(&exe);
+    // Given both shown with a device that is neither file's own
+    let shown = (exe.dev_inode.0 ^ 0xff, exe.dev_inode.1);
+    let a = Mapping {
+        dev_inode: shown,
+        ..exe.clone()
+    };
+    let b = Mapping {
+        dev_inode: shown,
+        ..other.clone()
+    };
+    modules.set_maps(me, vec![a.clone()], Vec::new());
+    modules.set_maps(NO_SUCH_PID, vec![b.clone()], Vec::new());
+    // Then each mapping names its own file
+    assert_eq!(modules.held(), (2, 2), "two processes, two files");
+    let fa = modules.normalize(me, &[a.start + 0x11]);
+    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x11]);
+    assert_ne!(fa[0].module, fb[0].module);
+    assert_eq!(modules.path(fb[0].module.expect("module")), other.path);
+    assert!(
+        modules.by_maps_id.is_empty(),
+        "no id that is not the file's own"
+    );
+}
+
+/// After an exec nothing of the old image is described to the kernel's
+/// walker: neither its files nor its JIT code.
+#[test]
+fn exec_forgets_the_old_images_jit_code_and_walk_ends() {
+    let mut modules = Modules::default();
+    let pid = NO_SUCH_PID;
+    let m = exe_mapping(0);
+    // Given a process with JIT code, and a walk that ended in it
+    let jit = 0x7f00_0000_0000..0x7f00_0001_0000;
+    modules.set_maps(pid, vec![m], vec![jit]);
+    if let Some(p) = modules.procs.get_mut(&pid) {
+        p.ended_at.insert(0x7f00_0000_0010);
+    }
+    // When it exec'ed
+    modules.forget(pid);
+    // Then neither is kept
+    assert!(modules.jit(pid).is_empty());
+    assert!(modules
+        .procs
+        .get(&pid)
+        .is_some_and(|p| p.ended_at.is_empty()));
 }
 
 #[test]
