@@ -182,24 +182,31 @@ fn first_walk_ends_read_the_maps_at_most_every_few_milliseconds() {
     let a = exe_mapping(0);
     modules.set_maps(me, vec![a.clone()], Vec::new());
     let read_at = |modules: &Modules| modules.procs.get(&me).and_then(|p| p.last_read);
-    // Given maps just read, with the quick reads after exec used up
+    // Given maps just read, with the quick reads after exec used up (a
+    // read stamped in the future: its elapsed time is 0 however slowly
+    // this test runs)
+    let just_read = Instant::now() + Duration::from_secs(3600);
     if let Some(p) = modules.procs.get_mut(&me) {
         p.quick_reads = QUICK_READS;
-        p.last_read = Some(Instant::now());
+        p.last_read = Some(just_read);
     }
-    let before = read_at(&modules);
     // When a walk first ends at an address now
     modules.walk_ended_at(me, a.start + 0x10);
     // Then the maps are not read, and the address is not taken as seen
-    assert_eq!(read_at(&modules), before);
+    assert_eq!(read_at(&modules), Some(just_read));
     assert!(modules
         .procs
         .get(&me)
         .is_some_and(|p| p.ended_at.is_empty()));
     // And once the interval passed, the same address reads them
-    std::thread::sleep(MIN_WALK_REREAD_INTERVAL);
+    let long_ago = Instant::now()
+        .checked_sub(2 * MIN_WALK_REREAD_INTERVAL)
+        .expect("an instant 20 ms ago");
+    if let Some(p) = modules.procs.get_mut(&me) {
+        p.last_read = Some(long_ago);
+    }
     modules.walk_ended_at(me, a.start + 0x10);
-    assert_ne!(read_at(&modules), before);
+    assert!(read_at(&modules).is_some_and(|t| t > long_ago));
 }
 
 #[test]
