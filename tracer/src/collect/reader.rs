@@ -170,7 +170,12 @@ fn read_loop(mut consumer: super::ring::Consumer, shared: &Shared) {
                 shared.changed.notify_all();
             }
         }
-        if full || shared.flush_wanted.load(Ordering::SeqCst) == flush {
+        if full {
+            // The collector is behind: wait for it to take batches. Polling
+            // the ring buffer here would return at once (it holds data)
+            // and spin a core until then.
+            std::thread::sleep(Duration::from_millis(POLL_MS as u64));
+        } else if shared.flush_wanted.load(Ordering::SeqCst) == flush {
             let mut pfd = libc::pollfd {
                 fd,
                 events: libc::POLLIN,
