@@ -5,6 +5,8 @@
 use aya_ebpf::programs::ProbeContext;
 use tracer_common::cookie;
 
+use crate::maps::{tunable, ATTACH_COOKIES};
+
 #[inline(always)]
 pub(crate) fn arg(ctx: &ProbeContext, n: usize) -> u64 {
     ctx.arg::<u64>(n).unwrap_or(0)
@@ -22,9 +24,15 @@ pub(crate) struct Args<'a> {
 impl<'a> Args<'a> {
     #[inline(always)]
     pub(crate) fn of(ctx: &'a ProbeContext) -> Self {
-        // SAFETY: the helper reads the attach cookie of the running probe.
-        let cookie =
-            unsafe { aya_ebpf::helpers::generated::bpf_get_attach_cookie(ctx.regs.cast()) };
+        // Kernels before 5.15 have no bpf_get_attach_cookie (and no
+        // sessions, the only probes with cookies): the call is left out
+        // there, as a branch on a load-time constant the verifier skips.
+        let cookie = if tunable(&ATTACH_COOKIES) != 0 {
+            // SAFETY: the helper reads the attach cookie of the running probe.
+            unsafe { aya_ebpf::helpers::generated::bpf_get_attach_cookie(ctx.regs.cast()) }
+        } else {
+            0
+        };
         Args { ctx, cookie }
     }
 

@@ -52,6 +52,17 @@ const SIGFRAME_MIN: u64 = 1024;
 
 const LAST: usize = INFLIGHT_FRAMES - 1;
 
+/// The frame below the top of `len` frames in use (len >= 1), masked where
+/// the verifier sees it. The compiler, knowing len in 1..=LAST, drops a
+/// plain `& LAST` and indexes `frames + 24 * len - 24`, which verifiers
+/// that learn nothing from `len != 0` (6.1) take for a negative offset;
+/// read through `black_box`, the value is opaque to the compiler and the
+/// mask stays.
+#[inline(always)]
+fn top_index(len: usize) -> usize {
+    core::hint::black_box(len.wrapping_sub(1)) & LAST
+}
+
 /// This thread's stack of calls, created empty (zeroed) on its first call.
 /// Only this thread's probes and its signal_deliver tracepoint touch it,
 /// and they do not run concurrently.
@@ -74,7 +85,7 @@ pub(crate) fn enter(call: InFlight) -> u32 {
         if len == 0 {
             break;
         }
-        let Some(top) = calls.frames.get_mut((len - 1) & LAST) else {
+        let Some(top) = calls.frames.get_mut(top_index(len)) else {
             break;
         };
         let interrupted = top.flags & INFLIGHT_INTERRUPTED != 0;
@@ -106,7 +117,7 @@ pub(crate) fn enter(call: InFlight) -> u32 {
         return no_return_needed();
     }
     if len > 0 && call.record != 0 {
-        if let Some(outer) = calls.frames.get_mut((len - 1) & LAST) {
+        if let Some(outer) = calls.frames.get_mut(top_index(len)) {
             outer.flags |= INFLIGHT_INNER_RECORDED;
         }
     }
@@ -137,7 +148,7 @@ pub(crate) fn take(sp: u64) -> Option<InFlight> {
         if len == 0 {
             break;
         }
-        let at = (len - 1) & LAST;
+        let at = top_index(len);
         let top = *calls.frames.get(at)?;
         // `ret` popped the return address: the call returns at entry SP + 8.
         let return_sp = top.entry_sp + 8;
@@ -199,7 +210,7 @@ pub(crate) fn on_signal() {
     if len == 0 {
         return;
     }
-    if let Some(top) = calls.frames.get_mut((len - 1) & LAST) {
+    if let Some(top) = calls.frames.get_mut(top_index(len)) {
         top.flags |= INFLIGHT_INTERRUPTED;
     }
 }

@@ -3,18 +3,22 @@
 //! loss, the trace filter, the stop flag, ring-buffer wakeups).
 
 use aya_ebpf::{
-    bindings::{bpf_map_type, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE},
+    bindings::{bpf_map_type, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST},
     helpers::{
-        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_ktime_get_ns,
-        generated::{bpf_get_current_task_btf, bpf_task_storage_get},
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_ktime_get_ns,
+        generated::{
+            bpf_get_current_task_btf, bpf_map_delete_elem, bpf_map_lookup_elem,
+            bpf_map_update_elem, bpf_task_storage_get,
+        },
     },
     macros::{btf_map, map},
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
 };
 use tracer_common::{
-    counter, Event, InFlightStack, LiveKey, LiveValue, Role, StackSample, CONTROL_SESSION,
-    CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS,
-    FORKS_COUNT, STATE_SLOTS, UNWIND_FP,
+    counter, Event, InFlight, InFlightStack, LiveKey, LiveValue, Role, StackSample,
+    CONTROL_SESSION, CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE,
+    FILTER_PIDS, FORKS_COUNT, INFLIGHT_FRAMES, STATE_SLOTS, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -32,9 +36,19 @@ pub(crate) static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
 /// kernel with the thread, so threads bound it. A lookup reads the task's
 /// own storage list, which is cheaper than the hash lookup (jhash, bucket
 /// walk, LRU reference bit) a map keyed by thread id costs at every entry
-/// and return.
+/// and return. Kernels without task storage (before 5.11) get a hash map
+/// keyed by thread id instead: the loader rewrites this definition's type
+/// and sets INFLIGHT_BY_TID, and process_exit deletes a thread's entry.
 #[btf_map]
 pub(crate) static INFLIGHT: TaskStorage<InFlightStack> = TaskStorage::new();
+
+/// 1 when the kernel has bpf_get_attach_cookie (5.15+); set at load time.
+#[unsafe(no_mangle)]
+pub(crate) static ATTACH_COOKIES: u32 = 0;
+
+/// 1 when INFLIGHT is a hash map keyed by thread id; set at load time.
+#[unsafe(no_mangle)]
+pub(crate) static INFLIGHT_BY_TID: u32 = 0;
 
 /// A `BPF_MAP_TYPE_TASK_STORAGE` map, which aya-ebpf 0.2 does not define:
 /// a BTF map definition (`.maps` section) laid out as its `btf_map_def!`
@@ -53,7 +67,25 @@ pub(crate) struct TaskStorage<T> {
 // dereferences them (as aya-ebpf's own BTF map types).
 unsafe impl<T> Sync for TaskStorage<T> {}
 
-impl<T> TaskStorage<T> {
+/// The value a thread's INFLIGHT entry starts as in a hash map (a static,
+/// not a zeroed local: that would be a memset call, which the verifier
+/// before 6.x does not take).
+static INFLIGHT_ZERO: InFlightStack = InFlightStack {
+    frames: [InFlight {
+        size: 0,
+        ptr_arg: 0,
+        role: 0,
+        depth: 0,
+        record: 0,
+        flags: 0,
+        size_max: 0,
+        entry_sp: 0,
+    }; INFLIGHT_FRAMES],
+    len: 0,
+    _pad: 0,
+};
+
+impl TaskStorage<InFlightStack> {
     pub(crate) const fn new() -> Self {
         TaskStorage {
             r#type: core::ptr::null(),
@@ -67,7 +99,10 @@ impl<T> TaskStorage<T> {
     /// The current thread's value, created zeroed when `create` and it
     /// has none; None when it has none or it could not be allocated.
     #[inline(always)]
-    pub(crate) fn current(&self, create: bool) -> Option<&'static mut T> {
+    pub(crate) fn current(&self, create: bool) -> Option<&'static mut InFlightStack> {
+        if tunable(&INFLIGHT_BY_TID) != 0 {
+            return self.by_tid(create);
+        }
         let flags = if create {
             u64::from(BPF_LOCAL_STORAGE_GET_F_CREATE)
         } else {
@@ -82,9 +117,51 @@ impl<T> TaskStorage<T> {
             let task = bpf_get_current_task_btf();
             let map = core::ptr::from_ref(self).cast_mut().cast();
             bpf_task_storage_get(map, task, core::ptr::null_mut(), flags)
-                .cast::<T>()
+                .cast::<InFlightStack>()
                 .as_mut()
         }
+    }
+
+    /// `current` where the map is a hash keyed by thread id.
+    #[inline(always)]
+    fn by_tid(&self, create: bool) -> Option<&'static mut InFlightStack> {
+        let tid = bpf_get_current_pid_tgid() as u32;
+        let map: *mut core::ffi::c_void = core::ptr::from_ref(self).cast_mut().cast();
+        let key = core::ptr::from_ref(&tid).cast();
+        // SAFETY: the helpers take this map (a hash map whose key is a u32
+        // and whose value is a T once the loader rewrote it) and pointers
+        // to a key and a value on this stack; the value pointer returned
+        // stays valid until the entry is deleted, which only this thread's
+        // exit does.
+        unsafe {
+            if let Some(v) = bpf_map_lookup_elem(map, key)
+                .cast::<InFlightStack>()
+                .as_mut()
+            {
+                return Some(v);
+            }
+            if !create {
+                return None;
+            }
+            let zero = core::ptr::from_ref(&INFLIGHT_ZERO).cast();
+            bpf_map_update_elem(map, key, zero, BPF_NOEXIST.into());
+            bpf_map_lookup_elem(map, key)
+                .cast::<InFlightStack>()
+                .as_mut()
+        }
+    }
+
+    /// Drops the current thread's value where the map is a hash keyed by
+    /// thread id (task storage goes with the task by itself).
+    #[inline(always)]
+    pub(crate) fn forget_current(&self) {
+        if tunable(&INFLIGHT_BY_TID) == 0 {
+            return;
+        }
+        let tid = bpf_get_current_pid_tgid() as u32;
+        let map: *mut core::ffi::c_void = core::ptr::from_ref(self).cast_mut().cast();
+        // SAFETY: as in `by_tid`.
+        unsafe { bpf_map_delete_elem(map, core::ptr::from_ref(&tid).cast()) };
     }
 }
 #[map]

@@ -14,7 +14,7 @@ use tracer_common::{
 use crate::inflight;
 use crate::maps::{
     count, event, stopped, traced, tunable, BPF_RB_FORCE_WAKEUP, EVENTS, EXIT_GROUP_DEAD, FILTER,
-    FOLLOW_FORKS, TASK_TGID_OFFSET, TRACED,
+    FOLLOW_FORKS, INFLIGHT, TASK_TGID_OFFSET, TRACED,
 };
 
 /// sched_process_exec: a traced process (or, under --binary, any process,
@@ -128,6 +128,7 @@ fn on_fork(child_task: u64) {
 /// process reusing its pid is not traced.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn process_exit(ctx: RawTracePointContext) -> i32 {
+    INFLIGHT.forget_current();
     let group_dead = if tunable(&EXIT_GROUP_DEAD) != 0 {
         ctx.arg::<u64>(1) & 0xff != 0
     } else {

@@ -162,8 +162,7 @@ fn insert_unreported(pid: u32, addr: u64, size: u64) {
 fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
     // SAFETY: the context is pt_regs, readable directly.
     let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
-    let w = walk(ev.pid, ip, sp, bp);
-    let Some(buf) = FRAMES_BUF.get_ptr_mut(0) else {
+    let (Some(w), Some(buf)) = (walk(ev.pid, ip, sp, bp), FRAMES_BUF.get_ptr_mut(0)) else {
         count(counter::STACK_LOST);
         return;
     };

@@ -2,8 +2,9 @@
 //! unwind rows user space loaded (docs/unwind-tables.md) and the event
 //! carries return addresses only.
 //!
-//! One frame per `bpf_loop` iteration: the verifier checks the callback
-//! once, whatever the depth. A frame: find the mapping of (tgid, pc) in
+//! One frame per call of a global function (`memtrace_walk_step`), which
+//! the verifier checks once on its own, whatever the depth and whatever
+//! the caller. A frame: find the mapping of (tgid, pc) in
 //! UNWIND_MAPPINGS (longest prefix match), binary-search its file's rows in
 //! UNWIND_ROWS for the last row at or below the pc, apply the row (CFA,
 //! return address at CFA - 8, caller's RBP); where no row covers the pc,
@@ -23,7 +24,7 @@ use tracer_common::{
     MAPPING_KEY_BITS, MAPPING_TABLE, MAX_FRAMES, STATE_UNWIND_GEN,
 };
 
-use crate::maps::{count, state};
+use crate::maps::{count, state as state_slot};
 
 /// Every loaded file's rows, each file in its own extent (user space
 /// allocates them; sizes set at load time from --unwind-rows). Mmapable:
@@ -107,8 +108,9 @@ const SEARCH_STEPS: u32 = 23;
 /// stack limit is 8 MiB).
 const MAX_FP_DISTANCE: u64 = 8 << 20;
 
-/// The walk's state, on the caller's stack (bpf_loop's context).
+/// The walk's state, kept per CPU in WALK_STATE for the step function.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub(crate) struct Walk {
     pub(crate) ip: u64,
     pub(crate) sp: u64,
@@ -126,49 +128,65 @@ pub(crate) struct Walk {
     pub(crate) gen: u64,
 }
 
+/// Per CPU, the walk in progress. The step function is a global BPF
+/// function, which the verifier checks once on its own with no knowledge
+/// of its caller: it takes no arguments and finds the walk here.
+#[map]
+static WALK_STATE: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
 /// Walks from the caller's registers; the addresses land in
-/// `FRAMES_BUF.frames`. Returns the state at the end.
+/// `FRAMES_BUF.frames`. Returns the state at the end, or None when this
+/// CPU's state slot cannot be had (counted as a lost stack).
 #[inline(always)]
-pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Walk {
-    let mut w = Walk {
-        ip,
-        sp,
-        bp,
-        pid,
-        depth: 0,
-        flags: 0,
-        bp_known: 1,
-        signal: 0,
-        _pad: 0,
-        gen: state(STATE_UNWIND_GEN),
+pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Walk> {
+    let state = WALK_STATE.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+    unsafe {
+        *state = Walk {
+            ip,
+            sp,
+            bp,
+            pid,
+            depth: 0,
+            flags: 0,
+            bp_known: 1,
+            signal: 0,
+            _pad: 0,
+            gen: state_slot(STATE_UNWIND_GEN),
+        }
     };
     if let Some(win) = WINDOW.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+        // SAFETY: as above.
         unsafe { (*win).len = 0 };
     }
-    // SAFETY: `step` is a BPF subprogram taking (index, context) and
-    // returning 0 or 1, as bpf_loop requires; the context is `w`, on this
-    // program's stack, alive for the call.
-    let done = unsafe {
-        aya_ebpf::helpers::generated::bpf_loop(
-            MAX_FRAMES as u32 + 1,
-            step as *mut core::ffi::c_void,
-            (&mut w as *mut Walk).cast(),
-            0,
-        )
-    };
-    if done < 0 {
-        w.flags |= FRAMES_ENDED;
+    // A bounded loop of calls: the verifier follows the loop (a few
+    // instructions per round) and checks the step's body only once, so
+    // its work does not grow with the depth or swing with how a release
+    // explores loop bodies; no bpf_loop needed either. The step ends the
+    // walk by itself at MAX_FRAMES (FRAMES_TRUNCATED).
+    let mut i = 0;
+    while i <= MAX_FRAMES {
+        if memtrace_walk_step() == 0 {
+            break;
+        }
+        i += 1;
     }
-    w
+    // SAFETY: as above.
+    Some(unsafe { *state })
 }
 
+/// One frame of the walk in WALK_STATE: 1 to go on, 0 when it is over.
+/// A global function (exported, not inlined): verified once, apart from
+/// every caller, as a function of no arguments returning a scalar.
+#[unsafe(no_mangle)]
 #[inline(never)]
-extern "C" fn step(_index: u64, ctx: *mut core::ffi::c_void) -> i64 {
-    // SAFETY: bpf_loop passes back the `Walk` that `walk` gave it.
-    let w = unsafe { &mut *ctx.cast::<Walk>() };
-    // bpf_loop goes on at 0 and stops at 1.
-    i64::from(!step_frame(w))
+pub extern "C" fn memtrace_walk_step() -> i64 {
+    let Some(state) = WALK_STATE.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+    let w = unsafe { &mut *state };
+    i64::from(step_frame(w))
 }
 
 /// One frame; false when the walk is over.
@@ -185,45 +203,10 @@ fn step_frame(w: &mut Walk) -> bool {
         return false;
     }
     let pc = if w.signal != 0 { w.ip } else { w.ip - 1 };
-    let slot = RULE_CACHE.get_ptr_mut(cache_slot(w.pid, pc));
-    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
-    let cached = slot
-        .map(|e| unsafe { *e })
-        .filter(|e| w.gen != 0 && e.gen == w.gen && e.pc == pc && e.pid == w.pid && e.what != 0);
-    let (what, rule) = match cached {
-        Some(e) => (e.what, e.rule),
-        None => {
-            let key = Key::new(MAPPING_KEY_BITS, MappingKey::new(w.pid, pc));
-            let Some(mapping) = UNWIND_MAPPINGS.get(&key) else {
-                w.flags |= FRAMES_RESUME;
-                count(counter::UNWIND_RESUMED);
-                return false;
-            };
-            let mapping = *mapping;
-            let row = if mapping.kind == MAPPING_TABLE {
-                find_row(&mapping, pc)
-            } else {
-                None
-            };
-            let (what, rule) = match row {
-                Some(rule) => (CACHED_ROW, rule),
-                None => (CACHED_FP_STEP, 0),
-            };
-            if let Some(e) = slot {
-                // SAFETY: as above.
-                unsafe {
-                    *e = RuleCacheEntry {
-                        pc,
-                        gen: w.gen,
-                        pid: w.pid,
-                        what,
-                        rule,
-                        _pad: 0,
-                    }
-                };
-            }
-            (what, rule)
-        }
+    let Some((what, rule)) = rule_at(w, pc) else {
+        w.flags |= FRAMES_RESUME;
+        count(counter::UNWIND_RESUMED);
+        return false;
     };
     // SAFETY: this CPU's buffer; programs do not migrate or nest on a CPU.
     unsafe { (*buf).frames[depth & (MAX_FRAMES - 1)] = w.ip };
@@ -233,6 +216,45 @@ fn step_frame(w: &mut Walk) -> bool {
     } else {
         fp_step(w)
     }
+}
+
+/// What to do at `pc`: from the rule cache, or found in the mappings and
+/// rows (and cached); None for an address in no mapping described.
+#[inline(always)]
+fn rule_at(w: &Walk, pc: u64) -> Option<(u32, u32)> {
+    let slot = RULE_CACHE.get_ptr_mut(cache_slot(w.pid, pc));
+    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+    let cached = slot
+        .map(|e| unsafe { *e })
+        .filter(|e| w.gen != 0 && e.gen == w.gen && e.pc == pc && e.pid == w.pid && e.what != 0);
+    if let Some(e) = cached {
+        return Some((e.what, e.rule));
+    }
+    let key = Key::new(MAPPING_KEY_BITS, MappingKey::new(w.pid, pc));
+    let mapping = *UNWIND_MAPPINGS.get(&key)?;
+    let row = if mapping.kind == MAPPING_TABLE {
+        find_row(&mapping, pc)
+    } else {
+        None
+    };
+    let (what, rule) = match row {
+        Some(rule) => (CACHED_ROW, rule),
+        None => (CACHED_FP_STEP, 0),
+    };
+    if let Some(e) = slot {
+        // SAFETY: as above.
+        unsafe {
+            *e = RuleCacheEntry {
+                pc,
+                gen: w.gen,
+                pid: w.pid,
+                what,
+                rule,
+                _pad: 0,
+            }
+        };
+    }
+    Some((what, rule))
 }
 
 /// RULE_CACHE slot of (tgid, pc): call sites are a few bytes to a few

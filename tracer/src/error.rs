@@ -49,4 +49,6 @@ pub enum TraceError {
     StaticCommand(String),
     #[error("process {0} exited before the probes were attached: nothing was traced")]
     ExitedBeforeAttach(u32),
+    #[error("stopped by {name} while loading the BPF programs: nothing was attached or traced")]
+    InterruptedWhileLoading { name: &'static str, signal: i32 },
 }

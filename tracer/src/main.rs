@@ -24,7 +24,12 @@ fn main() -> ExitCode {
         Err(err) => {
             // Errors quote paths and command lines the target chose.
             console::error(escape::text(&format!("{err:#}")));
-            ExitCode::FAILURE
+            match err.downcast_ref::<memtrace_bpf::error::TraceError>() {
+                Some(memtrace_bpf::error::TraceError::InterruptedWhileLoading {
+                    signal, ..
+                }) => ExitCode::from(128 + *signal as u8),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -65,22 +65,8 @@ impl Cli {
     }
 }
 
-/// `--unwind` not given: tables, where the kernel has `bpf_loop` (5.17);
-/// before that, DWARF unwinding of stack copies, said once.
+/// `--unwind` not given: tables; a kernel whose verifier refuses them
+/// falls back to dwarf, then fp, when the programs are loaded.
 fn default_unwind() -> UnwindMode {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut numbers = release.split(['.', '-']).map(|n| n.trim().parse::<u32>());
-    let version = match (numbers.next(), numbers.next()) {
-        (Some(Ok(major)), Some(Ok(minor))) => (major, minor),
-        _ => return UnwindMode::Tables, // unknown: try; a failed load says why
-    };
-    if version >= (5, 17) {
-        return UnwindMode::Tables;
-    }
-    crate::console::say(format_args!(
-        "kernel {} has no bpf_loop (5.17+): stacks are unwound from stack copies \
-         in user space (--unwind dwarf, cut at --stack-bytes)",
-        release.trim()
-    ));
-    UnwindMode::Dwarf
+    UnwindMode::Tables
 }

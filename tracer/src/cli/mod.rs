@@ -169,8 +169,9 @@ pub struct Cli {
     #[arg(long, default_value_t = 65536, value_name = "BYTES")]
     pub sample_rate: u64,
 
-    /// How call stacks are captured [default: tables; dwarf on kernels
-    /// without bpf_loop (before 5.17)].
+    /// How call stacks are captured [default: tables; where the kernel's
+    /// verifier refuses a mode, the next one of tables, dwarf, fp is used,
+    /// and said].
     #[arg(long, value_enum)]
     pub unwind: Option<UnwindMode>,
 

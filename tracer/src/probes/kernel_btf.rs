@@ -17,7 +17,13 @@ const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
 const KIND_TYPEDEF: u32 = 8;
+const KIND_VOLATILE: u32 = 9;
+const KIND_CONST: u32 = 10;
+const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
+/// A FUNC's `vlen` is its linkage: 0 static, 1 global, 2 extern.
+const FUNC_GLOBAL: u32 = 1;
+const MEMORY_BUILTINS: [&str; 4] = ["memset", "memcpy", "memmove", "memcmp"];
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
 const KIND_DECL_TAG: u32 = 17;
@@ -158,6 +164,68 @@ impl<'a> Btf<'a> {
             }
         }
         None
+    }
+
+    /// Whether any enum has an enumerator called `name` (the kernel's BTF
+    /// lists `enum bpf_map_type`, `bpf_func_id` and `bpf_attach_type`:
+    /// what this kernel's BPF offers, by name).
+    pub fn has_enumerator(&self, name: &str) -> bool {
+        self.types.iter().any(|t| {
+            let stride = match t.kind {
+                KIND_ENUM => 8,
+                KIND_ENUM64 => 12,
+                _ => return false,
+            };
+            (0..t.vlen as usize).any(|i| {
+                u32_at(self.data, t.extra + stride * i)
+                    .is_ok_and(|n| self.name(n) == name.as_bytes())
+            })
+        })
+    }
+
+    /// Where, in this BTF blob, the map type of the BTF-defined map
+    /// variable `var` is written: the element count of the array its
+    /// `type` member points to (`__uint(type, N)` is `int (*type)[N]`).
+    pub fn map_type_offset(&self, var: &str) -> Option<usize> {
+        let var = self.find(KIND_VAR, var)?;
+        let mut def = self.by_id(var.size_or_type)?;
+        while def.kind == KIND_TYPEDEF || def.kind == KIND_VOLATILE || def.kind == KIND_CONST {
+            def = self.by_id(def.size_or_type)?;
+        }
+        if def.kind != KIND_STRUCT {
+            return None;
+        }
+        let member_type = (0..def.vlen as usize).find_map(|i| {
+            let at = def.extra + 12 * i;
+            let name = u32_at(self.data, at).ok()?;
+            (self.name(name) == b"type").then(|| u32_at(self.data, at + 4).ok())?
+        })?;
+        let ptr = self.by_id(member_type)?;
+        let array = self.by_id(ptr.size_or_type)?;
+        (ptr.kind == KIND_PTR && array.kind == KIND_ARRAY).then_some(array.extra + 8)
+    }
+
+    /// Function `name`'s linkage is global (BTF_FUNC_GLOBAL): the verifier
+    /// checks it on its own, once, from its prototype. `Err` for a global
+    /// function that takes parameters, which the session copies' BTF
+    /// (session_btf.rs) does not describe.
+    /// The memory builtins count as static whatever their linkage, as
+    /// aya makes them: bound facts of the caller must reach them.
+    pub fn is_global_function(&self, name: &str) -> anyhow::Result<bool> {
+        if MEMORY_BUILTINS.contains(&name) {
+            return Ok(false);
+        }
+        let Some(func) = self.find(KIND_FUNC, name) else {
+            return Ok(false);
+        };
+        if func.vlen != FUNC_GLOBAL {
+            return Ok(false);
+        }
+        let params = self.by_id(func.size_or_type).map_or(0, |proto| proto.vlen);
+        if params != 0 {
+            bail!("global BPF function {name} takes {params} parameters; only none are supported");
+        }
+        Ok(true)
     }
 
     /// How many arguments a raw tracepoint passes to BPF programs: the

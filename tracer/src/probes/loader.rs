@@ -2,17 +2,19 @@
 
 use std::{collections::HashMap, num::NonZeroU32, path::Path};
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf, StackTraceMap},
     programs::{uprobe::UProbeScope, Program, RawTracePoint, UProbe},
-    Ebpf, EbpfLoader,
+    Ebpf, EbpfLoader, VerifierLogLevel,
 };
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
 
 use super::object_maps::{self, map_fds, raise_memlock_limit, seed_countdowns, take};
+use super::{kernel_features::KernelFeatures, object_patch, verifier::Rejected};
 use crate::{
+    console, escape,
     probes::plan::{self, HookFact, PlannedProbe},
     probes::roles,
     probes::uprobe_session,
@@ -22,6 +24,12 @@ use crate::{
 
 /// The BPF object built by build.rs from tracer-ebpf.
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrace"));
+
+/// The BPF object as built (for tests of what reads it).
+#[cfg(test)]
+pub(crate) fn bpf_object() -> &'static [u8] {
+    BPF_OBJECT
+}
 
 const RETURN_PROGRAM: &str = "alloc_return";
 /// The raw tracepoint programs and their tracepoints: exec, fork, exit of
@@ -64,6 +72,14 @@ pub struct Loaded {
     pub session_error: Option<String>,
     /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL, FILTER_CGROUP).
     traced: aya::maps::HashMap<MapData, u32, u8>,
+    /// The unwind mode the programs were loaded for (a rejected one falls
+    /// back to the next).
+    unwind: UnwindMode,
+    features: KernelFeatures,
+    /// Why an earlier mode was not used.
+    fallback: Option<String>,
+    /// Each program's verified instructions, largest first.
+    verified: Vec<(String, u32)>,
 }
 
 /// The maps the collector reads events and stacks from.
@@ -95,15 +111,35 @@ impl Loaded {
             .with_context(|| format!("removing pid {pid} from the process filter"))
     }
 
-    /// Instructions the verifier processed for program `name` (--verbose:
-    /// the return program's walker is the largest).
-    pub fn verified_instructions(&self, name: &str) -> Option<u32> {
-        self.ebpf
-            .as_ref()?
-            .program(name)?
-            .info()
-            .ok()?
-            .verified_instruction_count()
+    /// Instructions the verifier processed for each program, largest
+    /// first (empty before 5.16, which does not report them).
+    pub fn verified_instructions(&self) -> &[(String, u32)] {
+        &self.verified
+    }
+
+    /// The unwind mode the programs run in.
+    pub fn unwind(&self) -> UnwindMode {
+        self.unwind
+    }
+
+    /// Why the mode asked for was not used, when it was not.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// The mode in words, for the line said at the start and the report.
+    pub fn mode_line(&self, sessions: bool) -> String {
+        let probes = if sessions && self.features.uprobe_session {
+            "uprobe sessions where they attach"
+        } else {
+            "uprobes + uretprobes"
+        };
+        format!(
+            "kernel {}: unwind {}, {probes}, {}",
+            self.features.release,
+            self.unwind.name(),
+            self.features.inflight_words()
+        )
     }
 
     /// Whether any allocating function runs as a uprobe session.
@@ -133,9 +169,65 @@ pub struct AttachOptions {
     pub sessions: bool,
 }
 
-pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
+/// Unwind modes to try, best first, from the one asked for: a program
+/// the verifier rejects in one mode makes the next one be tried.
+fn modes_from(first: UnwindMode) -> &'static [UnwindMode] {
+    match first {
+        UnwindMode::Tables => &[UnwindMode::Tables, UnwindMode::Dwarf, UnwindMode::Fp],
+        UnwindMode::Dwarf => &[UnwindMode::Dwarf, UnwindMode::Fp],
+        UnwindMode::Fp => &[UnwindMode::Fp],
+    }
+}
+
+/// Loads the BPF object in the best mode this kernel's verifier accepts,
+/// starting from `limits.unwind`; says so when it falls back.
+pub fn load(
+    limits: &Limits,
+    features: &KernelFeatures,
+    verbose: bool,
+) -> anyhow::Result<(Loaded, EventMaps)> {
     raise_memlock_limit();
-    let (mode, stack_entries) = match limits.unwind {
+    let object = object_patch::for_kernel(BPF_OBJECT, features)?;
+    let modes = modes_from(limits.unwind);
+    let mut rejected: Option<Rejected> = None;
+    for (i, &mode) in modes.iter().enumerate() {
+        let err = match load_mode(limits, mode, features, &object, verbose) {
+            Ok((mut loaded, maps)) => {
+                loaded.fallback = rejected.map(|r| r.to_string());
+                return Ok((loaded, maps));
+            }
+            Err(err) => err,
+        };
+        let r = err.downcast::<Rejected>()?;
+        if let Some(next) = modes.get(i + 1) {
+            console::say(format_args!(
+                "{}; falling back to --unwind {}",
+                escape::text(&r.to_string()),
+                next.name()
+            ));
+        }
+        rejected = Some(r);
+    }
+    let r = rejected.context("no unwind mode to try")?;
+    bail!(
+        "no mode of memtrace-bpf loads on kernel {}: {r}. Every kernel from 5.10 on is \
+         expected to load; try --unwind fp (the smallest programs) and report this with the \
+         log file",
+        features.release
+    )
+}
+
+/// Loads the object for one unwind mode; a program the verifier refuses
+/// is returned as a `Rejected` error.
+fn load_mode(
+    limits: &Limits,
+    unwind: UnwindMode,
+    features: &KernelFeatures,
+    object: &[u8],
+    verbose: bool,
+) -> anyhow::Result<(Loaded, EventMaps)> {
+    let limits = &Limits { unwind, ..*limits };
+    let (mode, stack_entries) = match unwind {
         UnwindMode::Fp => (tracer_common::UNWIND_FP, limits.stack_storage_size),
         // The kernel stack map is not used: keep it minimal.
         UnwindMode::Dwarf => (tracer_common::UNWIND_DWARF, 1),
@@ -144,16 +236,28 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let (unwind_rows, unwind_mappings) = object_maps::unwind_sizes(limits);
     let table = crate::model::sampling::exp_table();
     let forks = fork_tunables(limits)?;
+    let inflight_by_tid = u32::from(!features.task_storage);
+    let attach_cookies = u32::from(features.attach_cookie);
+    // Statistics and the error's own lines only: a verbose log of a large
+    // program runs to megabytes, and aya retries a load with a larger
+    // buffer each time the log does not fit, verifying it again.
+    let log_level = if verbose {
+        VerifierLogLevel::DEBUG | VerifierLogLevel::STATS
+    } else {
+        VerifierLogLevel::STATS
+    };
     let mut ebpf = EbpfLoader::new()
         // INFLIGHT is task storage, which aya 0.14 creates but has no
         // user-space type for; user space never opens it.
         .allow_unsupported_maps()
+        .verifier_log_level(log_level)
         .map_max_entries("LIVE", limits.max_live)
         .map_max_entries("STACKS", stack_entries)
         .map_max_entries("TRACED", MAX_FILTERED_PIDS)
         .map_max_entries("EVENTS", limits.ringbuf_bytes)
         .map_max_entries("UNWIND_ROWS", unwind_rows)
         .map_max_entries("UNWIND_MAPPINGS", unwind_mappings)
+        .map_max_entries("INFLIGHT", object_patch::inflight_entries(features))
         .override_global("UNWIND_MODE", &mode, true)
         .override_global("STACK_BYTES", &limits.stack_bytes, true)
         .override_global("SAMPLE_RATE", &limits.sample_rate, true)
@@ -165,7 +269,9 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
         .override_global("FOLLOW_FORKS", &forks.follow, true)
         .override_global("TASK_TGID_OFFSET", &forks.tgid_offset, true)
         .override_global("EXIT_GROUP_DEAD", &forks.exit_group_dead, true)
-        .load(BPF_OBJECT)
+        .override_global("INFLIGHT_BY_TID", &inflight_by_tid, true)
+        .override_global("ATTACH_COOKIES", &attach_cookies, true)
+        .load(object)
         .context("loading the BPF object into the kernel")?;
     let map_fds = map_fds(&ebpf)?;
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
@@ -183,19 +289,13 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
-    let unwind = object_maps::take_unwind(&mut ebpf, limits)?;
+    let unwind_maps = object_maps::take_unwind(&mut ebpf, limits)?;
     let progs_fd = map_fds
         .get("PROGS")
         .context("BPF object has no map PROGS")?
         .as_raw_fd();
     seed_countdowns(&mut ebpf, limits.sample_rate, &table)?;
-    for (name, prog) in ebpf.programs_mut() {
-        match prog {
-            Program::RawTracePoint(p) => p.load(),
-            p => <&mut UProbe>::try_from(p)?.load(),
-        }
-        .with_context(|| format!("verifying BPF program {name}"))?;
-    }
+    let verified = load_programs(&mut ebpf, &features.release, unwind.name())?;
     for (program, tracepoint) in TRACEPOINTS {
         attach_tracepoint(&mut ebpf, program, tracepoint)?;
     }
@@ -212,15 +312,50 @@ pub fn load(limits: &Limits) -> anyhow::Result<(Loaded, EventMaps)> {
             free_multi: None,
             session_error: None,
             traced,
+            unwind,
+            features: features.clone(),
+            fallback: None,
+            verified,
         },
         EventMaps {
             events,
             stacks,
             live,
             live_count,
-            unwind,
+            unwind: unwind_maps,
         },
     ))
+}
+
+/// Verifies every program of the object; returns each one's verified
+/// instructions (`bpf_prog_info.verified_insns`, 5.16+), largest first.
+fn load_programs(
+    ebpf: &mut Ebpf,
+    kernel: &str,
+    mode: &'static str,
+) -> anyhow::Result<Vec<(String, u32)>> {
+    let mut verified = Vec::new();
+    for (name, prog) in ebpf.programs_mut() {
+        let loaded = match &mut *prog {
+            Program::RawTracePoint(p) => p.load(),
+            p => <&mut UProbe>::try_from(p)?.load(),
+        };
+        if let Err(err) = loaded {
+            return Err(match Rejected::from_error(&err, name, kernel, mode) {
+                Some(r) => anyhow::Error::new(r),
+                None => anyhow::Error::new(err).context(format!("loading BPF program {name}")),
+            });
+        }
+        let insns = prog
+            .info()
+            .ok()
+            .and_then(|i| i.verified_instruction_count());
+        if let Some(n) = insns {
+            verified.push((name.to_string(), n));
+        }
+    }
+    verified.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Ok(verified)
 }
 
 /// The fork and exit programs' load-time globals.

@@ -5,9 +5,11 @@
 pub mod counters;
 pub mod hooks;
 pub mod kernel_btf;
+pub mod kernel_features;
 pub mod loader;
 pub mod map_count;
 mod object_maps;
+mod object_patch;
 mod options;
 pub mod placement;
 pub mod plan;
@@ -15,5 +17,6 @@ pub mod preflight;
 pub mod roles;
 mod session_btf;
 pub mod uprobe_session;
+mod verifier;
 
 pub use options::{CgroupFilter, Limits, ProbePlacement, Sessions, UnwindMode};

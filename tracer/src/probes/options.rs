@@ -46,6 +46,7 @@ pub enum Sessions {
 }
 
 /// Map sizes and tunables chosen on the command line.
+#[derive(Clone, Copy)]
 pub struct Limits {
     pub max_live: u32,
     pub stack_storage_size: u32,

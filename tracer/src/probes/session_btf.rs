@@ -1,39 +1,56 @@
-//! The smallest BTF that lets the kernel load a program whose subprogram is
-//! a `bpf_loop` callback: the verifier wants `func_info` (one static
-//! function per subprogram) as soon as a program takes a function's address
-//! ("missing btf func_info"). aya loads its own programs with the object's
-//! BTF; the session copies (`uprobe_session.rs`) are loaded by hand, so
-//! they get this: one prototype without parameters and one static function
-//! per subprogram. Static subprograms are verified in their caller's
-//! context, so the prototype's (absent) parameters are not checked.
+//! The smallest BTF that lets the kernel load a program with subprograms
+//! as aya loads its own with the object's BTF: the verifier wants
+//! `func_info` (one function per subprogram) as soon as a program takes a
+//! function's address ("missing btf func_info"), and checks a subprogram
+//! on its own, once, only where `func_info` says it is global. The session
+//! copies (`uprobe_session.rs`) are loaded by hand, so they get this: a
+//! prototype without parameters for static functions (verified in their
+//! caller's context, so their parameters are not checked), a `long (void)`
+//! one for global functions (which take none, see
+//! kernel_btf::is_global_function), and one function per subprogram.
 
 use std::os::fd::{FromRawFd as _, OwnedFd};
 
 use anyhow::Context as _;
 
 const BTF_MAGIC: u16 = 0xeb9f;
+const BTF_KIND_INT: u32 = 1;
 const BTF_KIND_FUNC: u32 = 12;
 const BTF_KIND_FUNC_PROTO: u32 = 13;
 const BPF_BTF_LOAD: libc::c_long = 18;
 
 /// A loaded BTF object and the `func_info` records (instruction index,
 /// type id) of a program whose subprograms start at `starts` (the main
-/// program at 0 first).
+/// program at 0 first, each with whether it is global).
 pub struct FuncInfo {
     pub btf: OwnedFd,
     pub records: Vec<[u32; 2]>,
 }
 
-/// The BTF blob: a prototype `void (void)` (id 1), then a static function
-/// `f<i>` of that prototype per subprogram (ids 2..).
-fn blob(functions: usize) -> Vec<u8> {
-    let mut strings = vec![0u8];
-    let mut types: Vec<u32> = vec![0, BTF_KIND_FUNC_PROTO << 24, 0];
-    for i in 0..functions {
+/// The BTF blob: a prototype `void (void)` (id 1), `long` (id 2), a
+/// prototype `long (void)` (id 3), then a function `f<i>` per subprogram
+/// (ids 4..): static of prototype 1, or global of prototype 3.
+fn blob(globals: &[bool]) -> Vec<u8> {
+    let mut strings = b"\0long\0".to_vec();
+    let mut types: Vec<u32> = vec![
+        0,
+        BTF_KIND_FUNC_PROTO << 24,
+        0,
+        // long: 8 bytes; encoding signed (bit 24), 64 bits.
+        1,
+        BTF_KIND_INT << 24,
+        8,
+        (1 << 24) | 64,
+        0,
+        BTF_KIND_FUNC_PROTO << 24,
+        2,
+    ];
+    for (i, &global) in globals.iter().enumerate() {
         let name_off = strings.len() as u32;
         strings.extend_from_slice(format!("f{i}\0").as_bytes());
-        // info: kind in bits 24-28, linkage (0 = static) in vlen.
-        types.extend([name_off, BTF_KIND_FUNC << 24, 1]);
+        // info: kind in bits 24-28, linkage (0 static, 1 global) in vlen.
+        let (linkage, proto) = if global { (1, 3) } else { (0, 1) };
+        types.extend([name_off, (BTF_KIND_FUNC << 24) | linkage, proto]);
     }
     let type_bytes: Vec<u8> = types.iter().flat_map(|w| w.to_le_bytes()).collect();
     let mut out = Vec::new();
@@ -49,8 +66,9 @@ fn blob(functions: usize) -> Vec<u8> {
 }
 
 /// Loads the BTF for subprograms starting at `starts` (sorted, 0 first).
-pub fn load(starts: &[usize]) -> anyhow::Result<FuncInfo> {
-    let blob = blob(starts.len());
+pub fn load(starts: &[(usize, bool)]) -> anyhow::Result<FuncInfo> {
+    let globals: Vec<bool> = starts.iter().map(|&(_, global)| global).collect();
+    let blob = blob(&globals);
     let mut log = vec![0u8; 64 << 10];
     let mut attr = [0u64; 16];
     attr[0] = blob.as_ptr() as u64;
@@ -71,7 +89,7 @@ pub fn load(starts: &[usize]) -> anyhow::Result<FuncInfo> {
         let end = log.iter().position(|&b| b == 0).unwrap_or(0);
         return Err(std::io::Error::last_os_error()).with_context(|| {
             format!(
-                "loading BTF for a bpf_loop callback: {}",
+                "loading BTF for a program's subprograms: {}",
                 String::from_utf8_lossy(&log[..end]).trim()
             )
         });
@@ -81,7 +99,7 @@ pub fn load(starts: &[usize]) -> anyhow::Result<FuncInfo> {
     let records = starts
         .iter()
         .enumerate()
-        .map(|(i, &start)| [start as u32, i as u32 + 2])
+        .map(|(i, &(start, _))| [start as u32, i as u32 + 4])
         .collect();
     Ok(FuncInfo { btf, records })
 }
@@ -91,19 +109,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_blob_has_a_header_a_prototype_and_one_function_per_subprogram() {
-        let b = blob(2);
+    fn the_blob_has_prototypes_and_one_function_per_subprogram() {
+        let b = blob(&[false, true]);
         assert_eq!(&b[..4], &[0x9f, 0xeb, 1, 0]);
         let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let (type_len, str_len) = (word(12), word(20));
-        assert_eq!(type_len, 3 * 12);
+        // Two prototypes and two functions of 12 bytes, an int of 16.
+        assert_eq!(type_len, 4 * 12 + 16);
         assert_eq!(b.len(), 24 + type_len as usize + str_len as usize);
-        // The second function: kind FUNC, static, of prototype 1, named "f1".
+        let strings = 24 + type_len as usize;
+        // The first function: static, of prototype 1, named "f0".
+        let first = 24 + 12 + 16 + 12;
+        assert_eq!((word(first + 4), word(first + 8)), (BTF_KIND_FUNC << 24, 1));
+        // The second: global, of prototype 3 (`long (void)`), named "f1".
+        let second = first + 12;
         assert_eq!(
-            (word(24 + 24 + 4), word(24 + 24 + 8)),
-            (BTF_KIND_FUNC << 24, 1)
+            (word(second + 4), word(second + 8)),
+            ((BTF_KIND_FUNC << 24) | 1, 3)
         );
-        let name = word(24 + 24) as usize;
-        assert_eq!(&b[24 + 36 + name..24 + 36 + name + 3], b"f1\0");
+        let name = word(second) as usize;
+        assert_eq!(&b[strings + name..strings + name + 3], b"f1\0");
+        // Prototype 3 returns type 2, `long`.
+        assert_eq!(word(24 + 12 + 16 + 8), 2);
     }
 }

@@ -156,13 +156,14 @@ pub fn load_dispatcher(progs_fd: RawFd) -> anyhow::Result<OwnedFd> {
 }
 
 /// BPF_PROG_LOAD of a kprobe-type program with `expected_attach_type`.
-/// `subprograms`: where each subprogram starts (0 first), when the program
-/// takes a function's address and so needs BTF function info.
+/// `subprograms`: where each subprogram starts (0 first) and whether it is
+/// global, when the program needs BTF function info (it takes a
+/// function's address, or calls a global function).
 fn load_program(
     insns: &[Insn],
     name: &str,
     expected_attach_type: u32,
-    subprograms: Option<&[usize]>,
+    subprograms: Option<&[(usize, bool)]>,
 ) -> anyhow::Result<OwnedFd> {
     let license = CString::new("Dual MIT/GPL").context("license")?;
     let mut log = vec![0u8; 1 << 20];
@@ -311,11 +312,11 @@ fn insns_of(bytes: &[u8]) -> Vec<Insn> {
 /// The instructions of function symbol `name`, relocated, with any `.text`
 /// callees appended; and, when it takes a function's address (a bpf_loop
 /// callback), where its subprograms start, for their BTF function info.
-fn relocated_program(
-    file: &object::File<'_>,
+fn relocated_program<'a>(
+    file: &object::File<'a>,
     name: &str,
     map_fds: &HashMap<String, OwnedFd>,
-) -> anyhow::Result<(Vec<Insn>, Option<Vec<usize>>)> {
+) -> anyhow::Result<(Vec<Insn>, Option<Vec<(usize, bool)>>)> {
     let sym = file
         .symbols()
         .find(|s| s.name() == Ok(name) && s.kind() == object::SymbolKind::Text)
@@ -333,10 +334,11 @@ fn relocated_program(
     // Append the callees (one level: compiler builtins and the bpf_loop
     // callback call nothing).
     let takes_address = calls.iter().any(|c| c.2);
-    let mut appended: HashMap<String, usize> = HashMap::new();
+    let btf = object_btf(file)?;
+    let mut appended: HashMap<String, (usize, bool)> = HashMap::new();
     for (at, callee, by_address) in calls {
         let start = match appended.get(&callee) {
-            Some(&start) => start,
+            Some(&(start, _)) => start,
             None => {
                 let csym = file
                     .symbols()
@@ -359,7 +361,8 @@ fn relocated_program(
                 }
                 let start = insns.len();
                 insns.extend(body);
-                appended.insert(callee, start);
+                let global = btf.is_global_function(&callee)?;
+                appended.insert(callee, (start, global));
                 start
             }
         };
@@ -371,12 +374,27 @@ fn relocated_program(
         insns[at].regs = (kind << 4) | (insns[at].regs & 0x0f);
         insns[at].imm = (start as i64 - at as i64 - 1) as i32;
     }
-    let subprograms = takes_address.then(|| {
-        let mut starts: Vec<usize> = std::iter::once(0).chain(appended.into_values()).collect();
+    // Function info is needed where a function's address is taken, and
+    // where a callee is global (or the verifier takes it for static and
+    // checks it again at every call).
+    let any_global = appended.values().any(|&(_, global)| global);
+    let subprograms = (takes_address || any_global).then(|| {
+        let mut starts: Vec<(usize, bool)> = std::iter::once((0, false))
+            .chain(appended.into_values())
+            .collect();
         starts.sort_unstable();
         starts
     });
     Ok((insns, subprograms))
+}
+
+/// The BTF of the BPF object `file`.
+fn object_btf<'a>(file: &object::File<'a>) -> anyhow::Result<super::kernel_btf::Btf<'a>> {
+    use object::ObjectSection as _;
+    let section = file
+        .section_by_name(".BTF")
+        .context("the BPF object has no .BTF section")?;
+    super::kernel_btf::Btf::parse(section.data()?).context("parsing the BPF object's BTF")
 }
 
 const BPF_PSEUDO_CALL: u8 = 1;

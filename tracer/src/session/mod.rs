@@ -10,6 +10,7 @@ pub mod config;
 mod facts;
 mod finish;
 pub mod forks;
+mod loading;
 mod phases;
 pub mod progress;
 pub mod scope;
@@ -31,6 +32,7 @@ use crate::{
     probes::{
         counters::read_losses,
         hooks::Hooks,
+        kernel_features::KernelFeatures,
         loader::{self, Loaded},
     },
     report::{self, Profile},
@@ -67,7 +69,7 @@ pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
         let _in_runtime = runtime.enter();
         Signals::install()?
     };
-    let mut trace = Trace::attach(&settings, signals)?;
+    let mut trace = Trace::attach(&settings, signals, &runtime)?;
     let server = match bound {
         Some(bound) => {
             let (server, requests) = bound.start(trace.scope.target())?;
@@ -143,13 +145,35 @@ pub struct Trace<'a> {
 
 impl<'a> Trace<'a> {
     /// Finds the target, loads the BPF object and attaches the probes.
-    fn attach(settings: &'a Settings<'a>, signals: Signals) -> anyhow::Result<Trace<'a>> {
+    fn attach(
+        settings: &'a Settings<'a>,
+        mut signals: Signals,
+        runtime: &tokio::runtime::Runtime,
+    ) -> anyhow::Result<Trace<'a>> {
         let config = settings.config;
+        let features = KernelFeatures::probe()?;
         let Start {
             mut scope,
             maps: initial_maps,
         } = Scope::start(config)?;
-        let (mut loaded, mut maps) = loader::load(&settings.limits(&scope))?;
+        let (mut loaded, mut maps) = loading::load(
+            runtime,
+            &mut signals,
+            settings.limits(&scope),
+            features,
+            config.verbose,
+        )?;
+        console::say(format_args!(
+            "{}",
+            escape::text(&loaded.mode_line(settings.attach.sessions))
+        ));
+        if config.verbose {
+            for (program, n) in loaded.verified_instructions() {
+                console::say(format_args!(
+                    "program {program} verified in {n} instructions"
+                ));
+            }
+        }
         let mut modules = Modules::default();
         if let Some(unwind) = maps.unwind.take() {
             modules.kernel = Some(crate::stacks::kernel_tables::KernelTables::new(Box::new(
@@ -244,11 +268,6 @@ impl<'a> Trace<'a> {
                     &self.loaded.counters,
                 ));
             }
-            if let Some(n) = self.loaded.verified_instructions("alloc_return") {
-                console::say(format_args!(
-                    "the return program verified in {n} instructions"
-                ));
-            }
         }
         // Stopped, the last exec handled: nothing is attached from here.
         self.detaching = Some(self.loaded.detach_in_background());
@@ -290,7 +309,7 @@ impl<'a> Trace<'a> {
             started: self.started,
             end_reason: end_reason.to_string(),
             hooks: facts::report_hooks(self.hooks.lines()),
-            unwind: probes.unwind,
+            unwind: self.loaded.unwind(),
             stack_bytes: probes.stack_bytes,
             sample_rate: probes.sample_rate,
             session_error: self.loaded.session_error.clone(),

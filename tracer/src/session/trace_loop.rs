@@ -54,6 +54,14 @@ impl Signals {
             sigchld: signal(SignalKind::child()).context("installing SIGCHLD handler")?,
         })
     }
+
+    /// Waits for SIGINT or SIGTERM; returns its number.
+    pub async fn interrupt(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.sigint.recv() => libc::SIGINT,
+            _ = self.sigterm.recv() => libc::SIGTERM,
+        }
+    }
 }
 
 /// What a signal or the deadline means in a phase.

@@ -1,0 +1,53 @@
+//! Loading the BPF programs while SIGINT and SIGTERM are answered. The
+//! kernel verifies a program inside one bpf() call, during which a signal
+//! handler does not run, so the load runs on a thread of its own and the
+//! main thread waits for it or for a signal: a signal ends the tracer at
+//! once, with nothing attached (probes are attached only after the load),
+//! and what the loading thread created goes with the process.
+
+use tokio::runtime::Runtime;
+
+use super::trace_loop::Signals;
+use crate::{
+    error::TraceError,
+    probes::{
+        kernel_features::KernelFeatures,
+        loader::{self, EventMaps, Loaded},
+        Limits,
+    },
+};
+
+/// `loader::load` on a thread, given up on SIGINT or SIGTERM
+/// (`TraceError::InterruptedWhileLoading`).
+pub fn load(
+    runtime: &Runtime,
+    signals: &mut Signals,
+    limits: Limits,
+    features: KernelFeatures,
+    verbose: bool,
+) -> anyhow::Result<(Loaded, EventMaps)> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("bpf-load".into())
+        .spawn(move || {
+            // The receiver is gone only once a signal ended the wait.
+            let _ = done.send(Handover(loader::load(&limits, &features, verbose)));
+        })?;
+    runtime.block_on(async {
+        tokio::select! {
+            loaded = result => loaded?.0,
+            signal = signals.interrupt() => {
+                let name = if signal == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+                Err(TraceError::InterruptedWhileLoading { name, signal }.into())
+            }
+        }
+    })
+}
+
+/// The load's result, handed from the loading thread to the main thread.
+struct Handover(anyhow::Result<(Loaded, EventMaps)>);
+
+// SAFETY: what is not Send in it are raw pointers to memory the loaded
+// maps own (the mmap'ed unwind rows), which move with their owner; the
+// loading thread keeps no reference and ends after the handover.
+unsafe impl Send for Handover {}
