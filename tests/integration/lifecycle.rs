@@ -114,6 +114,39 @@ fn ctrl_c_during_attach_still_writes_a_report() {
     assert_eq!(report["processes"][0]["pid"], target.pid());
 }
 
+/// SIGINT and SIGTERM while the BPF programs are being loaded (the kernel
+/// verifying them, which no signal handler interrupts) end the tracer at
+/// once: status 128 + the signal, a last line that says so, nothing
+/// attached. The test holds the load for two minutes so that the signal
+/// surely comes during it; the harness gives up waiting after one.
+#[test]
+fn a_signal_while_loading_ends_the_tracer_at_once() {
+    let bin = compile_c("sites", "fp-load-signal", FP_FLAGS);
+    for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+        let target = Target::start(&bin, &[]);
+        let pid = target.pid().to_string();
+        let mut tracer = Tracer::spawn_env(
+            &["--verbose", "--pid", &pid],
+            &[("MEMTRACE_BPF_TEST_LOAD_DELAY_MS", "120000")],
+        );
+        tracer
+            .stderr
+            .wait_for("loading the BPF programs", "loading started");
+        tracer.signal(sig);
+        let out = tracer.finish();
+        assert_eq!(out.status.code(), Some(128 + sig), "{}", out.stderr);
+        let last = out.stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.contains(&format!(
+                "stopped by {name} while loading the BPF programs: nothing was attached"
+            )),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("tracing pid"), "{}", out.stderr);
+    }
+}
+
 /// Starts `lifecycle STATE MODE` under the tracer (JSON report to
 /// TAG.json), with `extra` tracer flags; returns the tracer, the pid of
 /// the command once it is ready, and its state file.

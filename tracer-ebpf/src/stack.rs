@@ -98,8 +98,13 @@ fn record_alloc_sample(ctx: &RetProbeContext, mut ev: Event) {
     if !track(ev.pid, ev.addr, ev.size) {
         return;
     }
-    let total = core::mem::size_of::<SampleHeader>() + len;
-    // SAFETY: `total` is at most the size of `sample` (len <= MAX_STACK_BYTES).
+    let Some(total) = output_len(
+        core::mem::size_of::<SampleHeader>() + len,
+        core::mem::size_of::<tracer_common::StackSample>(),
+    ) else {
+        return; // cannot happen: len <= MAX_STACK_BYTES
+    };
+    // SAFETY: `total` is at most the size of `sample` (checked above).
     let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
     if EVENTS.output::<[u8]>(bytes, wakeup_flags()).is_err() {
         // Not sent: the block stays, marked unreported, so that its free
@@ -186,9 +191,9 @@ fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
         stack_len: stack_len as u32,
         _pad: 0,
     };
-    if total > core::mem::size_of::<tracer_common::FramesSample>() {
+    let Some(total) = output_len(total, core::mem::size_of::<tracer_common::FramesSample>()) else {
         return; // cannot happen: depth <= MAX_FRAMES, stack_len <= MAX_STACK_BYTES
-    }
+    };
     if !track(ev.pid, ev.addr, ev.size) {
         return;
     }
@@ -199,6 +204,17 @@ fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
         count(counter::RINGBUF_FULL);
         insert_unreported(ev.pid, ev.addr, ev.size);
     }
+}
+
+/// `len` if it is at most `max`, checked where the verifier sees it: the
+/// compiler, knowing the bound, would drop the check and hand
+/// bpf_ringbuf_output a length whose lower bound older verifiers (6.1)
+/// cannot tell is not negative; through `black_box` the value is opaque
+/// to the compiler and the unsigned compare stays.
+#[inline(always)]
+fn output_len(len: usize, max: usize) -> Option<usize> {
+    let len = core::hint::black_box(len);
+    (len <= max).then_some(len)
 }
 
 /// Copies up to STACK_BYTES of user stack from `sp` upwards and returns how

@@ -48,6 +48,12 @@ impl Tracer {
         t
     }
 
+    /// `spawn`, with `env` added to the tracer's environment.
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        Tracer::spawn_with_env(&args, true, env)
+    }
+
     fn spawn_with(args: &[&OsStr], exact: bool) -> Tracer {
         Tracer::spawn_with_env(args, exact, &[])
     }

@@ -425,7 +425,8 @@ pub fn attach(
     let pid = pid.and_then(NonZeroU32::new);
     let planned = plan::plan(object, opts.placement)?;
     let facts = |session: bool| planned.iter().map(|p| p.fact(&module, session)).collect();
-    if opts.sessions && !opts.noop {
+    // Kernels before 6.13 have no uprobe sessions: not tried there.
+    if opts.sessions && !opts.noop && loaded.features.uprobe_session {
         match attach_sessions(loaded, &planned, host_path, pid) {
             Ok(()) => return Ok(facts(true)),
             Err(e) => loaded.session_error = Some(format!("{e:#}")),

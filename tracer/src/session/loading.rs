@@ -27,9 +27,19 @@ pub fn load(
     verbose: bool,
 ) -> anyhow::Result<(Loaded, EventMaps)> {
     let (done, result) = tokio::sync::oneshot::channel();
+    if verbose {
+        crate::console::say(format_args!(
+            "loading the BPF programs (kernel {})",
+            crate::escape::text(&features.release)
+        ));
+    }
+    let held = test_delay();
     std::thread::Builder::new()
         .name("bpf-load".into())
         .spawn(move || {
+            if let Some(delay) = held {
+                std::thread::sleep(delay);
+            }
             // The receiver is gone only once a signal ended the wait.
             let _ = done.send(Handover(loader::load(&limits, &features, verbose)));
         })?;
@@ -42,6 +52,13 @@ pub fn load(
             }
         }
     })
+}
+
+/// MEMTRACE_BPF_TEST_LOAD_DELAY_MS: the integration tests hold the load
+/// this long so that a signal surely comes while it runs.
+fn test_delay() -> Option<std::time::Duration> {
+    let ms = std::env::var("MEMTRACE_BPF_TEST_LOAD_DELAY_MS").ok()?;
+    ms.parse().ok().map(std::time::Duration::from_millis)
 }
 
 /// The load's result, handed from the loading thread to the main thread.
