@@ -102,6 +102,12 @@ impl fmt::Display for Note {
                 failed,
                 dropped,
             } => otlp_pushes(f, url, *sent, *failed, *dropped),
+            Note::DebugLinksRefused { objects, example } => write!(
+                f,
+                "{} a debug link that is not a bare file name, not followed ({example}): \
+                 docs/debug-files.md",
+                counted(*objects, "object has", "objects have"),
+            ),
         }
     }
 }
