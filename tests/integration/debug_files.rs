@@ -280,12 +280,16 @@ fn climbing_to_secret(dir: &std::path::Path) -> String {
     format!("{}{}/secret", "../".repeat(7), abs.trim_start_matches('/'))
 }
 
-/// Traces `prog` to its exit; the report must be written and name the
-/// refused link in a note, and the static functions stay [unknown].
-fn trace_to_report(tag: &str, prog: &std::path::Path, link: &str) {
+/// Traces `prog` to its exit (bounded by the harness's timeout): the
+/// report must be written.
+fn trace_to_report(tag: &str, prog: &std::path::Path) -> Value {
     let tracer = JsonTracer::spawn(tag, &[std::ffi::OsStr::new("--"), prog.as_os_str()]);
-    let (report, _) = tracer.finish();
-    let kept = stack_of(&report, 4321);
+    tracer.finish().0
+}
+
+/// The static functions stay [unknown] and a note names the refused link.
+fn assert_link_refused(report: &Value, link: &str) {
+    let kept = stack_of(report, 4321);
     assert_eq!(kept[0], "[unknown]", "{kept:?}");
     let notes = report["notes"].to_string();
     assert!(
@@ -303,7 +307,8 @@ fn a_debug_link_that_climbs_to_a_fifo_is_refused_and_the_report_written() {
         std::ffi::CString::new(dir.join("secret").to_str().expect("UTF-8")).expect("no NUL");
     // SAFETY: `secret` is a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(secret.as_ptr(), 0o600) }, 0, "mkfifo");
-    trace_to_report("link-fifo", &prog, &climbing_to_secret(&dir));
+    let report = trace_to_report("link-fifo", &prog);
+    assert_link_refused(&report, &climbing_to_secret(&dir));
 }
 
 /// A regular file a refused link names is not opened: inotify sees no
@@ -320,7 +325,7 @@ fn a_debug_link_that_climbs_to_a_file_outside_is_not_opened() {
     // SAFETY: `fd` is ours and `path` a valid NUL-terminated path.
     let wd = unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN | libc::IN_ACCESS) };
     assert!(wd >= 0, "inotify_add_watch");
-    trace_to_report("link-file", &prog, &climbing_to_secret(&dir));
+    let report = trace_to_report("link-file", &prog);
     let mut buf = [0u8; 4096];
     // SAFETY: `buf` is writable for its length; `fd` is ours.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -331,4 +336,5 @@ fn a_debug_link_that_climbs_to_a_file_outside_is_not_opened() {
         n < 0 && err.kind() == std::io::ErrorKind::WouldBlock,
         "the secret was opened or read ({n} bytes of inotify events)"
     );
+    assert_link_refused(&report, &climbing_to_secret(&dir));
 }
