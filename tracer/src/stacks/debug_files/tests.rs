@@ -121,9 +121,7 @@ fn links_that_name_paths_are_not_followed() {
 fn relinked(stripped: &Path, name: &[u8], to: &Path) {
     let mut section = name.to_vec();
     section.push(0);
-    while section.len() % 4 != 0 {
-        section.push(0);
-    }
+    section.resize(section.len().next_multiple_of(4), 0);
     section.extend_from_slice(&0x1234_5678u32.to_le_bytes());
     let data = to.with_extension("section");
     std::fs::write(&data, &section).expect("write section");
