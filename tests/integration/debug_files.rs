@@ -244,3 +244,97 @@ fn function_offsets(bin: &std::path::Path, name: &str) -> (u64, u64) {
     let start = sym.address() - seg.address() + seg.file_range().0;
     (start, start + sym.size())
 }
+
+/// DIR/app/prog: splitdebug.c built -O2 -g, stripped (--strip-all), with a
+/// `.gnu_debuglink` section naming `link` (written by hand: objcopy
+/// --add-gnu-debuglink keeps only a file name). Returns (DIR, the program).
+fn program_linked_to(tag: &str, link: impl Fn(&std::path::Path) -> String) -> (PathBuf, PathBuf) {
+    let full = compile_c("splitdebug", tag, &["-O2", "-g", "-fomit-frame-pointer"]);
+    let dir = scratch(&format!("debug-link-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("app")).expect("mkdir DIR/app");
+    let s = |p: &PathBuf| p.to_str().expect("UTF-8 scratch path").to_string();
+    let prog = dir.join("app/prog");
+    run("strip", &["--strip-all", "-o", &s(&prog), &s(&full)]);
+    // The section: the name, NUL, padding to 4 bytes, a CRC32 (any).
+    let mut section = link(&dir).into_bytes();
+    section.push(0);
+    section.resize(section.len().next_multiple_of(4), 0);
+    section.extend_from_slice(&0x0bad_c0deu32.to_le_bytes());
+    let data = dir.join("debuglink.section");
+    std::fs::write(&data, &section).expect("write the section");
+    run(
+        "objcopy",
+        &[
+            &format!("--add-section=.gnu_debuglink={}", s(&data)),
+            &s(&prog),
+        ],
+    );
+    (dir, prog)
+}
+
+/// `../../../../../../../DIR/secret`: from DIR/app (or anywhere) it climbs
+/// to / and comes down to DIR/secret.
+fn climbing_to_secret(dir: &std::path::Path) -> String {
+    let abs = dir.to_str().expect("UTF-8 scratch path");
+    format!("{}{}/secret", "../".repeat(7), abs.trim_start_matches('/'))
+}
+
+/// Traces `prog` to its exit (bounded by the harness's timeout): the
+/// report must be written.
+fn trace_to_report(tag: &str, prog: &std::path::Path) -> Value {
+    let tracer = JsonTracer::spawn(tag, &[std::ffi::OsStr::new("--"), prog.as_os_str()]);
+    tracer.finish().0
+}
+
+/// The static functions stay [unknown] and a note names the refused link.
+fn assert_link_refused(report: &Value, link: &str) {
+    let kept = stack_of(report, 4321);
+    assert_eq!(kept[0], "[unknown]", "{kept:?}");
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("not followed") && notes.contains(link),
+        "a note names the refused link: {notes}"
+    );
+}
+
+/// A FIFO with no writer blocks whoever opens it for reading: the tracer,
+/// running as root, must never open what a refused link names.
+#[test]
+fn a_debug_link_that_climbs_to_a_fifo_is_refused_and_the_report_written() {
+    let (dir, prog) = program_linked_to("link-fifo", climbing_to_secret);
+    let secret =
+        std::ffi::CString::new(dir.join("secret").to_str().expect("UTF-8")).expect("no NUL");
+    // SAFETY: `secret` is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(secret.as_ptr(), 0o600) }, 0, "mkfifo");
+    let report = trace_to_report("link-fifo", &prog);
+    assert_link_refused(&report, &climbing_to_secret(&dir));
+}
+
+/// A regular file a refused link names is not opened: inotify sees no
+/// open of it (IN_OPEN is reported for every open, by anyone).
+#[test]
+fn a_debug_link_that_climbs_to_a_file_outside_is_not_opened() {
+    let (dir, prog) = program_linked_to("link-file", climbing_to_secret);
+    let secret = dir.join("secret");
+    std::fs::write(&secret, b"not for the tracer").expect("write the secret");
+    // SAFETY: plain syscalls on our own descriptor; results are checked.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    assert!(fd >= 0, "inotify_init1");
+    let path = std::ffi::CString::new(secret.to_str().expect("UTF-8")).expect("no NUL");
+    // SAFETY: `fd` is ours and `path` a valid NUL-terminated path.
+    let wd = unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN | libc::IN_ACCESS) };
+    assert!(wd >= 0, "inotify_add_watch");
+    let report = trace_to_report("link-file", &prog);
+    let mut buf = [0u8; 4096];
+    // SAFETY: `buf` is writable for its length; `fd` is ours.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    assert!(
+        n < 0 && err.kind() == std::io::ErrorKind::WouldBlock,
+        "the secret was opened or read ({n} bytes of inotify events)"
+    );
+    assert_link_refused(&report, &climbing_to_secret(&dir));
+}

@@ -194,6 +194,11 @@ impl Collector {
         self.state.modules.largest_unfit_table()
     }
 
+    /// Objects named so far whose debug link was refused, and one of them.
+    pub fn refused_debug_links(&self) -> (u64, Option<String>) {
+        self.state.modules.refused_debug_links()
+    }
+
     /// `--unwind tables`: the rows and trie entries in use now.
     pub fn tables_in_use(&self) -> Option<crate::stacks::kernel_tables::TablesInUse> {
         Some(self.state.modules.kernel.as_ref()?.in_use())

@@ -56,6 +56,9 @@ pub(super) fn notes(
             unnamed_frames,
         });
     }
+    if let (objects @ 1.., Some(example)) = collector.refused_debug_links() {
+        notes.push(Note::DebugLinksRefused { objects, example });
+    }
     match meta.unwind {
         UnwindMode::Fp => notes.push(Note::FramePointerStacks),
         UnwindMode::Dwarf => {

@@ -98,6 +98,10 @@ pub enum Note {
         capped_entries: u64,
         unnamed_frames: u64,
     },
+    /// Objects whose `.gnu_debuglink` names no bare file name (`../`, a
+    /// path): not followed. `example` is one of them, "object: link", both
+    /// escaped (the traced process chose them).
+    DebugLinksRefused { objects: u64, example: String },
     /// -- CMD with --keep-running: the command outlived the trace.
     CommandLeftRunning { pid: u32 },
     /// -- CMD: the trace ended first; the command was sent `signal` and

@@ -102,6 +102,12 @@ impl fmt::Display for Note {
                 failed,
                 dropped,
             } => otlp_pushes(f, url, *sent, *failed, *dropped),
+            Note::DebugLinksRefused { objects, example } => write!(
+                f,
+                "{} a debug link that is not a bare file name, not followed ({example}): \
+                 docs/debug-files.md",
+                counted(*objects, "object has", "objects have"),
+            ),
         }
     }
 }
@@ -522,6 +528,20 @@ mod tests {
     }
 
     /// JIT frames left [unknown] by a refused perf map or a cap say so.
+    #[test]
+    fn refused_debug_links_are_counted_with_one_example() {
+        let note = Note::DebugLinksRefused {
+            objects: 2,
+            example: "/app/prog: ../../etc/shadow".into(),
+        }
+        .to_string();
+        assert_eq!(
+            note,
+            "2 objects have a debug link that is not a bare file name, not followed \
+             (/app/prog: ../../etc/shadow): docs/debug-files.md"
+        );
+    }
+
     #[test]
     fn jit_names_incomplete_names_what_was_refused_and_capped() {
         let note = |refused_files, capped_entries, unnamed_frames| {

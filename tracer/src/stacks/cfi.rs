@@ -146,8 +146,11 @@ impl SectionCache {
     }
 }
 
+/// The whole file is read: bounded, and a regular file only (the mapped
+/// file a process chose; see `read_bounded`).
 fn read_sections(path: &Path) -> Option<Arc<Sections>> {
-    let data = std::fs::read(path).ok()?;
+    use crate::tracee::elf::{read_bounded, MAX_OBJECT_BYTES};
+    let data = read_bounded(path, MAX_OBJECT_BYTES).ok()?;
     Sections::parse(&data).map(Arc::new)
 }
 

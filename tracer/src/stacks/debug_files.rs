@@ -12,10 +12,15 @@
 //! build id is the object's (by build id) or its CRC32 is the one the link
 //! carries (by link; and its build id, if both have one).
 //!
-//! blazesym 0.2 follows debug links itself (`Builder::set_debug_dirs`),
-//! but only in the tracer's root, by paths that follow links anywhere,
-//! without checking a build id, and only for objects that carry a link:
-//! so the file is found here and given to blazesym as the source.
+//! blazesym 0.2, when it reads a file's DWARF (`Elf::debug_syms`), follows
+//! the links the file carries by itself: `.gnu_debuglink` (any name,
+//! `../` included), `.gnu_debugaltlink` and `.debug_sup` (any path), in the
+//! tracer's root, with a plain blocking open and a mmap of whatever is
+//! there, before checking anything. So the debug file is found here and
+//! given to blazesym as the source, and blazesym reads DWARF only of a
+//! file that carries none of those sections (`DebugInfo::own_dwarf`,
+//! `DebugFile::dwarf`); a link refused here is recorded as refused
+//! (`DebugInfo::refused_link`), never as no link.
 
 use std::{
     fs::File,
@@ -39,21 +44,46 @@ const MAX_LINK_NAME: usize = 255;
 pub struct DebugInfo {
     /// The GNU build id in hex, as `file` and pprof show it.
     pub build_id: Option<Arc<str>>,
-    /// The object carries a `.gnu_debuglink` (so blazesym must not be let
-    /// to follow it: see the module documentation).
-    pub has_debuglink: bool,
+    /// blazesym may read the object's own DWARF: it was read, and carries
+    /// no section blazesym would follow by itself (see the module
+    /// documentation). False for an object that could not be read.
+    pub own_dwarf: bool,
     /// A verified separate debug file, kept open.
-    pub debug_file: Option<File>,
+    pub debug_file: Option<DebugFile>,
+    /// The object's `.gnu_debuglink` names no bare file name: the name,
+    /// escaped, for a note. Nothing follows it.
+    pub refused_link: Option<String>,
     /// (file offset, file size, vaddr) of each loadable segment of the
     /// object: a debug file is looked up by address, not by offset.
     segments: Vec<(u64, u64, u64)>,
 }
 
+/// A separate debug file found for an object.
+pub struct DebugFile {
+    pub file: File,
+    /// blazesym may read its DWARF: it carries no `.gnu_debugaltlink` or
+    /// `.debug_sup` (a dwz supplementary file, which blazesym would open
+    /// by itself); else only its symbol table is read.
+    pub dwarf: bool,
+}
+
+/// What an object's `.gnu_debuglink` section says.
+#[derive(Debug, PartialEq, Eq)]
+enum Link {
+    Absent,
+    /// A bare file name and the CRC32 of the file it names.
+    Named(String, u32),
+    /// A name with a slash, `.` or `..`, empty, too long, not UTF-8, or a
+    /// section that does not parse: escaped, for a note.
+    Refused(String),
+}
+
 /// What the object's headers say.
 struct Headers {
     build_id: Option<Vec<u8>>,
-    /// (name, CRC32) from `.gnu_debuglink`.
-    link: Option<(String, u32)>,
+    link: Link,
+    /// It carries `.gnu_debuglink`, `.gnu_debugaltlink` or `.debug_sup`.
+    links_out: bool,
     has_dwarf: bool,
     segments: Vec<(u64, u64, u64)>,
 }
@@ -73,8 +103,12 @@ impl DebugInfo {
         };
         DebugInfo {
             build_id: h.build_id.as_deref().map(|id| Arc::from(hex(id))),
-            has_debuglink: h.link.is_some(),
+            own_dwarf: !h.links_out,
             debug_file,
+            refused_link: match h.link {
+                Link::Refused(name) => Some(name),
+                Link::Absent | Link::Named(..) => None,
+            },
             segments: h.segments,
         }
     }
@@ -101,14 +135,25 @@ fn headers(file: &File) -> Option<Headers> {
     }
     let cache = object::ReadCache::new(file);
     let obj = object::File::parse(&cache).ok()?;
-    let link = obj
-        .gnu_debuglink()
-        .ok()
-        .flatten()
-        .and_then(|(name, crc)| Some((link_name(name)?, crc)));
+    // By the section's presence, as blazesym looks for it: a section
+    // that does not parse is refused, not taken for no link.
+    let link = match obj.section_by_name(".gnu_debuglink") {
+        None => Link::Absent,
+        Some(_) => match obj.gnu_debuglink() {
+            Ok(Some((name, crc))) => match link_name(name) {
+                Some(name) => Link::Named(name, crc),
+                None => Link::Refused(crate::escape::bytes(name)),
+            },
+            Ok(None) | Err(_) => Link::Refused("(unreadable section)".to_string()),
+        },
+    };
+    let links_out = link != Link::Absent
+        || obj.section_by_name(".gnu_debugaltlink").is_some()
+        || obj.section_by_name(".debug_sup").is_some();
     Some(Headers {
         build_id: obj.build_id().ok().flatten().map(<[u8]>::to_vec),
         link,
+        links_out,
         has_dwarf: obj
             .section_by_name(".debug_info")
             .is_some_and(|s| s.size() > 0 && s.file_range().is_some()),
@@ -122,8 +167,9 @@ fn headers(file: &File) -> Option<Headers> {
     })
 }
 
-/// A link names a file in a directory: nothing with a slash, nothing that
-/// climbs, not empty, not too long, UTF-8.
+/// A link names a file in a directory (gdb searches it in the object's
+/// directory, its `.debug/` and the global debug directories): nothing
+/// with a slash, nothing that climbs, not empty, not too long, UTF-8.
 fn link_name(name: &[u8]) -> Option<String> {
     let name = std::str::from_utf8(name).ok()?;
     let ok = !name.is_empty()
@@ -159,7 +205,7 @@ fn candidates<'r>(
             );
             out.push((r, PathBuf::from(p), Check::BuildId));
         }
-        if let Some((name, crc)) = &h.link {
+        if let Link::Named(name, crc) = &h.link {
             if own {
                 out.push((r, dir.join(name), Check::Crc(*crc)));
                 out.push((r, dir.join(".debug").join(name), Check::Crc(*crc)));
@@ -176,42 +222,44 @@ enum Check {
     Crc(u32),
 }
 
-fn find(h: &Headers, object: &File, root: Option<&File>, path: &str) -> Option<File> {
+fn find(h: &Headers, object: &File, root: Option<&File>, path: &str) -> Option<DebugFile> {
     use std::os::unix::fs::MetadataExt as _;
     let me = object.metadata().ok()?;
     for (r, p, check) in candidates(h, root, path) {
-        let Ok(file) = open_in_root(r, &p) else {
+        // Confined (openat2 RESOLVE_IN_ROOT, no magic links, O_NONBLOCK),
+        // a regular file of at most MAX_DEBUG_FILE_BYTES: see roots.rs.
+        let Ok(file) = open_in_root(r, &p, MAX_DEBUG_FILE_BYTES) else {
             continue;
         };
         let Ok(meta) = file.metadata() else { continue };
-        if (meta.dev(), meta.ino()) == (me.dev(), me.ino()) || meta.len() > MAX_DEBUG_FILE_BYTES {
-            continue; // a link to itself, or too big
+        if (meta.dev(), meta.ino()) == (me.dev(), me.ino()) {
+            continue; // a link to itself
         }
-        if verify(h, &file, check) {
-            return Some(file);
+        if let Some(dwarf) = verify(h, &file, check) {
+            return Some(DebugFile { file, dwarf });
         }
     }
     None
 }
 
 /// Whether `file` is the debug file of the object `h` describes, and one
-/// blazesym can be given: DWARF of its own, no further link.
-fn verify(h: &Headers, file: &File, check: Check) -> bool {
-    let Some(d) = headers(file) else {
-        return false;
-    };
-    if !d.has_dwarf || d.link.is_some() {
-        return false;
+/// blazesym can be given: DWARF of its own, no debug link of its own (not
+/// even a refused one). Some(whether blazesym may read its DWARF).
+fn verify(h: &Headers, file: &File, check: Check) -> Option<bool> {
+    let d = headers(file)?;
+    if !d.has_dwarf || d.link != Link::Absent {
+        return None;
     }
     let ids_agree = match (&h.build_id, &d.build_id) {
         (Some(a), Some(b)) => a == b,
         (None, None) => true,
         _ => false,
     };
-    match check {
+    let ok = match check {
         Check::BuildId => ids_agree,
         Check::Crc(crc) => ids_agree && crc32(file).is_ok_and(|c| c == crc),
-    }
+    };
+    ok.then_some(!d.links_out)
 }
 
 /// The CRC32 `.gnu_debuglink` carries: of the whole file (zlib's, as

@@ -5,7 +5,7 @@ use std::{
     collections::{HashMap, HashSet},
     fs::File,
     os::{fd::AsRawFd, unix::fs::MetadataExt as _},
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::OnceLock,
     time::{Duration, Instant},
 };
@@ -13,9 +13,9 @@ use std::{
 use super::jit::{JitNames, JitStats, JitSymbols};
 use super::{
     debug_files::DebugInfo,
-    roots::{path_in_root, Root, Roots},
+    roots::{open_in_root, open_mapped, path_in_root, Root, Roots},
 };
-use crate::tracee::process::{host_path, Mapping};
+use crate::tracee::process::Mapping;
 
 /// Which file an object is: the same (device, inode) in every process that
 /// maps it, whatever path or mount namespace it is seen through. A file
@@ -432,11 +432,25 @@ impl Modules {
         if let Some(&i) = maps_id.and_then(|id| self.by_maps_id.get(&id)) {
             return i;
         }
-        let mapped = File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+        // Both opens refuse what is not a regular file (a device mapped, a
+        // FIFO put where a mapped file was) before opening it, and the
+        // path the maps show is resolved inside the process's root.
+        let mapped = open_mapped(
+            Path::new(&format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)),
+            u64::MAX,
+        );
         let very_file = mapped.is_ok();
-        let file = mapped
-            .or_else(|_| File::open(host_path(pid, map_path(m))))
-            .ok();
+        let mut rooted = None;
+        let file = match mapped {
+            Ok(file) => Some(file),
+            Err(_) => {
+                let (root, prefix) = self.roots.of(pid);
+                let at = path_in_root(map_path(m), &prefix);
+                let file = open_in_root(root.as_deref(), Path::new(&at), u64::MAX).ok();
+                rooted = Some((root, prefix));
+                file
+            }
+        };
         let meta = file.as_ref().and_then(|f| f.metadata().ok());
         // Only the very file mapped may be found again by the maps' id, and
         // only where that id is its own: btrfs shows the filesystem's
@@ -461,7 +475,7 @@ impl Modules {
             }
             return i;
         }
-        let (root, prefix) = self.roots.of(pid);
+        let (root, prefix) = rooted.unwrap_or_else(|| self.roots.of(pid));
         let object = Object {
             key: key.clone(),
             path: map_path(m).to_string(),
@@ -782,6 +796,20 @@ impl Modules {
             o.debug
                 .get_or_init(|| DebugInfo::read(file, o.root.as_deref(), &o.path_in_root)),
         )
+    }
+
+    /// How many objects whose debug information was read have a refused
+    /// debug link, and one as "path: link" (escaped).
+    pub fn refused_debug_links(&self) -> (u64, Option<String>) {
+        let mut refused = self.objects.iter().flatten().filter_map(|o| {
+            let link = o.debug.get()?.refused_link.as_deref()?;
+            Some((o.path.as_str(), link))
+        });
+        let Some((path, link)) = refused.next() else {
+            return (0, None);
+        };
+        let example = format!("{}: {link}", crate::escape::text(path));
+        (1 + refused.count() as u64, Some(example))
     }
 
     pub(super) fn open_path(&self, module: u32) -> Option<PathBuf> {

@@ -85,10 +85,11 @@ fn open_path_dir(path: &Path) -> io::Result<File> {
 
 /// Opens the regular file `path` (absolute, as seen inside `root`) for
 /// reading, resolving it inside `root` (our own root for None): every `..`
-/// and symbolic link stays inside it (openat2 RESOLVE_IN_ROOT), magic links
-/// (/proc/*/fd) are refused, a FIFO does not block (O_NONBLOCK) and what is
-/// not a regular file is refused.
-pub fn open_in_root(root: Option<&File>, path: &Path) -> io::Result<File> {
+/// and symbolic link stays inside it (openat2 RESOLVE_IN_ROOT) and magic
+/// links (/proc/*/fd) are refused. What it names is looked at before it is
+/// opened (`reopen_regular`): a FIFO, a device or a file larger than
+/// `max_bytes` is refused without being opened.
+pub fn open_in_root(root: Option<&File>, path: &Path, max_bytes: u64) -> io::Result<File> {
     let rel = path.strip_prefix("/").unwrap_or(path);
     let c = CString::new(rel.as_os_str().as_bytes())?;
     let own;
@@ -101,7 +102,7 @@ pub fn open_in_root(root: Option<&File>, path: &Path) -> io::Result<File> {
     };
     // SAFETY: open_how is plain data; zeroed is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: the pointers are valid for the call; the size is the struct's.
     let fd = unsafe {
@@ -118,14 +119,51 @@ pub fn open_in_root(root: Option<&File>, path: &Path) -> io::Result<File> {
     }
     let fd = i32::try_from(fd).map_err(|_| io::Error::other("fd out of range"))?;
     // SAFETY: `fd` was just opened and is owned by nobody else.
-    let file = unsafe { File::from_raw_fd(fd) };
-    if !file.metadata()?.is_file() {
+    reopen_regular(&unsafe { File::from_raw_fd(fd) }, max_bytes)
+}
+
+/// Opens for reading the file a traced process's mapping shows
+/// (/proc/PID/map_files/START-END: the very file mapped), as
+/// `open_in_root` does: a device mapped is refused without being opened.
+pub fn open_mapped(path: &Path, max_bytes: u64) -> io::Result<File> {
+    let c = CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: `c` is a valid NUL-terminated string; the result is checked.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    reopen_regular(&unsafe { File::from_raw_fd(fd) }, max_bytes)
+}
+
+/// The file the O_PATH descriptor `at` refers to, opened for reading if
+/// it is a regular file of at most `max_bytes` (fstat first, so opening
+/// cannot block on a FIFO nor act on a device; the same inode is opened
+/// again through /proc/self/fd, so nothing can be swapped in between).
+fn reopen_regular(at: &File, max_bytes: u64) -> io::Result<File> {
+    let meta = at.metadata()?;
+    if !meta.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "not a regular file",
         ));
     }
-    Ok(file)
+    if meta.len() > max_bytes {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "too large"));
+    }
+    let c = CString::new(format!("/proc/self/fd/{}", at.as_raw_fd()))?;
+    // SAFETY: `c` is a valid NUL-terminated string; the result is checked.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
@@ -153,7 +191,8 @@ mod tests {
         let read = |p: &str| {
             let mut s = String::new();
             use std::io::Read as _;
-            open_in_root(Some(&r), Path::new(p)).map(|mut f| f.read_to_string(&mut s).map(|_| s))
+            open_in_root(Some(&r), Path::new(p), u64::MAX)
+                .map(|mut f| f.read_to_string(&mut s).map(|_| s))
         };
         // An absolute link names a path inside the root, not the host's.
         let abs = read("/d/abs");
@@ -164,6 +203,30 @@ mod tests {
             "inside"
         );
         assert!(read("/d").is_err(), "a directory is refused");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_fifo_a_device_and_a_file_too_large_are_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("memtrace-roots-kinds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let fifo = dir.join("fifo");
+        let c = CString::new(fifo.as_os_str().as_bytes()).expect("path");
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        std::fs::write(dir.join("big"), [0u8; 100]).expect("write");
+        let r = open_path_dir(&dir).expect("open root");
+        // No writer: a blocking open would wait here for good.
+        let e = open_in_root(Some(&r), Path::new("/fifo"), u64::MAX).expect_err("a FIFO");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        let e = open_in_root(None, Path::new("/dev/null"), u64::MAX).expect_err("a device");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        assert!(
+            open_in_root(Some(&r), Path::new("/big"), 99).is_err(),
+            "too large"
+        );
+        assert!(open_in_root(Some(&r), Path::new("/big"), 100).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

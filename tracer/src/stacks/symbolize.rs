@@ -122,22 +122,24 @@ struct Object<'a> {
 /// separate debug file first, then from the object itself (an unreadable
 /// file or not ELF degrade to [unknown] frames).
 fn resolve_file(symbolizer: &Symbolizer, object: &Object<'_>, offsets: &[u64]) -> Vec<Vec<Frame>> {
+    // blazesym reads DWARF only of a file that carries no link it would
+    // follow by itself, unconfined (see debug_files.rs); its `.dwp` lookup
+    // is `/proc/self/fd/N.dwp`, which never exists.
     let from_debug_file = object
         .debug
         .and_then(|d| Some((d, d.debug_file.as_ref()?)))
-        .map(|(d, file)| {
+        .map(|(d, debug)| {
             // A debug file has the object's addresses, not its layout.
             let vaddrs: Vec<u64> = offsets.iter().map(|&o| d.vaddr(o).unwrap_or(0)).collect();
-            let src = Source::Elf(Elf::new(fd_path(file)));
+            let mut elf = Elf::new(fd_path(&debug.file));
+            elf.debug_syms = debug.dwarf;
             symbolizer
-                .symbolize(&src, Input::VirtOffset(&vaddrs))
+                .symbolize(&Source::Elf(elf), Input::VirtOffset(&vaddrs))
                 .unwrap_or_default()
         })
         .unwrap_or_default();
     let mut elf = Elf::new(object.path);
-    // Its debug link was followed (or not found) by debug_files.rs, in the
-    // process's root: blazesym would follow it in ours.
-    elf.debug_syms = !object.debug.is_some_and(|d| d.has_debuglink);
+    elf.debug_syms = object.debug.is_some_and(|d| d.own_dwarf);
     let resolved = symbolizer
         .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))
         .unwrap_or_default();
@@ -284,10 +286,15 @@ mod tests {
             .enable_inlined_fns(true)
             .enable_demangling(false)
             .build();
+        let info = DebugInfo::read(&std::fs::File::open(&bin).expect("open"), None, "/short");
+        assert!(
+            info.own_dwarf,
+            "no link of its own: blazesym reads its DWARF"
+        );
         let object = Object {
             path: &bin,
             shown: "short",
-            debug: None,
+            debug: Some(&info),
         };
         let frames = resolve_file(&symbolizer, &object, &offsets);
         let names: Vec<&str> = frames

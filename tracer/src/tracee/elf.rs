@@ -314,7 +314,7 @@ impl ObjectCache {
 pub(super) fn is_x86_64_elf(path: &Path) -> bool {
     use std::io::Read as _;
     let mut header = [0u8; 20];
-    std::fs::File::open(path)
+    open_regular(path)
         .and_then(|mut f| f.read_exact(&mut header))
         .is_ok()
         && header.starts_with(b"\x7fELF")
@@ -326,24 +326,31 @@ pub(super) fn is_x86_64_elf(path: &Path) -> bool {
 /// large libraries reach a few hundred MiB).
 pub const MAX_OBJECT_BYTES: u64 = 1 << 30;
 
+/// Opens `path` for reading if it is a regular file: without blocking (a
+/// FIFO), without taking a terminal (O_NOCTTY), checked with fstat.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
 /// Reads a regular file of at most `max` bytes. The files come from
 /// processes' root directories, which their owners control: a FIFO would
 /// block the tracer and /dev/zero would fill its memory, so anything but a
 /// regular file is refused, opened without blocking.
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
+    let file = open_regular(path)?;
     let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
     if meta.len() > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

@@ -286,7 +286,10 @@ impl Program {
 fn interpreter(script: &Path) -> Option<PathBuf> {
     use std::io::Read as _;
     let mut head = [0u8; 256];
-    let n = std::fs::File::open(script).ok()?.read(&mut head).ok()?;
+    let n = super::elf::open_regular(script)
+        .ok()?
+        .read(&mut head)
+        .ok()?;
     let line = head[..n].strip_prefix(b"#!")?;
     let line = line.split(|&b| b == b'\n').next()?;
     let mut words = line

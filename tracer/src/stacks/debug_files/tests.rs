@@ -66,7 +66,8 @@ fn a_debug_file_is_found_by_build_id_inside_the_root_and_by_link_beside_the_obje
 
     let bare = DebugInfo::read(&open(&stripped), Some(&root), "/app/p");
     let id = bare.build_id.clone().expect("cc writes a build id");
-    assert!(bare.has_debuglink);
+    assert!(!bare.own_dwarf, "blazesym must not follow the link");
+    assert!(bare.refused_link.is_none());
     assert!(bare.debug_file.is_none(), "nothing in the root yet");
 
     // By build id, under the root's /usr/lib/debug.
@@ -78,7 +79,8 @@ fn a_debug_file_is_found_by_build_id_inside_the_root_and_by_link_beside_the_obje
     std::fs::create_dir_all(by_id.parent().expect("dir")).expect("mkdir");
     std::fs::copy(&debug, &by_id).expect("copy");
     let found = DebugInfo::read(&open(&stripped), Some(&root), "/app/p");
-    assert!(found.debug_file.is_some(), "by build id");
+    let file = found.debug_file.as_ref().expect("by build id");
+    assert!(file.dwarf, "no link of its own: blazesym reads its DWARF");
     std::fs::remove_file(&by_id).expect("rm");
 
     // By link, in the object's .debug/ directory; with another CRC, not.
@@ -112,4 +114,60 @@ fn links_that_name_paths_are_not_followed() {
     assert_eq!(link_name(b".."), None);
     assert_eq!(link_name(b""), None);
     assert_eq!(link_name(&[b'a'; 300]), None);
+}
+
+/// `stripped` with its `.gnu_debuglink` section's name replaced by
+/// `name` (same CRC), written to `to`.
+fn relinked(stripped: &Path, name: &[u8], to: &Path) {
+    let mut section = name.to_vec();
+    section.push(0);
+    section.resize(section.len().next_multiple_of(4), 0);
+    section.extend_from_slice(&0x1234_5678u32.to_le_bytes());
+    let data = to.with_extension("section");
+    std::fs::write(&data, &section).expect("write section");
+    let ok = Command::new("objcopy")
+        .arg("--remove-section=.gnu_debuglink")
+        .arg(format!("--add-section=.gnu_debuglink={}", data.display()))
+        .arg(stripped)
+        .arg(to)
+        .status()
+        .expect("objcopy");
+    assert!(ok.success());
+}
+
+#[test]
+fn a_link_that_names_a_path_is_refused_and_nothing_follows_it() {
+    let dir = std::env::temp_dir().join(format!("memtrace-badlink-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (_, stripped, debug) = split_program(&dir.join("build"));
+    let root_dir = dir.join("root");
+    std::fs::create_dir_all(root_dir.join("app/.debug")).expect("mkdir");
+    let root = File::open(&root_dir).expect("root");
+    // The debug file sits where `../p.debug` would lead from .debug/:
+    // refused all the same, and the object's DWARF is not read either.
+    std::fs::copy(&debug, root_dir.join("app/p.debug")).expect("copy");
+    let bad = dir.join("bad");
+    relinked(&stripped, b"../p.debug", &bad);
+    let info = DebugInfo::read(&open(&bad), Some(&root), "/app/p");
+    assert!(info.debug_file.is_none());
+    assert_eq!(info.refused_link.as_deref(), Some("../p.debug"));
+    assert!(!info.own_dwarf, "blazesym must not follow a refused link");
+    // A name that is not text is kept escaped for the report.
+    relinked(&stripped, b"\x1b[2J\xff", &bad);
+    let info = DebugInfo::read(&open(&bad), Some(&root), "/app/p");
+    assert_eq!(info.refused_link.as_deref(), Some("\\x1b[2J\\xff"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_program_without_links_lets_blazesym_read_its_dwarf() {
+    let dir = std::env::temp_dir().join(format!("memtrace-nolink-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (full, _, _) = split_program(&dir.join("build"));
+    let info = DebugInfo::read(&open(&full), None, "/p.full");
+    assert!(info.own_dwarf);
+    assert!(info.refused_link.is_none() && info.debug_file.is_none());
+    // Unreadable: nothing is known, so blazesym reads no DWARF.
+    assert!(!DebugInfo::read(&open(Path::new("/dev/null")), None, "/x").own_dwarf);
+    let _ = std::fs::remove_dir_all(&dir);
 }
