@@ -25,6 +25,8 @@ pub struct Meta {
     pub sample_rate: u64,
     /// Why not, when they were wanted.
     pub session_error: Option<String>,
+    /// Why the unwind mode asked for was not used, when it was not.
+    pub unwind_fallback: Option<String>,
     /// The allocator objects hooked, e.g. "jemalloc (/usr/lib/.../libjemalloc.so.2)".
     pub allocators: Vec<String>,
     /// Remarks about what was traced (see `Scope::notes`).

@@ -42,6 +42,12 @@ pub(super) fn notes(
     if let Some(why) = &meta.session_error {
         notes.push(Note::NoUprobeSessions { why: why.clone() });
     }
+    if let Some(why) = &meta.unwind_fallback {
+        notes.push(Note::UnwindFallback {
+            why: why.clone(),
+            mode: meta.unwind.name().into(),
+        });
+    }
     if meta.sample_rate > 1 {
         notes.push(Note::Sampled {
             rate: meta.sample_rate,

@@ -188,32 +188,42 @@ pub fn load(
 ) -> anyhow::Result<(Loaded, EventMaps)> {
     raise_memlock_limit();
     let object = object_patch::for_kernel(BPF_OBJECT, features)?;
-    let modes = modes_from(limits.unwind);
+    let ((mut loaded, maps), rejected) = first_that_loads(
+        modes_from(limits.unwind),
+        &features.release,
+        |mode| load_mode(limits, mode, features, &object, verbose),
+        |line| console::say(format_args!("{}", escape::text(&line))),
+    )?;
+    loaded.fallback = rejected.map(|r| r.to_string());
+    Ok((loaded, maps))
+}
+
+/// The first of `modes` that `load` loads, with the rejection that made
+/// it fall back, if any; each fallback is said. An error other than a
+/// verifier's rejection ends the search.
+fn first_that_loads<T>(
+    modes: &[UnwindMode],
+    kernel: &str,
+    mut load: impl FnMut(UnwindMode) -> anyhow::Result<T>,
+    mut say: impl FnMut(String),
+) -> anyhow::Result<(T, Option<Rejected>)> {
     let mut rejected: Option<Rejected> = None;
     for (i, &mode) in modes.iter().enumerate() {
-        let err = match load_mode(limits, mode, features, &object, verbose) {
-            Ok((mut loaded, maps)) => {
-                loaded.fallback = rejected.map(|r| r.to_string());
-                return Ok((loaded, maps));
-            }
+        let err = match load(mode) {
+            Ok(loaded) => return Ok((loaded, rejected)),
             Err(err) => err,
         };
         let r = err.downcast::<Rejected>()?;
         if let Some(next) = modes.get(i + 1) {
-            console::say(format_args!(
-                "{}; falling back to --unwind {}",
-                escape::text(&r.to_string()),
-                next.name()
-            ));
+            say(format!("{r}; falling back to --unwind {}", next.name()));
         }
         rejected = Some(r);
     }
     let r = rejected.context("no unwind mode to try")?;
     bail!(
-        "no mode of memtrace-bpf loads on kernel {}: {r}. Every kernel from 5.10 on is \
+        "no mode of memtrace-bpf loads on kernel {kernel}: {r}. Every kernel from 5.10 on is \
          expected to load; try --unwind fp (the smallest programs) and report this with the \
-         log file",
-        features.release
+         log file"
     )
 }
 
@@ -611,4 +621,76 @@ fn detach(
             .with_context(|| format!("detaching {name}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(mode: &'static str) -> anyhow::Error {
+        anyhow::Error::new(Rejected {
+            program: "alloc_return".into(),
+            kernel: "7.2.0".into(),
+            mode,
+            reason: "BPF program is too large".into(),
+            log: None,
+        })
+    }
+
+    #[test]
+    fn a_rejected_mode_falls_back_to_the_next_and_says_so() {
+        let mut said = Vec::new();
+        let mut tried = Vec::new();
+        let (mode, why) = first_that_loads(
+            modes_from(UnwindMode::Tables),
+            "7.2.0",
+            |mode| {
+                tried.push(mode);
+                match mode {
+                    UnwindMode::Tables => Err(rejected("tables")),
+                    m => Ok(m),
+                }
+            },
+            |line| said.push(line),
+        )
+        .expect("dwarf loads");
+        assert_eq!(mode, UnwindMode::Dwarf);
+        assert_eq!(tried, [UnwindMode::Tables, UnwindMode::Dwarf]);
+        assert!(why.is_some_and(|r| r.mode == "tables"));
+        assert_eq!(said.len(), 1);
+        assert!(said[0].contains("rejected BPF program alloc_return (--unwind tables)"));
+        assert!(said[0].ends_with("falling back to --unwind dwarf"));
+    }
+
+    #[test]
+    fn an_error_that_is_not_a_rejection_ends_the_search() {
+        let mut tried = 0;
+        let err = first_that_loads(
+            modes_from(UnwindMode::Tables),
+            "6.18",
+            |_| -> anyhow::Result<()> {
+                tried += 1;
+                bail!("creating map LIVE: out of memory")
+            },
+            |_| {},
+        )
+        .expect_err("no fallback");
+        assert_eq!(tried, 1);
+        assert!(err.to_string().contains("out of memory"));
+    }
+
+    #[test]
+    fn when_no_mode_loads_the_error_names_kernel_program_and_what_to_try() {
+        let err = first_that_loads(
+            modes_from(UnwindMode::Dwarf),
+            "7.2.0",
+            |mode| -> anyhow::Result<()> { Err(rejected(mode.name())) },
+            |_| {},
+        )
+        .expect_err("nothing loads");
+        let text = err.to_string();
+        assert!(text.starts_with("no mode of memtrace-bpf loads on kernel 7.2.0"));
+        assert!(text.contains("alloc_return (--unwind fp)"), "{text}");
+        assert!(text.contains("try --unwind fp"), "{text}");
+    }
 }

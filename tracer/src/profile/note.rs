@@ -15,6 +15,9 @@ pub enum Note {
     HookFailed { pid: u32, why: String },
     /// Uprobe sessions were wanted but unavailable.
     NoUprobeSessions { why: String },
+    /// The unwind mode asked for was rejected by the kernel's verifier;
+    /// `mode` was used instead.
+    UnwindFallback { why: String, mode: String },
     /// Execs the session could not inspect in time.
     ExecsNotInspected { execs: u64 },
     /// Blocks still live when their process called exec.

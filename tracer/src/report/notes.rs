@@ -17,6 +17,10 @@ impl fmt::Display for Note {
                 f,
                 "uprobe sessions unavailable ({why}): every call also pays a return probe"
             ),
+            Note::UnwindFallback { why, mode } => write!(
+                f,
+                "{why}: stacks were captured with --unwind {mode}, the best mode this kernel loads"
+            ),
             Note::ExecsNotInspected { execs } => execs_not_inspected(f, *execs),
             Note::DroppedByExec { blocks } => dropped_by_exec(f, *blocks),
             Note::ChildrenNotTraced { children, root } => write!(

@@ -313,6 +313,7 @@ impl<'a> Trace<'a> {
             stack_bytes: probes.stack_bytes,
             sample_rate: probes.sample_rate,
             session_error: self.loaded.session_error.clone(),
+            unwind_fallback: self.loaded.fallback().map(str::to_string),
             allocators: self.hooks.objects().to_vec(),
             scope_notes: finish::scope_notes(
                 &self.scope,
