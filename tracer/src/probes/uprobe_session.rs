@@ -318,7 +318,7 @@ fn relocated_program<'a>(
     file: &object::File<'a>,
     name: &str,
     map_fds: &HashMap<String, OwnedFd>,
-) -> anyhow::Result<(Vec<Insn>, Option<Vec<(usize, bool)>>)> {
+) -> anyhow::Result<(Vec<Insn>, Option<Subprograms>)> {
     let sym = file
         .symbols()
         .find(|s| s.name() == Ok(name) && s.kind() == object::SymbolKind::Text)
@@ -398,6 +398,10 @@ fn object_btf<'a>(file: &object::File<'a>) -> anyhow::Result<super::kernel_btf::
         .context("the BPF object has no .BTF section")?;
     super::kernel_btf::Btf::parse(section.data()?).context("parsing the BPF object's BTF")
 }
+
+/// Where each subprogram starts (instruction index) and whether it is a
+/// global function, the program itself first.
+type Subprograms = Vec<(usize, bool)>;
 
 const BPF_PSEUDO_CALL: u8 = 1;
 /// A function's address loaded into a register (a bpf_loop callback).
