@@ -253,7 +253,7 @@ fn sources_list(archive: &str, security: &str) -> String {
     out
 }
 
-/// `boot/vmlinuz-*` (up to 6.x) or `usr/lib/modules/VER/vmlinuz` (7.x).
+/// `boot/vmlinuz-*` (up to 6.x) or `usr/lib/modules/VER/vmlinuz[.unsigned]` (7.x).
 fn find_vmlinuz(dest: &Path) -> Result<PathBuf> {
     if let Ok(dir) = fs::read_dir(dest.join("boot")) {
         for e in dir.flatten() {
@@ -265,9 +265,12 @@ fn find_vmlinuz(dest: &Path) -> Result<PathBuf> {
     for modules in ["usr/lib/modules", "lib/modules"] {
         if let Ok(dir) = fs::read_dir(dest.join(modules)) {
             for e in dir.flatten() {
-                let image = e.path().join("vmlinuz");
-                if image.is_file() {
-                    return Ok(image);
+                // The unsigned package's name for it; the signed one's is vmlinuz.
+                for name in ["vmlinuz.unsigned", "vmlinuz"] {
+                    let image = e.path().join(name);
+                    if image.is_file() {
+                        return Ok(image);
+                    }
                 }
             }
         }

@@ -255,19 +255,46 @@ fn stacks(report: &Value) -> Vec<Stack> {
         .collect()
 }
 
-/// The tracer's last words, shortened for one line of the table.
+/// The tracer's last words, shortened for one line of the table: its
+/// error line alone when the last line is one, else its last two lines.
 pub fn last_lines(stderr: &str) -> String {
     let lines: Vec<&str> = stderr
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let tail = lines[lines.len().saturating_sub(2)..].join(" / ");
-    let tail = tail.replace("memtrace-bpf: ", "");
+    let take = if lines.last().is_some_and(|l| l.contains("error")) {
+        1
+    } else {
+        2
+    };
+    let tail = lines[lines.len().saturating_sub(take)..].join(" / ");
+    let tail = verifier_end(&tail.replace("memtrace-bpf: ", ""));
     if tail.is_empty() {
         return "(no stderr)".into();
     }
-    shorten(&tail, 240)
+    shorten(&tail, 300)
+}
+
+/// A verifier log quoted in an error message (with `\n` escapes) gives
+/// its reason at its end: keep the message's head and the log's last lines.
+fn verifier_end(text: &str) -> String {
+    let Some((head, log)) = text.split_once("Verifier output:") else {
+        return text.to_owned();
+    };
+    let log: Vec<&str> = log
+        .split("\\n")
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let end = log[log.len().saturating_sub(2)..].join(" / ");
+    format!(
+        "{}verifier: … {end}",
+        shorten(head.trim_end(), 120)
+            .trim_end_matches('.')
+            .to_owned()
+            + ". "
+    )
 }
 
 pub fn shorten(s: &str, max: usize) -> String {

@@ -185,11 +185,24 @@ fn a_failed_load_reports_the_tracers_last_lines() {
     let judged = judge(&CHECKS[2], &raw(1, None, stderr), false);
     assert_eq!(
         judged.outcome,
-        Outcome::Fail(
-            "exit 1: verifier log line / error: failed to create map INFLIGHT: Invalid argument"
-                .into()
-        )
+        Outcome::Fail("exit 1: error: failed to create map INFLIGHT: Invalid argument".into())
     );
+    // A verifier log quoted with \n escapes: its reason is at its end.
+    let stderr = r"memtrace-bpf: error: verifying BPF program valloc_enter: the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier output: reg type unsupported for arg#0\n0: R1=ctx() R10=fp0\n12: (71) r1 = *(u8 *)(r2 -20)\ninvalid access to map value, value_size=200 off=-20 size=1\nprocessed 40 insns\n";
+    let Outcome::Fail(why) = judge(&CHECKS[0], &raw(1, None, stderr), false).outcome else {
+        panic!("a rejected program passes");
+    };
+    assert!(
+        why.starts_with("exit 1: error: verifying BPF program valloc_enter: "),
+        "{why}"
+    );
+    assert!(
+        why.ends_with("verifier: … invalid access to map value, value_size=200 off=-20 size=1 / processed 40 insns"),
+        "{why}"
+    );
+    // Not an error line last: the last two lines.
+    let judged = judge(&CHECKS[2], &raw(2, None, "one\ntwo\nthree\n"), false);
+    assert_eq!(judged.outcome, Outcome::Fail("exit 2: two / three".into()));
     assert_eq!(judged.mode, None);
     assert_eq!(
         judge(&CHECKS[2], &Raw::default(), true).outcome,
