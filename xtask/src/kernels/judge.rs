@@ -85,7 +85,8 @@ pub struct Raw {
 pub enum Outcome {
     Pass,
     Fail(String),
-    Timeout,
+    /// With the tracer's last words, if any.
+    Timeout(String),
 }
 
 #[derive(Debug, Clone)]
@@ -102,10 +103,12 @@ pub struct Judged {
 /// status is a timeout rather than a check that never ran.
 pub fn judge(check: &Check, raw: &Raw, guest_timed_out: bool) -> Judged {
     let outcome = match raw.exit {
-        None if guest_timed_out => Outcome::Timeout,
+        None if guest_timed_out => Outcome::Timeout(last_lines(&raw.stderr)),
         None => Outcome::Fail("no result: the guest did not run it".into()),
         // timeout(1)'s status: the check outlived its limit in the guest.
-        Some(124) => Outcome::Timeout,
+        Some(124) => Outcome::Timeout(last_lines(&raw.stderr)),
+        // guest.sh: an earlier check timed out, this one did not run.
+        Some(125) => Outcome::Fail(last_lines(&raw.stderr)),
         Some(0) => match raw.report.as_deref().map(serde_json::from_str::<Value>) {
             None => Outcome::Fail(format!("exit 0 but no report; {}", last_lines(&raw.stderr))),
             Some(Err(e)) => Outcome::Fail(format!("report is not JSON: {e}")),

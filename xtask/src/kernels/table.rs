@@ -43,9 +43,9 @@ fn result(c: &Judged) -> (&'static str, String) {
     match &c.outcome {
         Outcome::Pass => ("PASS", mode),
         Outcome::Fail(why) => ("FAIL", why.clone()),
-        Outcome::Timeout => (
+        Outcome::Timeout(last) => (
             "FAIL",
-            format!("timeout after {} s", c.seconds.unwrap_or(0)),
+            format!("timeout after {} s; last: {last}", c.seconds.unwrap_or(0)),
         ),
     }
 }

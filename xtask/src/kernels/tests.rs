@@ -206,15 +206,24 @@ fn a_failed_load_reports_the_tracers_last_lines() {
     assert_eq!(judged.mode, None);
     assert_eq!(
         judge(&CHECKS[2], &Raw::default(), true).outcome,
-        Outcome::Timeout
+        Outcome::Timeout("(no stderr)".into())
     );
     assert!(matches!(
         judge(&CHECKS[2], &Raw::default(), false).outcome,
         Outcome::Fail(_)
     ));
     assert_eq!(
-        judge(&CHECKS[2], &raw(124, None, ""), false).outcome,
-        Outcome::Timeout
+        judge(&CHECKS[2], &raw(124, None, "processed 402365 insns"), false).outcome,
+        Outcome::Timeout("processed 402365 insns".into())
+    );
+    assert_eq!(
+        judge(
+            &CHECKS[2],
+            &raw(125, None, "skipped: exact-3-sites timed out in this guest"),
+            false
+        )
+        .outcome,
+        Outcome::Fail("skipped: exact-3-sites timed out in this guest".into())
     );
 }
 
