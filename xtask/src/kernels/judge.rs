@@ -285,10 +285,21 @@ fn verifier_end(text: &str) -> String {
     let Some((head, log)) = text.split_once("Verifier output:") else {
         return text.to_owned();
     };
+    // Its closing statistics and the quoted errno are not the reason.
     let log: Vec<&str> = log
         .split("\\n")
         .map(str::trim)
-        .filter(|l| !l.is_empty())
+        .filter(|l| !l.is_empty() && !l.starts_with(':'))
+        .filter(|l| {
+            ![
+                "processed ",
+                "verification time",
+                "stack depth",
+                "insns processed",
+            ]
+            .iter()
+            .any(|s| l.starts_with(s))
+        })
         .collect();
     let end = log[log.len().saturating_sub(2)..].join(" / ");
     format!(

@@ -188,7 +188,7 @@ fn a_failed_load_reports_the_tracers_last_lines() {
         Outcome::Fail("exit 1: error: failed to create map INFLIGHT: Invalid argument".into())
     );
     // A verifier log quoted with \n escapes: its reason is at its end.
-    let stderr = r"memtrace-bpf: error: verifying BPF program valloc_enter: the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier output: reg type unsupported for arg#0\n0: R1=ctx() R10=fp0\n12: (71) r1 = *(u8 *)(r2 -20)\ninvalid access to map value, value_size=200 off=-20 size=1\nprocessed 40 insns\n";
+    let stderr = r"memtrace-bpf: error: verifying BPF program valloc_enter: the BPF_PROG_LOAD syscall returned Permission denied (os error 13). Verifier output: reg type unsupported for arg#0\n0: R1=ctx() R10=fp0\n12: (71) r1 = *(u8 *)(r2 -20)\ninvalid access to map value, value_size=200 off=-20 size=1\nprocessed 40 insns (limit 1000000)\nverification time 26 usec\n: Permission denied (os error 13)";
     let Outcome::Fail(why) = judge(&CHECKS[0], &raw(1, None, stderr), false).outcome else {
         panic!("a rejected program passes");
     };
@@ -197,7 +197,7 @@ fn a_failed_load_reports_the_tracers_last_lines() {
         "{why}"
     );
     assert!(
-        why.ends_with("verifier: … invalid access to map value, value_size=200 off=-20 size=1 / processed 40 insns"),
+        why.ends_with("verifier: … 12: (71) r1 = *(u8 *)(r2 -20) / invalid access to map value, value_size=200 off=-20 size=1"),
         "{why}"
     );
     // Not an error line last: the last two lines.
