@@ -13,6 +13,7 @@ mod cpu;
 mod demo;
 mod dist;
 mod fuzz;
+mod kernels;
 mod setup;
 mod soak;
 
@@ -34,8 +35,12 @@ enum Task {
     Setup,
     /// `setup`, then build the release binary target/release/memtrace-bpf.
     Build,
-    /// `setup`, `dist`, then all tests (needs root), clippy and rustfmt.
+    /// `setup`, `dist`, then all tests (needs root), clippy, rustfmt and
+    /// the kernel matrix (`kernels`).
     Test {
+        /// Skip the kernel matrix (ignored when CI=true: CI always runs it).
+        #[arg(long)]
+        no_kernels: bool,
         /// Extra arguments for `cargo test`, after `--`.
         #[arg(last = true)]
         args: Vec<String>,
@@ -79,6 +84,10 @@ enum Task {
         #[arg(long)]
         target: Option<String>,
     },
+    /// Boot Debian's kernels (5.10, 6.1, 6.12, newest) in QEMU and run
+    /// the same traces on each; a table of what passes where
+    /// (docs/kernels.md).
+    Kernels(kernels::KernelsArgs),
     /// The tracer's RSS over thousands of short-lived python3.11 runs
     /// (--binary and system-wide); fails if it grows past a bound.
     Soak(soak::SoakArgs),
@@ -92,7 +101,7 @@ fn main() -> Result<()> {
             setup::run()?;
             build_release()
         }
-        Task::Test { args } => test(&args),
+        Task::Test { args, no_kernels } => test(&args, no_kernels),
         Task::Demo => demo::run(),
         Task::Dist { dev } => dist::run_dist(dev),
         Task::Bench => bench::run(),
@@ -103,6 +112,7 @@ fn main() -> Result<()> {
             fuzz::run(seconds, target.as_deref())
         }
         Task::Soak(args) => soak::run(&args),
+        Task::Kernels(args) => kernels::run(&args),
     }
 }
 
@@ -112,9 +122,10 @@ fn build_release() -> Result<()> {
         .args(["build", "--release", "-p", "memtrace-bpf"]))
 }
 
-/// Builds the package, then runs tests, clippy and rustfmt, so the test results print first;
-/// every step runs and any failure fails the command.
-fn test(extra: &[String]) -> Result<()> {
+/// Builds the package, then runs tests, clippy, rustfmt and the kernel
+/// matrix, so the test results print first; every step runs and any
+/// failure fails the command.
+fn test(extra: &[String], no_kernels: bool) -> Result<()> {
     if !cmd::is_root() {
         bail!(
             "the integration tests load BPF programs and need root; \
@@ -159,9 +170,21 @@ fn test(extra: &[String]) -> Result<()> {
             failed.push(name);
         }
     }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if no_kernels && !ci {
+        println!("xtask: kernel matrix skipped (--no-kernels)");
+    } else {
+        if no_kernels {
+            println!("xtask: CI=true: --no-kernels ignored, the kernel matrix runs");
+        }
+        if let Err(e) = kernels::run(&kernels::KernelsArgs::all()) {
+            eprintln!("xtask: cargo xtask kernels failed: {e:#}");
+            failed.push("cargo xtask kernels");
+        }
+    }
     if !failed.is_empty() {
         bail!("failed: {}", failed.join(", "));
     }
-    println!("all tests, clippy and rustfmt passed");
+    println!("all tests, clippy, rustfmt and the kernel matrix passed");
     Ok(())
 }

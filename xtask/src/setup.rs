@@ -36,7 +36,54 @@ pub fn run() -> Result<()> {
     chromium(&mut apt)?;
     otlp_proto(&mut apt)?;
     lint_tools()?;
-    Ok(())
+    for_kernels_with(&mut apt)
+}
+
+/// What `cargo xtask kernels` needs to boot Debian's kernels: QEMU, a
+/// static busybox and depmod for virtme-ng's initramfs, and virtme-ng.
+pub fn for_kernels() -> Result<()> {
+    for_kernels_with(&mut Apt::default())
+}
+
+fn for_kernels_with(apt: &mut Apt) -> Result<()> {
+    for package in ["qemu-system-x86", "busybox-static", "kmod"] {
+        apt.ensure(&[package])?;
+    }
+    virtme_ng(apt)
+}
+
+/// The release `cargo xtask kernels` was measured with (docs/kernels.md).
+const VIRTME_NG: &str = "virtme-ng==1.42";
+
+/// virtme-ng boots a kernel over the host's root; from PyPI into a venv
+/// under target/kernels (Debian bookworm has no package of it).
+fn virtme_ng(apt: &mut Apt) -> Result<()> {
+    let venv = crate::cmd::target_dir().join("kernels/venv");
+    if let Some(v) = first_line(&venv.join("bin/vng").to_string_lossy(), "--version") {
+        println!("ok: {v} (target/kernels/venv)");
+        return Ok(());
+    }
+    println!(
+        "installing: {VIRTME_NG} from PyPI into target/kernels/venv (for `cargo xtask kernels`)"
+    );
+    let venv_works = Command::new("/usr/bin/python3")
+        .args(["-c", "import ensurepip, venv"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !venv_works {
+        apt.ensure(&["python3-venv"])?;
+    }
+    run_cmd(
+        Command::new("/usr/bin/python3")
+            .args(["-m", "venv"])
+            .arg(&venv),
+    )?;
+    run_cmd(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .arg(VIRTME_NG),
+    )
 }
 
 /// What `cargo xtask dist` needs: the BPF toolchain for the release build
