@@ -135,7 +135,7 @@ impl Loaded {
             "uprobes + uretprobes"
         };
         format!(
-            "kernel {}: unwind {}, {probes}, {}",
+            "kernel {}: mode: unwind {}, {probes}, {}",
             self.features.release,
             self.unwind.name(),
             self.features.inflight_words()

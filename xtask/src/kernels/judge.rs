@@ -320,14 +320,11 @@ pub fn shorten(s: &str, max: usize) -> String {
     out
 }
 
-/// The line the tracer prints about the mode it picked (the first line
-/// mentioning "mode"), without the program's prefix.
+/// What the tracer's mode line (`kernel RELEASE: mode: WORDS`) says
+/// after `mode: `.
 pub fn mode_line(stderr: &str) -> Option<String> {
-    let line = stderr.lines().find(|l| l.contains("mode"))?;
-    Some(shorten(
-        line.trim().trim_start_matches("memtrace-bpf: "),
-        100,
-    ))
+    let (_, words) = stderr.lines().find_map(|l| l.split_once(": mode: "))?;
+    Some(shorten(words.trim(), 100))
 }
 
 /// Every `program NAME verified in N instructions`, and the older form

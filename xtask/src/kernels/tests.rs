@@ -143,7 +143,7 @@ fn raw(exit: i32, report: Option<&Value>, stderr: &str) -> Raw {
 #[test]
 fn an_exact_check_passes_only_with_exact_numbers_and_complete_stacks() {
     let exact = &CHECKS[0];
-    let stderr = "memtrace-bpf: unwind mode: tables (kernel walker)\nthe return program verified in 274557 instructions\n";
+    let stderr = "memtrace-bpf: kernel 6.12.118+deb13-amd64: mode: unwind tables, uprobes + uretprobes\nthe return program verified in 274557 instructions\n";
     let good = judge(
         exact,
         &raw(0, Some(&report(1, &["__libc_start_call_main"])), stderr),
@@ -152,7 +152,7 @@ fn an_exact_check_passes_only_with_exact_numbers_and_complete_stacks() {
     assert_eq!(good.outcome, Outcome::Pass);
     assert_eq!(
         good.mode.as_deref(),
-        Some("unwind mode: tables (kernel walker)")
+        Some("unwind tables, uprobes + uretprobes")
     );
     assert_eq!(good.verified, vec![("return".to_owned(), 274_557)]);
 
@@ -270,7 +270,7 @@ fn verified_counts_in_both_forms() {
 
 #[test]
 fn the_table_has_a_row_per_check_and_the_largest_program_per_kernel() {
-    let stderr = "mode: tables\nprogram alloc_return verified in 366578 instructions\nprogram free verified in 20 instructions\n";
+    let stderr = "memtrace-bpf: kernel 6.12: mode: tables\nprogram alloc_return verified in 366578 instructions\nprogram free verified in 20 instructions\n";
     let pass = judge(
         &CHECKS[0],
         &raw(0, Some(&report(1, &["_start"])), stderr),
@@ -296,9 +296,7 @@ fn the_table_has_a_row_per_check_and_the_largest_program_per_kernel() {
     assert!(!runs[0].passed() && !runs[1].passed());
     let md = markdown(&runs);
     assert!(
-        md.contains(
-            "| 6.12 | 6.12.118+deb13-amd64 | exact-3-sites | PASS | mode=mode: tables | 12 |"
-        ),
+        md.contains("| 6.12 | 6.12.118+deb13-amd64 | exact-3-sites | PASS | mode=tables | 12 |"),
         "{md}"
     );
     assert!(
@@ -315,7 +313,7 @@ fn the_table_has_a_row_per_check_and_the_largest_program_per_kernel() {
     );
     let lines = console(&runs[0]);
     assert!(
-        lines.contains("6.12    exact-3-sites  PASS  mode=mode: tables"),
+        lines.contains("6.12    exact-3-sites  PASS  mode=tables"),
         "{lines}"
     );
     assert!(
