@@ -308,9 +308,26 @@ pub(crate) static EXP_TABLE: [u32; EXP_TABLE_LEN] = [0; EXP_TABLE_LEN];
 pub(crate) static COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU buffer where a sample is assembled before it is copied into the
-/// ring buffer with its real length (a reservation must have a fixed size).
+/// ring buffer with its real length (a reservation must have a fixed size);
+/// one per scratch slot (`scratch_slot`).
 #[map]
-pub(crate) static SAMPLE_BUF: PerCpuArray<StackSample> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static SAMPLE_BUF: PerCpuArray<StackSample> =
+    PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
+
+/// Slots of each per-CPU scratch map (walk state, stack window, event
+/// buffers). Uprobe programs run with migration disabled but, on a
+/// preemptible kernel (PREEMPT_LAZY is Debian's default from 7.x), may be
+/// preempted, and another task's program then runs on the same CPU: each
+/// thread uses the slot of its thread id, so two programs interleaved on
+/// one CPU use different buffers unless their thread ids share the low
+/// bits, and the walk checks it still owns its slot (walk.rs).
+pub(crate) const SCRATCH_SLOTS: u32 = 4;
+
+/// This thread's slot of the per-CPU scratch maps.
+#[inline(always)]
+pub(crate) fn scratch_slot() -> u32 {
+    (bpf_get_current_pid_tgid() as u32) & (SCRATCH_SLOTS - 1)
+}
 
 /// Reads a tunable (a global above, or an element of one) of any type.
 #[inline(always)]

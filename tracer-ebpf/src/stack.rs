@@ -15,8 +15,8 @@ use tracer_common::{
 
 use crate::{
     maps::{
-        count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES, STATE,
-        UNWIND_MODE,
+        count, event, scratch_slot, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS,
+        STACK_BYTES, STATE, UNWIND_MODE,
     },
     sampling::sampling,
     walk::{walk, FRAMES_BUF},
@@ -74,7 +74,7 @@ pub(crate) fn record_alloc(
 /// right after the call.
 #[inline(always)]
 fn record_alloc_sample(ctx: &RetProbeContext, mut ev: Event) {
-    let Some(buf) = SAMPLE_BUF.get_ptr_mut(0) else {
+    let Some(buf) = SAMPLE_BUF.get_ptr_mut(scratch_slot()) else {
         count(counter::STACK_LOST);
         return;
     };
@@ -167,7 +167,8 @@ fn insert_unreported(pid: u32, addr: u64, size: u64) {
 fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
     // SAFETY: the context is pt_regs, readable directly.
     let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
-    let (Some(w), Some(buf)) = (walk(ev.pid, ip, sp, bp), FRAMES_BUF.get_ptr_mut(0)) else {
+    let slot = scratch_slot();
+    let (Some(w), Some(buf)) = (walk(ev.pid, ip, sp, bp), FRAMES_BUF.get_ptr_mut(slot)) else {
         count(counter::STACK_LOST);
         return;
     };

@@ -15,7 +15,10 @@
 
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
-    helpers::{bpf_probe_read_user, generated::bpf_probe_read_user as bpf_probe_read_user_raw},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_probe_read_user,
+        generated::bpf_probe_read_user as bpf_probe_read_user_raw,
+    },
     macros::map,
     maps::{lpm_trie::Key, Array, LpmTrie, PerCpuArray},
 };
@@ -24,7 +27,7 @@ use tracer_common::{
     MAPPING_KEY_BITS, MAPPING_TABLE, MAX_FRAMES, STATE_UNWIND_GEN,
 };
 
-use crate::maps::{count, state as state_slot};
+use crate::maps::{count, scratch_slot, state as state_slot, SCRATCH_SLOTS};
 
 /// Every loaded file's rows, each file in its own extent (user space
 /// allocates them; sizes set at load time from --unwind-rows). Mmapable:
@@ -83,11 +86,12 @@ pub(crate) struct StackWindow {
     words: [u64; WINDOW_WORDS],
 }
 #[map]
-static WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(1, 0);
+static WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
 
 /// Per-CPU buffer where an EVENT_ALLOC_FRAMES is assembled.
 #[map]
-pub(crate) static FRAMES_BUF: PerCpuArray<FramesSample> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static FRAMES_BUF: PerCpuArray<FramesSample> =
+    PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
 
 /// Rule kinds and RBP rules of a row's low 32 bits (the encoding in
 /// tracer/src/stacks/unwind_table/encode.rs).
@@ -126,20 +130,26 @@ pub(crate) struct Walk {
     pub(crate) _pad: u32,
     /// STATE_UNWIND_GEN when the walk started (0: the rule cache is off).
     pub(crate) gen: u64,
+    /// The walking thread's pid_tgid: another thread whose program ran
+    /// on this CPU while this one was preempted, in the same scratch slot,
+    /// leaves its own here.
+    pub(crate) owner: u64,
 }
 
 /// Per CPU, the walk in progress. The step function is a global BPF
 /// function, which the verifier checks once on its own with no knowledge
 /// of its caller: it takes no arguments and finds the walk here.
 #[map]
-static WALK_STATE: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+static WALK_STATE: PerCpuArray<Walk> = PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
 
 /// Walks from the caller's registers; the addresses land in
 /// `FRAMES_BUF.frames`. Returns the state at the end, or None when this
 /// CPU's state slot cannot be had (counted as a lost stack).
 #[inline(always)]
 pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Walk> {
-    let state = WALK_STATE.get_ptr_mut(0)?;
+    let slot = scratch_slot();
+    let owner = bpf_get_current_pid_tgid();
+    let state = WALK_STATE.get_ptr_mut(slot)?;
     // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
     unsafe {
         *state = Walk {
@@ -153,9 +163,10 @@ pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Walk> {
             signal: 0,
             _pad: 0,
             gen: state_slot(STATE_UNWIND_GEN),
+            owner,
         }
     };
-    if let Some(win) = WINDOW.get_ptr_mut(0) {
+    if let Some(win) = WINDOW.get_ptr_mut(slot) {
         // SAFETY: as above.
         unsafe { (*win).len = 0 };
     }
@@ -172,7 +183,17 @@ pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Walk> {
         i += 1;
     }
     // SAFETY: as above.
-    Some(unsafe { *state })
+    let mut w = unsafe { *state };
+    if w.owner != owner {
+        // Another thread's walk ran in this slot meanwhile: what this one
+        // found is mixed with it. The allocation is still recorded, as one
+        // whose stack was lost.
+        count(counter::STACK_LOST);
+        w.depth = 0;
+        w.flags = FRAMES_ENDED;
+        w.owner = owner;
+    }
+    Some(w)
 }
 
 /// One frame of the walk in WALK_STATE: 1 to go on, 0 when it is over.
@@ -181,7 +202,7 @@ pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Walk> {
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn memtrace_walk_step() -> i64 {
-    let Some(state) = WALK_STATE.get_ptr_mut(0) else {
+    let Some(state) = WALK_STATE.get_ptr_mut(scratch_slot()) else {
         return 0;
     };
     // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
@@ -192,7 +213,7 @@ pub extern "C" fn memtrace_walk_step() -> i64 {
 /// One frame; false when the walk is over.
 #[inline(always)]
 fn step_frame(w: &mut Walk) -> bool {
-    let Some(buf) = FRAMES_BUF.get_ptr_mut(0) else {
+    let Some(buf) = FRAMES_BUF.get_ptr_mut(scratch_slot()) else {
         w.flags |= FRAMES_ENDED;
         return false;
     };
@@ -311,7 +332,7 @@ fn read_pair(addr: u64) -> Option<[u64; 2]> {
 /// mapping, an unaligned address), only what was asked for is read.
 #[inline(always)]
 fn read_words(addr: u64, pair: bool) -> Option<[u64; 2]> {
-    let Some(win) = WINDOW.get_ptr_mut(0) else {
+    let Some(win) = WINDOW.get_ptr_mut(scratch_slot()) else {
         return read_direct(addr, pair);
     };
     // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
