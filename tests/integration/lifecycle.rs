@@ -1,5 +1,5 @@
-//! The report is complete whatever ends the trace: SIGTERM, the target
-//! exiting, or the duration; and what then becomes of a `-- CMD` command.
+//! The report is complete whatever ends the trace: SIGTERM, SIGHUP, the
+//! target exiting, or the duration; and what then becomes of a `-- CMD` command.
 
 use std::{os::unix::process::ExitStatusExt, path::PathBuf};
 
@@ -17,6 +17,17 @@ fn sigterm_during_the_trace_still_writes_the_whole_report() {
     let mut target = Target::start(&bin, &[]);
     let report = trace_sites_to_json(&mut target, "sigterm", true, libc::SIGTERM);
     assert_eq!(report["end_reason"], "terminated (SIGTERM)");
+    assert_sites_exact(&report);
+}
+
+/// SIGHUP (the terminal or SSH session the tracer ran in closed) ends the
+/// trace as SIGTERM does, with the whole report.
+#[test]
+fn sighup_during_the_trace_still_writes_the_whole_report() {
+    let bin = compile_c("sites", "fp-sighup", FP_FLAGS);
+    let mut target = Target::start(&bin, &[]);
+    let report = trace_sites_to_json(&mut target, "sighup", true, libc::SIGHUP);
+    assert_eq!(report["end_reason"], "hung up (SIGHUP)");
     assert_sites_exact(&report);
 }
 
@@ -114,7 +125,7 @@ fn ctrl_c_during_attach_still_writes_a_report() {
     assert_eq!(report["processes"][0]["pid"], target.pid());
 }
 
-/// SIGINT and SIGTERM while the BPF programs are being loaded (the kernel
+/// SIGINT, SIGTERM and SIGHUP while the BPF programs are being loaded (the kernel
 /// verifying them, which no signal handler interrupts) end the tracer at
 /// once: status 128 + the signal, a last line that says so, nothing
 /// attached. The test holds the load for two minutes so that the signal
@@ -122,7 +133,11 @@ fn ctrl_c_during_attach_still_writes_a_report() {
 #[test]
 fn a_signal_while_loading_ends_the_tracer_at_once() {
     let bin = compile_c("sites", "fp-load-signal", FP_FLAGS);
-    for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+    for (sig, name) in [
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGHUP, "SIGHUP"),
+    ] {
         let target = Target::start(&bin, &[]);
         let pid = target.pid().to_string();
         let mut tracer = Tracer::spawn_env(
@@ -208,6 +223,19 @@ fn sigint_to_the_tracer_is_passed_on_to_the_command() {
     assert_eq!(proc_state(pid), None, "the command outlived the tracer");
     assert_eq!(report["end_reason"], "interrupted (SIGINT)");
     note_containing(&report, "it was sent SIGINT and exited");
+    assert_shutdown_recorded(&report);
+}
+
+/// SIGHUP to the tracer reaches the command as SIGHUP, which is traced
+/// while it shuts down, as for SIGTERM.
+#[test]
+fn sighup_to_the_tracer_is_passed_on_to_the_command() {
+    let (tracer, pid, state) = start_lifecycle("end-sighup", "shutdown", &[]);
+    let (report, _) = tracer.stop_with(libc::SIGHUP);
+    wait_for_line(&state, &format!("got signal {}", libc::SIGHUP));
+    assert_eq!(proc_state(pid), None, "the command outlived the tracer");
+    assert_eq!(report["end_reason"], "hung up (SIGHUP)");
+    note_containing(&report, "it was sent SIGHUP and exited");
     assert_shutdown_recorded(&report);
 }
 

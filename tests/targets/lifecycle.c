@@ -5,10 +5,10 @@
  *
  *   lifecycle FILE jobctl       waits for two SIGCONTs (the test stops it
  *                               with SIGSTOP, then SIGTSTP), exits 0
- *   lifecycle FILE shutdown     waits for SIGTERM or SIGINT, allocates,
- *                               exits 0
- *   lifecycle FILE stubborn     ignores SIGTERM and SIGINT, runs until
- *                               killed
+ *   lifecycle FILE shutdown     waits for SIGTERM, SIGINT or SIGHUP,
+ *                               allocates, exits 0
+ *   lifecycle FILE stubborn     ignores SIGTERM, SIGINT and SIGHUP, runs
+ *                               until killed
  *   lifecycle FILE argv ARG...  writes its arguments to FILE, each followed
  *                               by a NUL byte, exits 0
  */
@@ -81,8 +81,10 @@ int main(int argc, char **argv) {
         int stubborn = !strcmp(mode, "stubborn");
         signal(SIGTERM, stubborn ? SIG_IGN : on_stop_request);
         signal(SIGINT, stubborn ? SIG_IGN : on_stop_request);
+        signal(SIGHUP, stubborn ? SIG_IGN : on_stop_request);
         sigaddset(&blocked, SIGTERM);
         sigaddset(&blocked, SIGINT);
+        sigaddset(&blocked, SIGHUP);
         before_stop();
         say("ready %d", getpid());
         wait_until(&got_signal, 1, &blocked);

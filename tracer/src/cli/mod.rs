@@ -62,8 +62,9 @@ pub struct Cli {
     pub exclude_pid: Vec<u32>,
 
     /// Command to start and trace from its first instruction, after `--`.
-    /// When the trace ends first (--duration, SIGINT, SIGTERM), the command
-    /// gets SIGTERM (SIGINT for SIGINT), a few seconds to exit, then SIGKILL.
+    /// When the trace ends first (--duration, SIGINT, SIGTERM, SIGHUP), the
+    /// command gets SIGTERM (SIGINT or SIGHUP for those), a few seconds to
+    /// exit, then SIGKILL.
     #[arg(last = true, value_name = "CMD", conflicts_with_all = ["pid", "binary", "cgroup"])]
     pub command: Vec<std::ffi::OsString>,
 

@@ -21,7 +21,7 @@ pub struct Profile {
     /// Wall-clock seconds between attach and the end of the trace.
     pub duration_secs: f64,
     /// Why the trace ended: "duration elapsed", "target exited",
-    /// "interrupted (SIGINT)", "terminated (SIGTERM)".
+    /// "interrupted (SIGINT)", "terminated (SIGTERM)", "hung up (SIGHUP)".
     pub end_reason: String,
     /// Mean sampling interval in bytes; 1 = every allocation recorded (exact).
     pub sample_rate: u64,

@@ -156,7 +156,14 @@ mod tests {
     fn text_and_json_with_a_history_match_golden() {
         let p = with_history();
         let mut text = Vec::new();
-        crate::report::write_text_by(&p, 10, Sort::Growth, &mut text).expect("write_text");
+        crate::report::write_text_by(
+            &p,
+            10,
+            Sort::Growth,
+            crate::report::View::InuseSpace,
+            &mut text,
+        )
+        .expect("write_text");
         check_golden("one_process.growth.txt", &text);
         let mut json = Vec::new();
         crate::report::write_json(&p, &mut json).expect("write_json");

@@ -3,10 +3,10 @@
 //! tracer deaf to signals.
 //!
 //! Once the trace is over the tokio runtime no longer listens, so
-//! `abandon_blocked_writes_on_signal` installs plain handlers for SIGINT
-//! and SIGTERM, without SA_RESTART: a write(2) blocked on a pipe returns
-//! EINTR, and `Interruptible` then gives up with an error, which sends the
-//! report to the fallback file (see `Output::write_with`). Writes to
+//! `abandon_blocked_writes_on_signal` installs plain handlers for SIGINT,
+//! SIGTERM and SIGHUP, without SA_RESTART: a write(2) blocked on a pipe
+//! returns EINTR, and `Interruptible` then gives up with an error, which
+//! sends the report to the fallback file (see `Output::write_with`). Writes to
 //! regular files never block for long and are finished. Every such signal
 //! is answered on stderr at once.
 
@@ -16,7 +16,7 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-/// SIGINT and SIGTERM received since the handlers were installed.
+/// SIGINT, SIGTERM and SIGHUP received since the handlers were installed.
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
 
 const SAID: &[u8] = b"\nmemtrace-bpf: the trace is over; writing its report (a write that is \
@@ -28,10 +28,10 @@ extern "C" fn on_signal(_sig: libc::c_int) {
     unsafe { libc::write(2, SAID.as_ptr().cast(), SAID.len()) };
 }
 
-/// From now on SIGINT and SIGTERM abandon a blocked report write (and are
+/// From now on SIGINT, SIGTERM and SIGHUP abandon a blocked report write (and are
 /// acknowledged on stderr). Call when the trace has ended.
 pub fn abandon_blocked_writes_on_signal() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction is valid; the handler only touches an
         // atomic and calls write(2). No SA_RESTART: blocked writes return
         // EINTR.

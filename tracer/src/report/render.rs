@@ -10,7 +10,8 @@ use super::{Profile, Sort, View};
 /// The report formats a profile can be written in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
-    /// Top stacks by in-use bytes, then the loss counters.
+    /// Top stacks by in-use bytes (or --view's number), then the loss
+    /// counters.
     #[default]
     Text,
     /// `root;...;leaf VALUE` lines for speedscope, inferno, flamegraph.pl.
@@ -37,8 +38,8 @@ impl Format {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RenderOptions {
     pub format: Format,
-    /// The number collapsed stacks, flamegraphs and speedscope show, and
-    /// pprof's default sample type.
+    /// The number collapsed stacks, flamegraphs and speedscope show, the
+    /// text report ranks its stacks by, and pprof's default sample type.
     pub view: View,
     /// Stacks in the text report.
     pub top: usize,
@@ -50,7 +51,13 @@ pub struct RenderOptions {
 pub fn render(p: &Profile, options: &RenderOptions, mut w: &mut dyn Write) -> anyhow::Result<()> {
     let view = options.view;
     match options.format {
-        Format::Text => Ok(super::write_text_by(p, options.top, options.sort, &mut w)?),
+        Format::Text => Ok(super::write_text_by(
+            p,
+            options.top,
+            options.sort,
+            view,
+            &mut w,
+        )?),
         Format::Json => super::write_json(p, &mut w),
         Format::Collapsed => Ok(super::write_collapsed(p, view, &mut w)?),
         Format::Flamegraph => super::write_flamegraph(p, view, &mut w),

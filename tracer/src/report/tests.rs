@@ -82,6 +82,90 @@ fn text_without_inuse_falls_back_to_allocated() {
     check_golden("all_freed.txt", &text(&p, 3));
 }
 
+/// The text report as `render` writes it for `view` (sorted by in-use).
+fn text_in_view(p: &Profile, view: View, top: usize) -> String {
+    let options = RenderOptions {
+        format: Format::Text,
+        view,
+        top,
+        sort: Sort::Inuse,
+    };
+    let mut out = Vec::new();
+    render(p, &options, &mut out).expect("render text");
+    String::from_utf8(out).expect("UTF-8")
+}
+
+#[test]
+fn text_in_the_alloc_space_view_matches_golden() {
+    let out = text_in_view(&one_process(), View::AllocSpace, 10);
+    check_golden("one_process.alloc_space.txt", out.as_bytes());
+}
+
+#[test]
+fn text_in_the_default_view_is_the_plain_text_report() {
+    for (_, p) in fixtures() {
+        let out = text_in_view(&p, View::InuseSpace, 10);
+        assert_eq!(out.as_bytes(), text(&p, 10), "{out}");
+    }
+}
+
+/// The stack headings of the main list (before the peak section).
+fn headings(out: &str) -> Vec<&str> {
+    let main = out.split("Heap at its peak").next().unwrap_or_default();
+    main.lines().filter(|l| l.starts_with('#')).collect()
+}
+
+#[test]
+fn text_ranks_stacks_by_the_view_with_its_number_first() {
+    let p = one_process();
+    let out = text_in_view(&p, View::AllocObjects, 10);
+    assert!(out.contains("Top stacks by allocated objects:\n"), "{out}");
+    // Every stack, freed or not: all of them allocated during the trace.
+    assert_eq!(
+        headings(&out),
+        [
+            "#1  256 objects, 1048576 bytes allocated (in use: 0 objects, 0 bytes) pid 4242",
+            "#2  10 objects, 40000 bytes allocated (in use: 10 objects, 40000 bytes) pid 4242",
+            "#3  4 objects, 512 bytes allocated (in use: 4 objects, 512 bytes) pid 4242",
+            "#4  2 objects, 8192 bytes allocated (in use: 1 object, 4096 bytes) pid 4242",
+            "#5  2 objects, 256 bytes allocated (in use: 2 objects, 256 bytes) pid 4242",
+        ],
+        "{out}"
+    );
+    assert!(
+        !out.contains("with nothing left in use not listed"),
+        "{out}"
+    );
+
+    let out = text_in_view(&p, View::InuseObjects, 10);
+    assert!(out.contains("Top stacks by in-use objects:\n"), "{out}");
+    assert_eq!(
+        headings(&out),
+        [
+            "#1  10 objects, 40000 bytes (allocated: 10 objects, 40000 bytes) pid 4242",
+            "#2  4 objects, 512 bytes (allocated: 4 objects, 512 bytes) pid 4242",
+            "#3  2 objects, 256 bytes (allocated: 2 objects, 256 bytes) pid 4242",
+            "#4  1 object, 4096 bytes (allocated: 2 objects, 8192 bytes) pid 4242",
+        ],
+        "{out}"
+    );
+    assert!(
+        out.contains("1 stack with nothing left in use not listed"),
+        "{out}"
+    );
+
+    let out = text_in_view(&p, View::AllocSpace, 2);
+    assert_eq!(
+        headings(&out),
+        [
+            "#1  1048576 bytes in 256 objects allocated (in use: 0 bytes in 0 objects) pid 4242",
+            "#2  40000 bytes in 10 objects allocated (in use: 40000 bytes in 10 objects) pid 4242",
+        ],
+        "{out}"
+    );
+    assert!(out.contains("3 more stacks not shown (--top)"), "{out}");
+}
+
 #[test]
 fn collapsed_matches_golden() {
     let views = [

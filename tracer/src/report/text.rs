@@ -13,26 +13,33 @@ use super::{
     basename, counted,
     growth::{growth_line, history_line},
     text_parts::{amount, frame_line, plural, write_frames, FRAME_INDENT},
-    Hook, Note, Profile, Sort, StackReport,
+    Counts, Hook, Note, Profile, Sort, StackReport, View,
 };
 
 /// Width of the labels in the header, so values line up.
 const LABEL_WIDTH: usize = 12;
 
-/// Writes the report, listing at most `top` stacks.
+/// Writes the report, listing at most `top` stacks by in-use bytes.
 pub fn write_text(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<()> {
-    write_text_by(p, top, Sort::Inuse, w)
+    write_text_by(p, top, Sort::Inuse, View::InuseSpace, w)
 }
 
-/// Writes the report, listing at most `top` stacks in the profile's order,
-/// which `sort` describes (see `Profile::sort_stacks`).
-pub fn write_text_by(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::Result<()> {
+/// Writes the report, listing at most `top` stacks. `sort` describes the
+/// profile's order (see `Profile::sort_stacks`); with `Sort::Inuse` the
+/// stacks are ranked by `view`'s number (see `write_stacks`).
+pub fn write_text_by(
+    p: &Profile,
+    top: usize,
+    sort: Sort,
+    view: View,
+    w: &mut impl Write,
+) -> io::Result<()> {
     write_header(p, w)?;
     writeln!(w)?;
     write_totals(p, w)?;
     writeln!(w)?;
     super::groups_text::write_groups(p, w)?;
-    write_stacks(p, top, sort, w)?;
+    write_stacks(p, top, sort, view, w)?;
     super::text_peak::write_peak(p, top, w)?;
     super::churn_text::write_temporary_stacks(p, w, |stack, mut w| {
         write_frames(&stack.frames, stack.truncated, &[], &mut w)
@@ -257,17 +264,41 @@ fn write_exit_stacks(p: &Profile, top: usize, w: &mut impl Write) -> io::Result<
     Ok(())
 }
 
-fn write_stacks(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::Result<()> {
+/// The main list of stacks. The in-use views list the stacks with something
+/// in use (the allocated views every stack); with `Sort::Inuse` they are
+/// ranked by the view's number, and each heading gives that number first.
+/// The peak views list by in-use bytes: the peak section ranks by the peak.
+fn write_stacks(
+    p: &Profile,
+    top: usize,
+    sort: Sort,
+    view: View,
+    w: &mut impl Write,
+) -> io::Result<()> {
     if p.stacks.is_empty() {
         return writeln!(w, "No allocations recorded.");
     }
-    // `p.stacks` is sorted already, as `sort` says.
-    let inuse: Vec<&StackReport> = p
+    let view = match view {
+        View::PeakSpace | View::PeakObjects => View::InuseSpace,
+        view => view,
+    };
+    let all = matches!(view, View::AllocSpace | View::AllocObjects);
+    // `p.stacks` is sorted already, as `sort` says: by growth, or by in-use
+    // bytes, which the default view keeps.
+    let ranked: Vec<&StackReport> = p
         .stacks
         .iter()
-        .filter(|s| s.counts.inuse_bytes > 0)
+        .filter(|s| all || view.value(&s.counts) > 0)
         .collect();
-    let listed = if inuse.is_empty() {
+    let ranked = match (sort, view) {
+        (Sort::Inuse, View::InuseSpace) | (Sort::Growth, _) => ranked,
+        (Sort::Inuse, view) => by_view(ranked, view),
+    };
+    let title = match sort {
+        Sort::Inuse => view.describe(),
+        Sort::Growth => sort.title(),
+    };
+    let listed = if ranked.is_empty() {
         let what = match p.min_age_secs {
             Some(_) => "has been in use for the min age",
             None => "is still in use",
@@ -276,16 +307,16 @@ fn write_stacks(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::
             w,
             "Nothing allocated during the trace {what}; top stacks by allocated bytes:"
         )?;
-        by_alloc_bytes(&p.stacks)
+        by_view(p.stacks.iter().collect(), View::AllocSpace)
     } else {
-        writeln!(w, "Top stacks by {}:", sort.title())?;
-        inuse
+        writeln!(w, "Top stacks by {title}:")?;
+        ranked
     };
     let shown: Vec<&StackReport> = listed.iter().take(top).copied().collect();
     let addresses = super::distinct::addresses_to_show(&shown, |f| frame_line(f, false));
     for (i, (stack, addresses)) in shown.iter().zip(&addresses).enumerate() {
         writeln!(w)?;
-        write_stack(p, i + 1, stack, addresses, w)?;
+        write_stack(p, i + 1, stack, view, addresses, w)?;
     }
     let hidden = listed.len().saturating_sub(top);
     let freed = p.stacks.len() - listed.len();
@@ -303,14 +334,37 @@ fn write_stacks(p: &Profile, top: usize, sort: Sort, w: &mut impl Write) -> io::
     Ok(())
 }
 
-fn by_alloc_bytes(stacks: &[StackReport]) -> Vec<&StackReport> {
-    let mut sorted: Vec<&StackReport> = stacks.iter().collect();
+/// `stacks` largest first by `view`'s number, then by its companion (bytes
+/// for objects, objects for bytes).
+fn by_view(mut stacks: Vec<&StackReport>, view: View) -> Vec<&StackReport> {
+    let key = |c: &Counts| match view {
+        View::InuseObjects => (c.inuse_objects, c.inuse_bytes),
+        View::AllocSpace => (c.alloc_bytes, c.alloc_objects),
+        View::AllocObjects => (c.alloc_objects, c.alloc_bytes),
+        View::InuseSpace | View::PeakSpace | View::PeakObjects => (c.inuse_bytes, c.inuse_objects),
+    };
     // Stable: ties keep the profile's order, so the output is deterministic.
-    sorted.sort_by(|a, b| {
-        (b.counts.alloc_bytes, b.counts.alloc_objects)
-            .cmp(&(a.counts.alloc_bytes, a.counts.alloc_objects))
-    });
-    sorted
+    stacks.sort_by_key(|s| std::cmp::Reverse(key(&s.counts)));
+    stacks
+}
+
+/// A heading's counts, `view`'s pair first: `40000 bytes in 10 objects
+/// (allocated: ...)`, `256 objects, 1048576 bytes allocated (in use: ...)`.
+fn heading_counts(c: &Counts, view: View) -> String {
+    // The objects views name the objects first.
+    let by_objects = matches!(view, View::InuseObjects | View::AllocObjects);
+    let pair = |bytes, objects| match by_objects {
+        false => format!("{} in {}", plural(bytes, "byte"), plural(objects, "object")),
+        true => format!("{}, {}", plural(objects, "object"), plural(bytes, "byte")),
+    };
+    let inuse = pair(c.inuse_bytes, c.inuse_objects);
+    let alloc = pair(c.alloc_bytes, c.alloc_objects);
+    match view {
+        View::AllocSpace | View::AllocObjects => format!("{alloc} allocated (in use: {inuse})"),
+        View::InuseSpace | View::InuseObjects | View::PeakSpace | View::PeakObjects => {
+            format!("{inuse} (allocated: {alloc})")
+        }
+    }
 }
 
 /// `addresses`: the frames (by index) whose address tells this stack from
@@ -319,17 +373,14 @@ fn write_stack(
     p: &Profile,
     rank: usize,
     stack: &StackReport,
+    view: View,
     addresses: &[bool],
     w: &mut impl Write,
 ) -> io::Result<()> {
-    let c = &stack.counts;
     writeln!(
         w,
-        "#{rank}  {} in {} (allocated: {} in {}) {}",
-        plural(c.inuse_bytes, "byte"),
-        plural(c.inuse_objects, "object"),
-        plural(c.alloc_bytes, "byte"),
-        plural(c.alloc_objects, "object"),
+        "#{rank}  {} {}",
+        heading_counts(&stack.counts, view),
         match &stack.exited_group {
             Some(_) => esc(&p.stack_label(stack)).into_owned(),
             None => format!(

@@ -70,8 +70,12 @@ impl Trace<'_> {
         if self.settings.config.keep_running {
             return Ok(Some(Note::CommandLeftRunning { pid }));
         }
+        // SIGINT and SIGHUP are passed on as they came; anything else
+        // (SIGTERM, the duration) asks the command to terminate.
         let (sig, name) = if end_reason.starts_with("interrupted") {
             (libc::SIGINT, "SIGINT")
+        } else if end_reason.starts_with("hung up") {
+            (libc::SIGHUP, "SIGHUP")
         } else {
             (libc::SIGTERM, "SIGTERM")
         };

@@ -1,7 +1,7 @@
-//! Loading the BPF programs while SIGINT and SIGTERM are answered. The
-//! kernel verifies a program inside one bpf() call, during which a signal
-//! handler does not run, so the load runs on a thread of its own and the
-//! main thread waits for it or for a signal: a signal ends the tracer at
+//! Loading the BPF programs while SIGINT, SIGTERM and SIGHUP are answered.
+//! The kernel verifies a program inside one bpf() call, during which a
+//! signal handler does not run, so the load runs on a thread of its own and
+//! the main thread waits for it or for a signal: a signal ends the tracer at
 //! once, with nothing attached (probes are attached only after the load),
 //! and what the loading thread created goes with the process.
 
@@ -17,7 +17,7 @@ use crate::{
     },
 };
 
-/// `loader::load` on a thread, given up on SIGINT or SIGTERM
+/// `loader::load` on a thread, given up on SIGINT, SIGTERM or SIGHUP
 /// (`TraceError::InterruptedWhileLoading`).
 pub fn load(
     runtime: &Runtime,
@@ -47,7 +47,11 @@ pub fn load(
         tokio::select! {
             loaded = result => loaded?.0,
             signal = signals.interrupt() => {
-                let name = if signal == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+                let name = match signal {
+                    libc::SIGTERM => "SIGTERM",
+                    libc::SIGHUP => "SIGHUP",
+                    _ => "SIGINT",
+                };
                 Err(TraceError::InterruptedWhileLoading { name, signal }.into())
             }
         }

@@ -58,9 +58,9 @@ pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
         Some(addr) => Some(serve::Bound::bind(*addr)?),
         None => None,
     };
-    // Signal handlers first: a Ctrl-C or SIGTERM that comes while probes
-    // are being attached, or just after, ends the trace with its report
-    // instead of killing the tracer.
+    // Signal handlers first: a Ctrl-C, SIGTERM or SIGHUP that comes while
+    // probes are being attached, or just after, ends the trace with its
+    // report instead of killing the tracer.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -26,16 +26,16 @@ pub const FINAL_EXEC_BUDGET: Duration = Duration::from_millis(200);
 /// How long calls already inside the allocator get to return after the stop.
 pub const STOP_GRACE: Duration = Duration::from_millis(20);
 /// How long a started command gets to exit after the trace ended first and
-/// it was sent SIGTERM (or SIGINT), before SIGKILL.
+/// it was sent SIGTERM (or SIGINT, SIGHUP), before SIGKILL.
 pub const COMMAND_GRACE: Duration = Duration::from_secs(5);
 
 /// What ends a collection phase.
 #[derive(Clone, Copy)]
 pub enum Phase {
-    /// The trace: the duration, the target's exit, SIGINT or SIGTERM.
+    /// The trace: the duration, the target's exit, SIGINT, SIGTERM or SIGHUP.
     Trace { duration: Option<f64> },
     /// A started command was told to stop: its exit; SIGKILL when the grace
-    /// time is over or another SIGINT/SIGTERM comes.
+    /// time is over or another SIGINT/SIGTERM/SIGHUP comes.
     WindDown,
 }
 
@@ -43,6 +43,9 @@ pub enum Phase {
 pub struct Signals {
     sigint: tokio::signal::unix::Signal,
     sigterm: tokio::signal::unix::Signal,
+    /// The terminal or SSH session closed: ends the trace as SIGTERM does
+    /// (its default action would end the tracer with no report).
+    sighup: tokio::signal::unix::Signal,
     sigchld: tokio::signal::unix::Signal,
 }
 
@@ -51,15 +54,17 @@ impl Signals {
         Ok(Signals {
             sigint: signal(SignalKind::interrupt()).context("installing SIGINT handler")?,
             sigterm: signal(SignalKind::terminate()).context("installing SIGTERM handler")?,
+            sighup: signal(SignalKind::hangup()).context("installing SIGHUP handler")?,
             sigchld: signal(SignalKind::child()).context("installing SIGCHLD handler")?,
         })
     }
 
-    /// Waits for SIGINT or SIGTERM; returns its number.
+    /// Waits for SIGINT, SIGTERM or SIGHUP; returns its number.
     pub async fn interrupt(&mut self) -> i32 {
         tokio::select! {
             _ = self.sigint.recv() => libc::SIGINT,
             _ = self.sigterm.recv() => libc::SIGTERM,
+            _ = self.sighup.recv() => libc::SIGHUP,
         }
     }
 }
@@ -142,6 +147,9 @@ impl Trace<'_> {
                 }
                 _ = self.signals.sigterm.recv() => {
                     self.on_signal(phase, "SIGTERM", &mut killed, &mut deadline)
+                }
+                _ = self.signals.sighup.recv() => {
+                    self.on_signal(phase, "SIGHUP", &mut killed, &mut deadline)
                 }
                 _ = exited(exit.as_ref()) => Next::End(exit_reason(phase, killed.take())),
                 _ = sleep_until(deadline) => match phase {
@@ -235,8 +243,8 @@ impl Trace<'_> {
         Ok((exit, events))
     }
 
-    /// SIGINT or SIGTERM ends the trace; in the wind-down, a second one
-    /// stops waiting for the command.
+    /// SIGINT, SIGTERM or SIGHUP ends the trace; in the wind-down, a second
+    /// one stops waiting for the command.
     fn on_signal(
         &mut self,
         phase: Phase,
@@ -247,6 +255,7 @@ impl Trace<'_> {
         match phase {
             Phase::Trace { .. } => Next::End(match name {
                 "SIGINT" => "interrupted (SIGINT)".into(),
+                "SIGHUP" => "hung up (SIGHUP)".into(),
                 _ => format!("terminated ({name})"),
             }),
             Phase::WindDown => {
