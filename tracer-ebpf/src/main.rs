@@ -17,6 +17,16 @@
 // empty program, so the probe code is still type-checked and linted.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// BPF atomics (scratch.rs): core's atomic types have no read-modify-write
+// for the BPF target, the intrinsics do.
+#![cfg_attr(
+    target_arch = "bpf",
+    expect(
+        internal_features,
+        reason = "core::intrinsics' atomics, see scratch.rs"
+    ),
+    feature(core_intrinsics, adt_const_params)
+)]
 
 mod alloc;
 mod args;
@@ -25,6 +35,7 @@ mod inflight;
 mod maps;
 mod process;
 mod sampling;
+mod scratch;
 mod stack;
 mod walk;
 

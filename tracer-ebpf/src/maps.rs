@@ -2,6 +2,7 @@
 //! loading, and the small helpers every program uses on them (counting a
 //! loss, the trace filter, the stop flag, ring-buffer wakeups).
 
+use crate::scratch::SCRATCH_SLOTS;
 use aya_ebpf::{
     bindings::{bpf_map_type, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST},
     helpers::{
@@ -309,25 +310,10 @@ pub(crate) static COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1,
 
 /// Per-CPU buffer where a sample is assembled before it is copied into the
 /// ring buffer with its real length (a reservation must have a fixed size);
-/// one per scratch slot (`scratch_slot`).
+/// one per scratch slot (scratch.rs).
 #[map]
 pub(crate) static SAMPLE_BUF: PerCpuArray<StackSample> =
     PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
-
-/// Slots of each per-CPU scratch map (walk state, stack window, event
-/// buffers). Uprobe programs run with migration disabled but, on a
-/// preemptible kernel (PREEMPT_LAZY is Debian's default from 7.x), may be
-/// preempted, and another task's program then runs on the same CPU: each
-/// thread uses the slot of its thread id, so two programs interleaved on
-/// one CPU use different buffers unless their thread ids share the low
-/// bits, and the walk checks it still owns its slot (walk.rs).
-pub(crate) const SCRATCH_SLOTS: u32 = 4;
-
-/// This thread's slot of the per-CPU scratch maps.
-#[inline(always)]
-pub(crate) fn scratch_slot() -> u32 {
-    (bpf_get_current_pid_tgid() as u32) & (SCRATCH_SLOTS - 1)
-}
 
 /// Reads a tunable (a global above, or an element of one) of any type.
 #[inline(always)]

@@ -9,17 +9,18 @@ use aya_ebpf::{
 };
 use tracer_common::{
     counter, Event, FramesHeader, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC,
-    EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE, FRAMES_RESUME, MAX_FRAMES, MAX_STACK_BYTES,
-    STACK_CHUNK, STATE_UNREPORTED, UNWIND_DWARF, UNWIND_TABLES,
+    EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE, FRAMES_ENDED, FRAMES_RESUME, MAX_FRAMES,
+    MAX_STACK_BYTES, STACK_CHUNK, STATE_UNREPORTED, UNWIND_DWARF, UNWIND_TABLES,
 };
 
 use crate::{
     maps::{
-        count, event, scratch_slot, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS,
-        STACK_BYTES, STATE, UNWIND_MODE,
+        count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES, STATE,
+        UNWIND_MODE,
     },
     sampling::sampling,
-    walk::{walk, FRAMES_BUF},
+    scratch::Scratch,
+    walk::{owns_slot, walk, FRAMES_BUF},
 };
 
 #[inline(always)]
@@ -74,28 +75,56 @@ pub(crate) fn record_alloc(
 /// right after the call.
 #[inline(always)]
 fn record_alloc_sample(ctx: &RetProbeContext, mut ev: Event) {
-    let Some(buf) = SAMPLE_BUF.get_ptr_mut(scratch_slot()) else {
+    ev.kind = EVENT_ALLOC_SAMPLE;
+    // Held to the end of this function (its Drop gives the slot back).
+    let scratch = Scratch::take();
+    let buf = match &scratch {
+        Some(s) => SAMPLE_BUF.get_ptr_mut(s.slot),
+        None => None,
+    };
+    let Some(buf) = buf else {
         count(counter::STACK_LOST);
+        if track(ev.pid, ev.addr, ev.size) {
+            output_or_unreported(&bare_sample(ev), &ev);
+        }
         return;
     };
     // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
     let sample = unsafe { &mut *buf };
     // SAFETY: the context is pt_regs, readable directly.
     let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
-    let len = copy_stack(sp, &mut sample.stack);
-    if len == 0 {
-        count(counter::STACK_LOST);
-    }
-    ev.kind = EVENT_ALLOC_SAMPLE;
-    sample.header = SampleHeader {
+    let header = SampleHeader {
         event: ev,
         ip,
         sp,
         bp,
-        stack_len: len as u32,
+        stack_len: 0,
         _pad: 0,
     };
+    // The header first: a program of another thread that runs in this
+    // slot meanwhile (see maps::SCRATCH_SLOTS) writes its own first too,
+    // so a copy whose header is no longer this one is made again.
+    let mut len = 0;
+    let mut attempt = 0;
+    while attempt < 2 {
+        sample.header = header;
+        len = copy_stack(sp, &mut sample.stack);
+        sample.header.stack_len = len as u32;
+        if same_event(&sample.header.event, &ev) {
+            break;
+        }
+        attempt += 1;
+    }
+    if len == 0 {
+        count(counter::STACK_LOST);
+    }
     if !track(ev.pid, ev.addr, ev.size) {
+        return;
+    }
+    if !same_event(&sample.header.event, &ev) {
+        // Taken over: the allocation goes without its stack.
+        count(counter::STACK_LOST);
+        output_or_unreported(&bare_sample(ev), &ev);
         return;
     }
     let Some(total) = output_len(
@@ -167,9 +196,20 @@ fn insert_unreported(pid: u32, addr: u64, size: u64) {
 fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
     // SAFETY: the context is pt_regs, readable directly.
     let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
-    let slot = scratch_slot();
-    let (Some(w), Some(buf)) = (walk(ev.pid, ip, sp, bp), FRAMES_BUF.get_ptr_mut(slot)) else {
+    ev.kind = EVENT_ALLOC_FRAMES;
+    // Held to the end of this function (its Drop gives the slot back).
+    let scratch = Scratch::take();
+    let slot = scratch.as_ref().map_or(0, |s| s.slot);
+    let found = match scratch {
+        Some(_) => (walk(slot, ev.pid, ip, sp, bp), FRAMES_BUF.get_ptr_mut(slot)),
+        None => (None, None),
+    };
+    let (Some(w), Some(buf)) = found else {
+        // Every slot held by programs this one preempted or interrupted.
         count(counter::STACK_LOST);
+        if track(ev.pid, ev.addr, ev.size) {
+            output_or_unreported(&bare_frames(ev), &ev);
+        }
         return;
     };
     // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
@@ -181,7 +221,6 @@ fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
         stack_len = copy_stack(w.sp, &mut sample.stack);
         total = core::mem::size_of::<FramesHeader>() + 8 * MAX_FRAMES + stack_len;
     }
-    ev.kind = EVENT_ALLOC_FRAMES;
     sample.header = FramesHeader {
         event: ev,
         depth: depth as u32,
@@ -198,10 +237,62 @@ fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
     if !track(ev.pid, ev.addr, ev.size) {
         return;
     }
+    if !owns_slot(slot, w.owner) || !same_event(&sample.header.event, &ev) {
+        // Another thread's walk took this slot meanwhile (scratch.rs):
+        // the allocation goes without its stack.
+        count(counter::STACK_LOST);
+        output_or_unreported(&bare_frames(ev), &ev);
+        return;
+    }
     // SAFETY: `total` is at most the size of `sample` (checked above).
     let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, total) };
     if EVENTS.output::<[u8]>(bytes, wakeup_flags()).is_err() {
         // Not sent: the block stays, marked unreported (as in record_alloc).
+        count(counter::RINGBUF_FULL);
+        insert_unreported(ev.pid, ev.addr, ev.size);
+    }
+}
+
+/// An allocation without its stack, tables mode.
+#[inline(always)]
+fn bare_frames(event: Event) -> FramesHeader {
+    FramesHeader {
+        event,
+        depth: 0,
+        flags: FRAMES_ENDED,
+        ip: 0,
+        sp: 0,
+        bp: 0,
+        stack_len: 0,
+        _pad: 0,
+    }
+}
+
+/// An allocation without its stack, DWARF mode.
+#[inline(always)]
+fn bare_sample(event: Event) -> SampleHeader {
+    SampleHeader {
+        event,
+        ip: 0,
+        sp: 0,
+        bp: 0,
+        stack_len: 0,
+        _pad: 0,
+    }
+}
+
+/// Whether the event in a scratch buffer is still `ev` (no other thread's
+/// program wrote its own there meanwhile).
+#[inline(always)]
+fn same_event(found: &Event, ev: &Event) -> bool {
+    found.tid == ev.tid && found.addr == ev.addr && found.timestamp_ns == ev.timestamp_ns
+}
+
+/// Sends `header` alone (an allocation without its stack), or marks the
+/// block unreported when the ring buffer is full.
+#[inline(always)]
+fn output_or_unreported<T>(header: &T, ev: &Event) {
+    if EVENTS.output::<T>(header, wakeup_flags()).is_err() {
         count(counter::RINGBUF_FULL);
         insert_unreported(ev.pid, ev.addr, ev.size);
     }

@@ -27,7 +27,10 @@ use tracer_common::{
     MAPPING_KEY_BITS, MAPPING_TABLE, MAX_FRAMES, STATE_UNWIND_GEN,
 };
 
-use crate::maps::{count, scratch_slot, state as state_slot, SCRATCH_SLOTS};
+use crate::{
+    maps::{count, state as state_slot},
+    scratch::SCRATCH_SLOTS,
+};
 
 /// Every loaded file's rows, each file in its own extent (user space
 /// allocates them; sizes set at load time from --unwind-rows). Mmapable:
@@ -127,7 +130,8 @@ pub(crate) struct Walk {
     /// The frame came from a signal frame: `ip` is where the code was
     /// interrupted, not a return address.
     pub(crate) signal: u32,
-    pub(crate) _pad: u32,
+    /// The scratch slot the walk runs in (scratch.rs).
+    pub(crate) slot: u32,
     /// STATE_UNWIND_GEN when the walk started (0: the rule cache is off).
     pub(crate) gen: u64,
     /// The walking thread's pid_tgid: another thread whose program ran
@@ -142,78 +146,102 @@ pub(crate) struct Walk {
 #[map]
 static WALK_STATE: PerCpuArray<Walk> = PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
 
+/// Walks a stack tried at most this many times: a walk whose scratch slot
+/// another thread's walk took meanwhile (see maps::SCRATCH_SLOTS) is
+/// walked again from the start.
+const WALK_ATTEMPTS: u32 = 3;
+
 /// Walks from the caller's registers; the addresses land in
 /// `FRAMES_BUF.frames`. Returns the state at the end, or None when this
 /// CPU's state slot cannot be had (counted as a lost stack).
 #[inline(always)]
-pub(crate) fn walk(pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Walk> {
-    let slot = scratch_slot();
+pub(crate) fn walk(slot: u32, pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Walk> {
     let owner = bpf_get_current_pid_tgid();
     let state = WALK_STATE.get_ptr_mut(slot)?;
-    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
-    unsafe {
-        *state = Walk {
-            ip,
-            sp,
-            bp,
-            pid,
-            depth: 0,
-            flags: 0,
-            bp_known: 1,
-            signal: 0,
-            _pad: 0,
-            gen: state_slot(STATE_UNWIND_GEN),
-            owner,
-        }
+    let start = Walk {
+        ip,
+        sp,
+        bp,
+        pid,
+        depth: 0,
+        flags: 0,
+        bp_known: 1,
+        signal: 0,
+        slot,
+        gen: state_slot(STATE_UNWIND_GEN),
+        owner,
     };
-    if let Some(win) = WINDOW.get_ptr_mut(slot) {
+    let mut attempt = 0;
+    while attempt < WALK_ATTEMPTS {
+        // SAFETY: this CPU's slot (see maps::SCRATCH_SLOTS).
+        unsafe { *state = start };
+        if let Some(win) = WINDOW.get_ptr_mut(slot) {
+            // SAFETY: as above.
+            unsafe { (*win).len = 0 };
+        }
+        steps(slot);
         // SAFETY: as above.
-        unsafe { (*win).len = 0 };
+        let w = unsafe { *state };
+        if w.owner == owner {
+            return Some(w);
+        }
+        attempt += 1;
     }
-    // A bounded loop of calls: the verifier follows the loop (a few
-    // instructions per round) and checks the step's body only once, so
-    // its work does not grow with the depth or swing with how a release
-    // explores loop bodies; no bpf_loop needed either. The step ends the
-    // walk by itself at MAX_FRAMES (FRAMES_TRUNCATED).
+    // Taken over at every attempt: the allocation is still recorded, as
+    // one whose stack was lost.
+    count(counter::STACK_LOST);
+    Some(Walk {
+        flags: FRAMES_ENDED,
+        ..start
+    })
+}
+
+/// Runs the walk in this thread's WALK_STATE slot to its end. A bounded
+/// loop of calls: the verifier follows the loop (a few instructions per
+/// round) and checks the step's body only once, so its work does not grow
+/// with the depth or swing with how a release explores loop bodies; no
+/// bpf_loop needed either. The step ends the walk by itself at MAX_FRAMES
+/// (FRAMES_TRUNCATED).
+#[inline(always)]
+fn steps(slot: u32) {
     let mut i = 0;
     while i <= MAX_FRAMES {
-        if memtrace_walk_step() == 0 {
+        if memtrace_walk_step(u64::from(slot)) == 0 {
             break;
         }
         i += 1;
     }
-    // SAFETY: as above.
-    let mut w = unsafe { *state };
-    if w.owner != owner {
-        // Another thread's walk ran in this slot meanwhile: what this one
-        // found is mixed with it. The allocation is still recorded, as one
-        // whose stack was lost.
-        count(counter::STACK_LOST);
-        w.depth = 0;
-        w.flags = FRAMES_ENDED;
-        w.owner = owner;
-    }
-    Some(w)
 }
 
-/// One frame of the walk in WALK_STATE: 1 to go on, 0 when it is over.
-/// A global function (exported, not inlined): verified once, apart from
-/// every caller, as a function of no arguments returning a scalar.
+/// Whether scratch slot `slot` still holds the walk of `owner`.
+#[inline(always)]
+pub(crate) fn owns_slot(slot: u32, owner: u64) -> bool {
+    // SAFETY: this CPU's slot, read once.
+    WALK_STATE
+        .get_ptr_mut(slot)
+        .is_some_and(|s| unsafe { (*s).owner } == owner)
+}
+
+/// One frame of the walk in WALK_STATE slot `slot`: 1 to go on, 0 when
+/// it is over. A global function (exported, not inlined): verified once,
+/// apart from every caller, as a function of one scalar returning a scalar.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn memtrace_walk_step() -> i64 {
-    let Some(state) = WALK_STATE.get_ptr_mut(scratch_slot()) else {
+pub extern "C" fn memtrace_walk_step(slot: u64) -> i64 {
+    let slot = (slot as u32) & (SCRATCH_SLOTS - 1);
+    let Some(state) = WALK_STATE.get_ptr_mut(slot) else {
         return 0;
     };
-    // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
+    // SAFETY: this CPU's slot (scratch.rs).
     let w = unsafe { &mut *state };
-    i64::from(step_frame(w))
+    w.slot = slot;
+    i64::from(step_frame(w, slot))
 }
 
 /// One frame; false when the walk is over.
 #[inline(always)]
-fn step_frame(w: &mut Walk) -> bool {
-    let Some(buf) = FRAMES_BUF.get_ptr_mut(scratch_slot()) else {
+fn step_frame(w: &mut Walk, slot: u32) -> bool {
+    let Some(buf) = FRAMES_BUF.get_ptr_mut(slot) else {
         w.flags |= FRAMES_ENDED;
         return false;
     };
@@ -316,14 +344,14 @@ fn find_row(m: &MappingValue, pc: u64) -> Option<u32> {
 
 /// The word at user address `addr`.
 #[inline(always)]
-fn read(addr: u64) -> Option<u64> {
-    read_words(addr, false).map(|[w, _]| w)
+fn read(slot: u32, addr: u64) -> Option<u64> {
+    read_words(slot, addr, false).map(|[w, _]| w)
 }
 
 /// The two words at user address `addr` (one read for both).
 #[inline(always)]
-fn read_pair(addr: u64) -> Option<[u64; 2]> {
-    read_words(addr, true)
+fn read_pair(slot: u32, addr: u64) -> Option<[u64; 2]> {
+    read_words(slot, addr, true)
 }
 
 /// The word at `addr`, and the next one if `pair` (else the second word is
@@ -331,8 +359,8 @@ fn read_pair(addr: u64) -> Option<[u64; 2]> {
 /// not hold them. Where a whole window cannot be read (the top of a
 /// mapping, an unaligned address), only what was asked for is read.
 #[inline(always)]
-fn read_words(addr: u64, pair: bool) -> Option<[u64; 2]> {
-    let Some(win) = WINDOW.get_ptr_mut(scratch_slot()) else {
+fn read_words(slot: u32, addr: u64, pair: bool) -> Option<[u64; 2]> {
+    let Some(win) = WINDOW.get_ptr_mut(slot) else {
         return read_direct(addr, pair);
     };
     // SAFETY: this CPU's slot; programs do not migrate or nest on a CPU.
@@ -403,11 +431,11 @@ fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
     let cfa = match rule & 0xf {
         KIND_SP => w.sp.wrapping_add(cfa_off),
         KIND_FP if w.bp_known != 0 => w.bp.wrapping_add(cfa_off),
-        KIND_DEREF_SP => match read(w.sp.wrapping_add(cfa_off)) {
+        KIND_DEREF_SP => match read(w.slot, w.sp.wrapping_add(cfa_off)) {
             Some(v) => v,
             None => return end(w, counter::UNWIND_READ_FAILED),
         },
-        KIND_DEREF_FP if w.bp_known != 0 => match read(w.bp.wrapping_add(cfa_off)) {
+        KIND_DEREF_FP if w.bp_known != 0 => match read(w.slot, w.bp.wrapping_add(cfa_off)) {
             Some(v) => v,
             None => return end(w, counter::UNWIND_READ_FAILED),
         },
@@ -428,18 +456,18 @@ fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
     // RBP saved right below the return address (`push rbp` first, the
     // usual case): one read of both words instead of two reads.
     let (ra, saved_bp) = if fp_rule == FP_AT_CFA && fp_off == (-16i64) as u64 {
-        match read_pair(cfa - 16) {
+        match read_pair(w.slot, cfa - 16) {
             Some([bp, ra]) => (ra, Some(bp)),
             None => return end(w, counter::UNWIND_READ_FAILED),
         }
     } else {
-        match read(cfa - 8) {
+        match read(w.slot, cfa - 8) {
             Some(ra) => (ra, None),
             None => return end(w, counter::UNWIND_READ_FAILED),
         }
     };
     match fp_rule {
-        FP_AT_CFA => match saved_bp.or_else(|| read(cfa.wrapping_add(fp_off))) {
+        FP_AT_CFA => match saved_bp.or_else(|| read(w.slot, cfa.wrapping_add(fp_off))) {
             Some(bp) => {
                 w.bp = bp;
                 w.bp_known = 1;
@@ -460,8 +488,11 @@ fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
 #[inline(always)]
 fn signal_frame(w: &mut Walk) -> bool {
     // Lowest address first: one window read then holds all three.
-    let (Some(bp), Some(sp), Some(ip)) = (read(w.sp + 120), read(w.sp + 160), read(w.sp + 168))
-    else {
+    let (Some(bp), Some(sp), Some(ip)) = (
+        read(w.slot, w.sp + 120),
+        read(w.slot, w.sp + 160),
+        read(w.slot, w.sp + 168),
+    ) else {
         return end(w, counter::UNWIND_READ_FAILED);
     };
     w.ip = ip;
@@ -480,7 +511,7 @@ fn fp_step(w: &mut Walk) -> bool {
     if w.bp_known == 0 || bp < w.sp || bp - w.sp > MAX_FP_DISTANCE || bp & 7 != 0 {
         return end(w, counter::UNWIND_BAD_FRAME);
     }
-    let Some([caller_bp, ra]) = read_pair(bp) else {
+    let Some([caller_bp, ra]) = read_pair(w.slot, bp) else {
         return end(w, counter::UNWIND_READ_FAILED);
     };
     count(counter::UNWIND_FP_STEPS);

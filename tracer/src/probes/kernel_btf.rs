@@ -205,27 +205,34 @@ impl<'a> Btf<'a> {
         (ptr.kind == KIND_PTR && array.kind == KIND_ARRAY).then_some(array.extra + 8)
     }
 
-    /// Function `name`'s linkage is global (BTF_FUNC_GLOBAL): the verifier
-    /// checks it on its own, once, from its prototype. `Err` for a global
-    /// function that takes parameters, which the session copies' BTF
-    /// (session_btf.rs) does not describe.
-    /// The memory builtins count as static whatever their linkage, as
-    /// aya makes them: bound facts of the caller must reach them.
-    pub fn is_global_function(&self, name: &str) -> anyhow::Result<bool> {
+    /// If function `name`'s linkage is global (BTF_FUNC_GLOBAL), which the
+    /// verifier checks on its own, once, from its prototype: how many
+    /// parameters it takes. `Err` for one whose parameters are not all
+    /// integers, which the session copies' BTF (session_btf.rs) does not
+    /// describe. The memory builtins count as static whatever their
+    /// linkage, as aya makes them: bound facts of the caller must reach
+    /// them.
+    pub fn global_function_params(&self, name: &str) -> anyhow::Result<Option<u32>> {
         if MEMORY_BUILTINS.contains(&name) {
-            return Ok(false);
+            return Ok(None);
         }
         let Some(func) = self.find(KIND_FUNC, name) else {
-            return Ok(false);
+            return Ok(None);
         };
         if func.vlen != FUNC_GLOBAL {
-            return Ok(false);
+            return Ok(None);
         }
-        let params = self.by_id(func.size_or_type).map_or(0, |proto| proto.vlen);
-        if params != 0 {
-            bail!("global BPF function {name} takes {params} parameters; only none are supported");
+        let Some(proto) = self.by_id(func.size_or_type) else {
+            return Ok(Some(0));
+        };
+        for i in 0..proto.vlen as usize {
+            // A parameter: name, type.
+            let ty = u32_at(self.data, proto.extra + 8 * i + 4)?;
+            if self.by_id(ty).map(|t| t.kind) != Some(KIND_INT) {
+                bail!("global BPF function {name} takes a parameter that is not an integer");
+            }
         }
-        Ok(true)
+        Ok(Some(proto.vlen))
     }
 
     /// How many arguments a raw tracepoint passes to BPF programs: the

@@ -25,6 +25,10 @@ pub struct KernelFeatures {
     pub uprobe_multi: bool,
     /// uprobe session programs (6.13): unrecorded calls skip the return.
     pub uprobe_session: bool,
+    /// BPF atomic fetch operations (5.12): programs take their scratch
+    /// slot with one (tracer-ebpf scratch.rs). Probed by loading a program
+    /// that uses one: atomics are instructions, not named in the BTF.
+    pub atomics: bool,
 }
 
 impl KernelFeatures {
@@ -42,7 +46,9 @@ impl KernelFeatures {
             )
         })?;
         let btf = Btf::parse(&data).with_context(|| format!("parsing {VMLINUX_BTF}"))?;
-        Self::from_btf(release, &btf)
+        let mut features = Self::from_btf(release, &btf)?;
+        features.atomics = verifier_takes_atomic_fetch();
+        Ok(features)
     }
 
     fn from_btf(release: String, btf: &Btf<'_>) -> anyhow::Result<KernelFeatures> {
@@ -71,6 +77,7 @@ impl KernelFeatures {
             attach_cookie: btf.has_enumerator("BPF_FUNC_get_attach_cookie"),
             uprobe_multi: btf.has_enumerator("BPF_TRACE_UPROBE_MULTI"),
             uprobe_session: btf.has_enumerator("BPF_TRACE_UPROBE_SESSION"),
+            atomics: false,
             release,
         })
     }
@@ -85,6 +92,52 @@ impl KernelFeatures {
     }
 }
 
+/// Whether the kernel loads a socket filter doing an atomic fetch-or on
+/// its stack: `*(u64 *)(r10 - 8) = 0; r1 = 1; r1 = atomic_fetch_or(
+/// (u64 *)(r10 - 8), r1); r0 = 0; exit`.
+fn verifier_takes_atomic_fetch() -> bool {
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    const BPF_PROG_TYPE_SOCKET_FILTER: u64 = 1;
+    // (code, dst | src << 4, off, imm) per instruction.
+    let insns: [(u8, u8, i16, i32); 5] = [
+        (0x7a, 10, -8, 0),             // *(u64 *)(r10 - 8) = 0
+        (0xb7, 1, 0, 1),               // r1 = 1
+        (0xdb, 10 | 1 << 4, -8, 0x41), // r1 = atomic_fetch_or((u64 *)(r10 - 8), r1)
+        (0xb7, 0, 0, 0),               // r0 = 0
+        (0x95, 0, 0, 0),               // exit
+    ];
+    let code: Vec<u64> = insns
+        .iter()
+        .map(|&(op, regs, off, imm)| {
+            u64::from(op)
+                | u64::from(regs) << 8
+                | u64::from(off as u16) << 16
+                | u64::from(imm as u32) << 32
+        })
+        .collect();
+    let license = b"GPL\0";
+    let mut attr = [0u64; 16];
+    attr[0] = BPF_PROG_TYPE_SOCKET_FILTER | ((code.len() as u64) << 32);
+    attr[1] = code.as_ptr() as u64;
+    attr[2] = license.as_ptr() as u64;
+    // SAFETY: `attr` is a zero-padded bpf_attr whose pointers point to
+    // live buffers of the sizes given; no log is asked for.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_LOAD,
+            attr.as_mut_ptr(),
+            std::mem::size_of_val(&attr) as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: a new fd that we own.
+    unsafe { libc::close(fd as i32) };
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +147,7 @@ mod tests {
         // This machine's kernel (6.18) has all of them.
         let f = KernelFeatures::probe().expect("features");
         assert!(f.task_storage && f.attach_cookie && f.uprobe_multi && f.uprobe_session);
+        assert!(f.atomics, "6.18's verifier takes atomic fetch-or");
         assert!(!f.release.is_empty());
     }
 }

@@ -248,6 +248,7 @@ fn load_mode(
     let forks = fork_tunables(limits)?;
     let inflight_by_tid = u32::from(!features.task_storage);
     let attach_cookies = u32::from(features.attach_cookie);
+    let atomic_slots = u32::from(features.atomics);
     // Statistics and the error's own lines only: a verbose log of a large
     // program runs to megabytes, and aya retries a load with a larger
     // buffer each time the log does not fit, verifying it again.
@@ -281,6 +282,7 @@ fn load_mode(
         .override_global("EXIT_GROUP_DEAD", &forks.exit_group_dead, true)
         .override_global("INFLIGHT_BY_TID", &inflight_by_tid, true)
         .override_global("ATTACH_COOKIES", &attach_cookies, true)
+        .override_global("ATOMIC_SLOTS", &atomic_slots, true)
         .load(object)
         .context("loading the BPF object into the kernel")?;
     let map_fds = map_fds(&ebpf)?;

@@ -85,6 +85,7 @@ mod tests {
             attach_cookie: false,
             uprobe_multi: false,
             uprobe_session: false,
+            atomics: false,
         }
     }
 

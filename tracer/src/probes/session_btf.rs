@@ -5,9 +5,9 @@
 //! on its own, once, only where `func_info` says it is global. The session
 //! copies (`uprobe_session.rs`) are loaded by hand, so they get this: a
 //! prototype without parameters for static functions (verified in their
-//! caller's context, so their parameters are not checked), a `long (void)`
-//! one for global functions (which take none, see
-//! kernel_btf::is_global_function), and one function per subprogram.
+//! caller's context, so their parameters are not checked), a `long (long, ...)`
+//! one for global functions (whose parameters are integers, see
+//! kernel_btf::global_function_params), and one function per subprogram.
 
 use std::os::fd::{FromRawFd as _, OwnedFd};
 
@@ -27,11 +27,13 @@ pub struct FuncInfo {
     pub records: Vec<[u32; 2]>,
 }
 
-/// The BTF blob: a prototype `void (void)` (id 1), `long` (id 2), a
-/// prototype `long (void)` (id 3), then a function `f<i>` per subprogram
-/// (ids 4..): static of prototype 1, or global of prototype 3.
-fn blob(globals: &[bool]) -> Vec<u8> {
-    let mut strings = b"\0long\0".to_vec();
+/// The BTF blob: a prototype `void (void)` (id 1), `long` (id 2), then a
+/// function `f<i>` per subprogram, static of prototype 1, or global of a
+/// prototype `long (long, ...)` with its parameters, given just before it.
+fn blob(globals: &[Option<u32>]) -> Vec<u8> {
+    // Parameters of a global function need names: all are "a".
+    let mut strings = b"\0long\0a\0".to_vec();
+    const PARAM_NAME: u32 = 6;
     let mut types: Vec<u32> = vec![
         0,
         BTF_KIND_FUNC_PROTO << 24,
@@ -41,16 +43,25 @@ fn blob(globals: &[bool]) -> Vec<u8> {
         BTF_KIND_INT << 24,
         8,
         (1 << 24) | 64,
-        0,
-        BTF_KIND_FUNC_PROTO << 24,
-        2,
     ];
-    for (i, &global) in globals.iter().enumerate() {
+    let mut next_id = 3;
+    for (i, global) in globals.iter().enumerate() {
         let name_off = strings.len() as u32;
         strings.extend_from_slice(format!("f{i}\0").as_bytes());
         // info: kind in bits 24-28, linkage (0 static, 1 global) in vlen.
-        let (linkage, proto) = if global { (1, 3) } else { (0, 1) };
-        types.extend([name_off, (BTF_KIND_FUNC << 24) | linkage, proto]);
+        match *global {
+            None => types.extend([name_off, BTF_KIND_FUNC << 24, 1]),
+            Some(params) => {
+                // The prototype: returns long (2); each parameter a long.
+                types.extend([0, (BTF_KIND_FUNC_PROTO << 24) | params, 2]);
+                for _ in 0..params {
+                    types.extend([PARAM_NAME, 2]);
+                }
+                types.extend([name_off, (BTF_KIND_FUNC << 24) | 1, next_id]);
+                next_id += 1;
+            }
+        }
+        next_id += 1;
     }
     let type_bytes: Vec<u8> = types.iter().flat_map(|w| w.to_le_bytes()).collect();
     let mut out = Vec::new();
@@ -66,8 +77,8 @@ fn blob(globals: &[bool]) -> Vec<u8> {
 }
 
 /// Loads the BTF for subprograms starting at `starts` (sorted, 0 first).
-pub fn load(starts: &[(usize, bool)]) -> anyhow::Result<FuncInfo> {
-    let globals: Vec<bool> = starts.iter().map(|&(_, global)| global).collect();
+pub fn load(starts: &[(usize, Option<u32>)]) -> anyhow::Result<FuncInfo> {
+    let globals: Vec<Option<u32>> = starts.iter().map(|&(_, global)| global).collect();
     let blob = blob(&globals);
     let mut log = vec![0u8; 64 << 10];
     let mut attr = [0u64; 16];
@@ -96,10 +107,14 @@ pub fn load(starts: &[(usize, bool)]) -> anyhow::Result<FuncInfo> {
     }
     // SAFETY: a new fd that we own.
     let btf = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // Each function's id: after those before it and their prototypes.
+    let mut id = 2;
     let records = starts
         .iter()
-        .enumerate()
-        .map(|(i, &(start, _))| [start as u32, i as u32 + 4])
+        .map(|&(start, global)| {
+            id += if global.is_some() { 2 } else { 1 };
+            [start as u32, id]
+        })
         .collect();
     Ok(FuncInfo { btf, records })
 }
@@ -110,26 +125,30 @@ mod tests {
 
     #[test]
     fn the_blob_has_prototypes_and_one_function_per_subprogram() {
-        let b = blob(&[false, true]);
+        let b = blob(&[None, Some(1)]);
         assert_eq!(&b[..4], &[0x9f, 0xeb, 1, 0]);
         let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let (type_len, str_len) = (word(12), word(20));
-        // Two prototypes and two functions of 12 bytes, an int of 16.
-        assert_eq!(type_len, 4 * 12 + 16);
+        // void(void) 12, long 16, f0 12, long(long) 12 + 8, f1 12.
+        assert_eq!(type_len, 12 + 16 + 12 + 20 + 12);
         assert_eq!(b.len(), 24 + type_len as usize + str_len as usize);
         let strings = 24 + type_len as usize;
-        // The first function: static, of prototype 1, named "f0".
-        let first = 24 + 12 + 16 + 12;
-        assert_eq!((word(first + 4), word(first + 8)), (BTF_KIND_FUNC << 24, 1));
-        // The second: global, of prototype 3 (`long (void)`), named "f1".
-        let second = first + 12;
+        // Id 3, f0: static, of prototype 1.
+        let f0 = 24 + 12 + 16;
+        assert_eq!((word(f0 + 4), word(f0 + 8)), (BTF_KIND_FUNC << 24, 1));
+        // Id 4: one parameter, returning long (2); the parameter a long.
+        let proto = f0 + 12;
         assert_eq!(
-            (word(second + 4), word(second + 8)),
-            ((BTF_KIND_FUNC << 24) | 1, 3)
+            (word(proto + 4), word(proto + 8)),
+            ((BTF_KIND_FUNC_PROTO << 24) | 1, 2)
         );
-        let name = word(second) as usize;
+        assert_eq!(word(proto + 16), 2);
+        let param = word(proto + 12) as usize;
+        assert_eq!(&b[strings + param..strings + param + 2], b"a\0");
+        // Id 5, f1: global, of prototype 4.
+        let f1 = proto + 20;
+        assert_eq!((word(f1 + 4), word(f1 + 8)), ((BTF_KIND_FUNC << 24) | 1, 4));
+        let name = word(f1) as usize;
         assert_eq!(&b[strings + name..strings + name + 3], b"f1\0");
-        // Prototype 3 returns type 2, `long`.
-        assert_eq!(word(24 + 12 + 16 + 8), 2);
     }
 }

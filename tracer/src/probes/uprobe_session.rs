@@ -163,7 +163,7 @@ fn load_program(
     insns: &[Insn],
     name: &str,
     expected_attach_type: u32,
-    subprograms: Option<&[(usize, bool)]>,
+    subprograms: Option<&[(usize, Option<u32>)]>,
 ) -> anyhow::Result<OwnedFd> {
     let license = CString::new("Dual MIT/GPL").context("license")?;
     let mut log = vec![0u8; 1 << 20];
@@ -333,12 +333,13 @@ fn relocated_program<'a>(
         map_fds,
         &mut calls,
     )?;
-    // Append the callees (one level: compiler builtins and the bpf_loop
-    // callback call nothing).
+    // Append the callees, and theirs (a call graph without cycles: BPF has
+    // no recursion), each once.
     let takes_address = calls.iter().any(|c| c.2);
     let btf = object_btf(file)?;
-    let mut appended: HashMap<String, (usize, bool)> = HashMap::new();
-    for (at, callee, by_address) in calls {
+    let mut appended: HashMap<String, (usize, Option<u32>)> = HashMap::new();
+    let mut pending = calls;
+    while let Some((at, callee, by_address)) = pending.pop() {
         let start = match appended.get(&callee) {
             Some(&(start, _)) => start,
             None => {
@@ -358,12 +359,11 @@ fn relocated_program<'a>(
                     map_fds,
                     &mut nested,
                 )?;
-                if !nested.is_empty() {
-                    bail!("{callee} makes calls of its own");
-                }
                 let start = insns.len();
+                // The callee's calls, at their places in the whole program.
+                pending.extend(nested.into_iter().map(|(n, c, b)| (n + start, c, b)));
                 insns.extend(body);
-                let global = btf.is_global_function(&callee)?;
+                let global = btf.global_function_params(&callee)?;
                 appended.insert(callee, (start, global));
                 start
             }
@@ -379,15 +379,31 @@ fn relocated_program<'a>(
     // Function info is needed where a function's address is taken, and
     // where a callee is global (or the verifier takes it for static and
     // checks it again at every call).
-    let any_global = appended.values().any(|&(_, global)| global);
+    let any_global = appended.values().any(|&(_, global)| global.is_some());
     let subprograms = (takes_address || any_global).then(|| {
-        let mut starts: Vec<(usize, bool)> = std::iter::once((0, false))
+        let mut starts: Subprograms = std::iter::once((0, None))
             .chain(appended.into_values())
             .collect();
         starts.sort_unstable();
         starts
     });
     Ok((insns, subprograms))
+}
+
+/// The name of the function at `addr` in the section of symbol `target`.
+fn function_at(
+    file: &object::File<'_>,
+    target: &object::Symbol<'_, '_>,
+    addr: u64,
+) -> anyhow::Result<String> {
+    file.symbols()
+        .find(|s| {
+            s.address() == addr
+                && s.kind() == object::SymbolKind::Text
+                && s.section_index() == target.section_index()
+        })
+        .and_then(|s| s.name().ok().map(str::to_string))
+        .with_context(|| format!("no function at .text+{addr:#x}"))
 }
 
 /// The BTF of the BPF object `file`.
@@ -399,9 +415,9 @@ fn object_btf<'a>(file: &object::File<'a>) -> anyhow::Result<super::kernel_btf::
     super::kernel_btf::Btf::parse(section.data()?).context("parsing the BPF object's BTF")
 }
 
-/// Where each subprogram starts (instruction index) and whether it is a
-/// global function, the program itself first.
-type Subprograms = Vec<(usize, bool)>;
+/// Where each subprogram starts (instruction index) and, for a global
+/// function, how many integer parameters it takes; the program first.
+type Subprograms = Vec<(usize, Option<u32>)>;
 
 const BPF_PSEUDO_CALL: u8 = 1;
 /// A function's address loaded into a register (a bpf_loop callback).
@@ -441,22 +457,25 @@ fn relocate(
             .unwrap_or_default();
         let target_name = target.name().unwrap_or("").to_string();
         if insns[at].code == 0x85 {
-            calls.push((at, target_name, false));
+            // A call relocated against its section's symbol (as LLVM does
+            // for some local calls) names its callee by the immediate:
+            // the callee starts (imm + 1) instructions past the symbol.
+            let callee = if target_name.is_empty() {
+                let addr = target
+                    .address()
+                    .wrapping_add((i64::from(insns[at].imm) + 1).wrapping_mul(8) as u64);
+                function_at(file, &target, addr)?
+            } else {
+                target_name
+            };
+            calls.push((at, callee, false));
             continue;
         }
         if insns[at].code == 0x18 && target_section == ".text" && at + 1 < insns.len() {
             // A function's address (bpf_loop's callback), against the
             // section symbol: the byte offset in .text is in the immediate.
             let addr = target.address() + insns[at].imm as u64;
-            let callee = file
-                .symbols()
-                .find(|s| {
-                    s.address() == addr
-                        && s.kind() == object::SymbolKind::Text
-                        && s.section_index() == target.section_index()
-                })
-                .and_then(|s| s.name().ok().map(str::to_string))
-                .with_context(|| format!("no function at .text+{addr:#x}"))?;
+            let callee = function_at(file, &target, addr)?;
             insns[at + 1].imm = 0;
             calls.push((at, callee, true));
             continue;
