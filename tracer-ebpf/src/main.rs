@@ -64,7 +64,7 @@ macro_rules! entry_program {
         #[unsafe(link_section = "uprobe")]
         pub fn $name(raw: *mut core::ffi::c_void) -> u32 {
             let $ctx = ProbeContext::new(raw);
-            $body
+            scratch::not_preempted(|| $body)
         }
     };
 }
@@ -130,12 +130,12 @@ entry_program!(xallocx_enter, |ctx| {
 /// the in-flight entry.
 #[uretprobe]
 pub fn alloc_return(ctx: RetProbeContext) -> u32 {
-    on_alloc_return(&ctx)
+    scratch::not_preempted(|| on_alloc_return(&ctx))
 }
 
 #[uprobe]
 pub fn free_enter(ctx: ProbeContext) -> u32 {
-    on_free(&ctx)
+    scratch::not_preempted(|| on_free(&ctx))
 }
 
 /// Benchmark floors (`--noop-probes`): probes that do nothing, to measure

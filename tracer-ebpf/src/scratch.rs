@@ -16,6 +16,33 @@ use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::map, maps::PerCpuArray
 
 use crate::maps::tunable;
 
+unsafe extern "C" {
+    /// Kfuncs (6.10+). bpf-linker leaves each call as a call of an
+    /// undefined symbol; the loader turns it into a kfunc call, or into
+    /// `r0 = 0` on kernels without them (probes/object_patch.rs).
+    fn bpf_preempt_disable();
+    fn bpf_preempt_enable();
+}
+
+/// Runs a uprobe program's body with preemption disabled. Uprobe programs
+/// are of the kprobe type, which kernels from 6.13 give a per-CPU private
+/// stack when their frames are large, on the assumption that they cannot
+/// be preempted; on a preemptible kernel they can, and a program of
+/// another task then runs on that same stack and corrupts the first one's
+/// frames (a kernel oops, seen on Debian's 7.2). With preemption disabled
+/// for the whole run, nothing else runs on this CPU's private stack or
+/// scratch buffers meanwhile.
+#[inline(always)]
+pub(crate) fn not_preempted(body: impl FnOnce() -> u32) -> u32 {
+    // SAFETY: kfuncs without arguments; every disable is paired with the
+    // enable below (the verifier checks the balance on every path).
+    unsafe { bpf_preempt_disable() };
+    let ret = body();
+    // SAFETY: as above.
+    unsafe { bpf_preempt_enable() };
+    ret
+}
+
 /// Slots of each per-CPU scratch map.
 pub(crate) const SCRATCH_SLOTS: u32 = 4;
 

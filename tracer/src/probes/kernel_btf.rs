@@ -166,6 +166,15 @@ impl<'a> Btf<'a> {
         None
     }
 
+    /// The type id of function `name` (a kfunc's id for a call).
+    pub fn function_id(&self, name: &str) -> Option<u32> {
+        let at = self
+            .types
+            .iter()
+            .position(|t| t.kind == KIND_FUNC && self.name(t.name) == name.as_bytes())?;
+        u32::try_from(at + 1).ok()
+    }
+
     /// Whether any enum has an enumerator called `name` (the kernel's BTF
     /// lists `enum bpf_map_type`, `bpf_func_id` and `bpf_attach_type`:
     /// what this kernel's BPF offers, by name).

@@ -29,6 +29,13 @@ pub struct KernelFeatures {
     /// slot with one (tracer-ebpf scratch.rs). Probed by loading a program
     /// that uses one: atomics are instructions, not named in the BTF.
     pub atomics: bool,
+    /// The BTF ids of the kfuncs bpf_preempt_disable and
+    /// bpf_preempt_enable (6.10), which every uprobe program calls around
+    /// its body (tracer-ebpf scratch.rs), on kernels that give programs a
+    /// per-CPU private stack (6.13, `bpf_prog_aux.priv_stack_requested`),
+    /// where a preempted uprobe program would share it; None elsewhere
+    /// (the calls become no-ops).
+    pub preempt_kfuncs: Option<(u32, u32)>,
 }
 
 impl KernelFeatures {
@@ -78,6 +85,10 @@ impl KernelFeatures {
             uprobe_multi: btf.has_enumerator("BPF_TRACE_UPROBE_MULTI"),
             uprobe_session: btf.has_enumerator("BPF_TRACE_UPROBE_SESSION"),
             atomics: false,
+            preempt_kfuncs: btf
+                .member_offset("bpf_prog_aux", "priv_stack_requested")
+                .and_then(|_| btf.function_id("bpf_preempt_disable"))
+                .zip(btf.function_id("bpf_preempt_enable")),
             release,
         })
     }
@@ -148,6 +159,7 @@ mod tests {
         let f = KernelFeatures::probe().expect("features");
         assert!(f.task_storage && f.attach_cookie && f.uprobe_multi && f.uprobe_session);
         assert!(f.atomics, "6.18's verifier takes atomic fetch-or");
+        assert!(f.preempt_kfuncs.is_some(), "6.18 has bpf_preempt_disable");
         assert!(!f.release.is_empty());
     }
 }

@@ -76,6 +76,9 @@ pub struct Loaded {
     /// back to the next).
     unwind: UnwindMode,
     features: KernelFeatures,
+    /// The object as loaded (its kfunc calls resolved for this kernel),
+    /// from which the session copies are made.
+    object: std::sync::Arc<[u8]>,
     /// Why an earlier mode was not used.
     fallback: Option<String>,
     /// Each program's verified instructions, largest first.
@@ -187,7 +190,7 @@ pub fn load(
     verbose: bool,
 ) -> anyhow::Result<(Loaded, EventMaps)> {
     raise_memlock_limit();
-    let object = object_patch::for_kernel(BPF_OBJECT, features)?;
+    let object: std::sync::Arc<[u8]> = object_patch::for_kernel(BPF_OBJECT, features)?.into();
     let ((mut loaded, maps), rejected) = first_that_loads(
         modes_from(limits.unwind),
         &features.release,
@@ -233,7 +236,7 @@ fn load_mode(
     limits: &Limits,
     unwind: UnwindMode,
     features: &KernelFeatures,
-    object: &[u8],
+    object: &std::sync::Arc<[u8]>,
     verbose: bool,
 ) -> anyhow::Result<(Loaded, EventMaps)> {
     let limits = &Limits { unwind, ..*limits };
@@ -326,6 +329,7 @@ fn load_mode(
             traced,
             unwind,
             features: features.clone(),
+            object: std::sync::Arc::clone(object),
             fallback: None,
             verified,
         },
@@ -483,7 +487,8 @@ fn attach_sessions(
             .map(|&r| roles::of(r).program)
             .collect();
         names.push(RETURN_PROGRAM);
-        let mut copies = uprobe_session::load_copies(BPF_OBJECT, &names, &loaded.map_fds, true)?;
+        let mut copies =
+            uprobe_session::load_copies(&loaded.object, &names, &loaded.map_fds, true)?;
         for (role, name) in session_roles.iter().zip(&names) {
             let fd = copies.remove(*name).context("session copy")?;
             uprobe_session::set_prog_slot(loaded.progs_fd, *role as u32, &fd)?;
@@ -500,7 +505,7 @@ fn attach_sessions(
         // uprobe (uprobe_session.rs). If not, a plain uprobe.
         let free = roles::of(Role::Free).program;
         loaded.free_multi =
-            uprobe_session::load_copies(BPF_OBJECT, &[free], &loaded.map_fds, false)
+            uprobe_session::load_copies(&loaded.object, &[free], &loaded.map_fds, false)
                 .ok()
                 .and_then(|mut copies| copies.remove(free));
     }

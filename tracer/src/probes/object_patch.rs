@@ -1,5 +1,6 @@
-//! The BPF object as the running kernel can load it. Where the kernel has
-//! no task-local storage (before 5.11), INFLIGHT, a task storage map, is
+//! The BPF object as the running kernel can load it: kfunc calls resolved
+//! against its BTF (below). Where the kernel has no task-local storage
+//! (before 5.11), INFLIGHT, a task storage map, is
 //! defined as a hash map instead (its key, a u32, is then the thread id,
 //! and tracer-ebpf's INFLIGHT_BY_TID global switches its programs over):
 //! a BTF map's type is the element count of the array its `type` member
@@ -7,14 +8,16 @@
 //! every map of an object, so a map the kernel cannot create fails the
 //! whole load otherwise.
 
-use std::borrow::Cow;
-
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use object::{Object as _, ObjectSection as _};
 
 use super::{kernel_btf::Btf, kernel_features::KernelFeatures};
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
+/// `call imm` (BPF_JMP | BPF_CALL) and `r0 = imm` (BPF_ALU64 | BPF_MOV | BPF_K).
+const BPF_CALL: u8 = 0x85;
+const BPF_MOV64_IMM: u8 = 0xb7;
+const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
 const BPF_MAP_TYPE_TASK_STORAGE: u32 = 29;
 
 /// Threads whose calls in flight a hash INFLIGHT holds at once (each
@@ -31,17 +34,16 @@ pub fn inflight_entries(features: &KernelFeatures) -> u32 {
     }
 }
 
-/// `object`, with INFLIGHT made a hash map where `features` lack task
-/// storage.
-pub fn for_kernel<'a>(
-    object: &'a [u8],
-    features: &KernelFeatures,
-) -> anyhow::Result<Cow<'a, [u8]>> {
+/// `object` as this kernel loads it: its kfunc calls made calls of this
+/// kernel's kfuncs (or no-ops where it has none), and INFLIGHT a hash map
+/// where it lacks task storage.
+pub fn for_kernel(object: &[u8], features: &KernelFeatures) -> anyhow::Result<Vec<u8>> {
+    let mut patched = object.to_vec();
+    patch_kfunc_calls(&mut patched, features.preempt_kfuncs)?;
     if features.task_storage {
-        return Ok(Cow::Borrowed(object));
+        return Ok(patched);
     }
     let at = map_type_at(object, "INFLIGHT")?;
-    let mut patched = object.to_vec();
     let word = patched
         .get_mut(at..at + 4)
         .context("INFLIGHT's map type lies outside the object")?;
@@ -51,7 +53,70 @@ pub fn for_kernel<'a>(
         "INFLIGHT is defined with map type {old}, not task storage"
     );
     word.copy_from_slice(&BPF_MAP_TYPE_HASH.to_le_bytes());
-    Ok(Cow::Owned(patched))
+    Ok(patched)
+}
+
+/// bpf-linker leaves a call of a kfunc as `call -1` relocated against the
+/// undefined symbol, which aya would try to link as a BPF function. Each
+/// becomes a kfunc call (source register BPF_PSEUDO_KFUNC_CALL, the
+/// kfunc's BTF id in the immediate) where the kernel has the kfunc, else
+/// `r0 = 0` (the program then runs without it; the call clobbered r0
+/// anyway). The relocations stay: aya and the session loader pass over
+/// relocations of undefined symbols at instructions that are not calls of
+/// BPF functions.
+fn patch_kfunc_calls(object: &mut [u8], preempt: Option<(u32, u32)>) -> anyhow::Result<()> {
+    let sites = kfunc_call_sites(object)?;
+    for (at, name) in sites {
+        let id = match (name.as_str(), preempt) {
+            ("bpf_preempt_disable", Some((disable, _))) => Some(disable),
+            ("bpf_preempt_enable", Some((_, enable))) => Some(enable),
+            ("bpf_preempt_disable" | "bpf_preempt_enable", None) => None,
+            (other, _) => {
+                bail!("the BPF object calls kfunc {other}, which the loader does not know")
+            }
+        };
+        let insn = object
+            .get_mut(at..at + 8)
+            .context("a kfunc call lies outside the object")?;
+        anyhow::ensure!(
+            insn[0] == BPF_CALL,
+            "the relocation of {name} is not at a call"
+        );
+        match id {
+            Some(id) => {
+                insn[1] = BPF_PSEUDO_KFUNC_CALL << 4;
+                insn[2..4].copy_from_slice(&0u16.to_le_bytes());
+                insn[4..8].copy_from_slice(&id.to_le_bytes());
+            }
+            None => insn.copy_from_slice(&[BPF_MOV64_IMM, 0, 0, 0, 0, 0, 0, 0]),
+        }
+    }
+    Ok(())
+}
+
+/// File offsets of the instructions relocated against undefined symbols
+/// (kfuncs), with the symbol's name.
+fn kfunc_call_sites(object: &[u8]) -> anyhow::Result<Vec<(usize, String)>> {
+    use object::{ObjectSymbol as _, RelocationTarget};
+    let file = object::File::parse(object).context("parsing the BPF object")?;
+    let mut sites = Vec::new();
+    for section in file.sections() {
+        let Some((base, _)) = section.file_range() else {
+            continue;
+        };
+        for (offset, reloc) in section.relocations() {
+            let RelocationTarget::Symbol(index) = reloc.target() else {
+                continue;
+            };
+            let symbol = file.symbol_by_index(index)?;
+            if !symbol.is_undefined() {
+                continue;
+            }
+            let at = usize::try_from(base + offset)?;
+            sites.push((at, symbol.name()?.to_string()));
+        }
+    }
+    Ok(sites)
 }
 
 /// The file offset of BTF map `var`'s type word in ELF `object`.
@@ -86,6 +151,7 @@ mod tests {
             uprobe_multi: false,
             uprobe_session: false,
             atomics: false,
+            preempt_kfuncs: None,
         }
     }
 
@@ -116,12 +182,34 @@ mod tests {
         assert!(before.iter().any(|(n, _)| n == "INFLIGHT"));
     }
 
+    /// The instruction at each kfunc call site of `object`.
+    fn kfunc_insns(object: &[u8]) -> Vec<[u8; 8]> {
+        let sites = kfunc_call_sites(object).expect("sites");
+        sites
+            .iter()
+            .map(|&(at, _)| object[at..at + 8].try_into().expect("8 bytes"))
+            .collect()
+    }
+
     #[test]
-    fn with_task_storage_the_object_is_as_built() {
+    fn kfunc_calls_become_kfunc_calls_or_no_ops() {
         let object = super::super::loader::bpf_object();
-        assert!(matches!(
-            for_kernel(object, &features(true)).expect("patch"),
-            Cow::Borrowed(_)
-        ));
+        let before = kfunc_insns(object);
+        assert!(!before.is_empty(), "the programs call bpf_preempt_*");
+        assert!(before.iter().all(|i| i[0] == BPF_CALL));
+        let mut with = features(true);
+        with.preempt_kfuncs = Some((1111, 2222));
+        let patched = for_kernel(object, &with).expect("patch");
+        for insn in kfunc_insns(&patched) {
+            assert_eq!((insn[0], insn[1]), (BPF_CALL, BPF_PSEUDO_KFUNC_CALL << 4));
+            let id = u32::from_le_bytes(insn[4..8].try_into().expect("4 bytes"));
+            assert!(id == 1111 || id == 2222, "{id}");
+        }
+        let without = for_kernel(object, &features(true)).expect("patch");
+        for insn in kfunc_insns(&without) {
+            assert_eq!(insn, [BPF_MOV64_IMM, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        // Nothing else changed.
+        assert_eq!(map_types(&without), map_types(object));
     }
 }

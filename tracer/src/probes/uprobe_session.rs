@@ -456,6 +456,10 @@ fn relocate(
             .and_then(|s| s.name().ok().map(str::to_string))
             .unwrap_or_default();
         let target_name = target.name().unwrap_or("").to_string();
+        if target.is_undefined() {
+            // A kfunc, its call already resolved (object_patch.rs).
+            continue;
+        }
         if insns[at].code == 0x85 {
             // A call relocated against its section's symbol (as LLVM does
             // for some local calls) names its callee by the immediate:
