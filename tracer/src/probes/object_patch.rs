@@ -40,6 +40,9 @@ pub fn inflight_entries(features: &KernelFeatures) -> u32 {
 pub fn for_kernel(object: &[u8], features: &KernelFeatures) -> anyhow::Result<Vec<u8>> {
     let mut patched = object.to_vec();
     patch_kfunc_calls(&mut patched, features.preempt_kfuncs)?;
+    if !features.atomics {
+        drop_atomic_fetches(&mut patched)?;
+    }
     if features.task_storage {
         return Ok(patched);
     }
@@ -92,6 +95,44 @@ fn patch_kfunc_calls(object: &mut [u8], preempt: Option<(u32, u32)>) -> anyhow::
         }
     }
     Ok(())
+}
+
+/// Kernels before 5.12 refuse a program holding any atomic operation but
+/// add, reachable or not ("BPF_STX uses reserved fields"). The programs
+/// use fetch-or and fetch-and only where ATOMIC_SLOTS says the kernel has
+/// them (tracer-ebpf scratch.rs), so elsewhere those instructions are dead
+/// code: each becomes `src = 0`, which the old verifier checks no further.
+fn drop_atomic_fetches(object: &mut [u8]) -> anyhow::Result<()> {
+    const ATOMIC_W: u8 = 0xc3; // BPF_STX | BPF_W | BPF_ATOMIC
+    const ATOMIC_DW: u8 = 0xdb; // BPF_STX | BPF_DW | BPF_ATOMIC
+    for (start, end) in program_ranges(object)? {
+        let Some(code) = object.get_mut(start..end) else {
+            continue;
+        };
+        for insn in code.chunks_exact_mut(8) {
+            let imm = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
+            if matches!(insn[0], ATOMIC_W | ATOMIC_DW) && imm != 0 {
+                let src = insn[1] >> 4;
+                insn.copy_from_slice(&[BPF_MOV64_IMM, src, 0, 0, 0, 0, 0, 0]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// File ranges of the object's executable sections (programs, `.text`).
+fn program_ranges(object: &[u8]) -> anyhow::Result<Vec<(usize, usize)>> {
+    let file = object::File::parse(object).context("parsing the BPF object")?;
+    let mut ranges = Vec::new();
+    for section in file.sections() {
+        if section.kind() != object::SectionKind::Text {
+            continue;
+        }
+        if let Some((start, size)) = section.file_range() {
+            ranges.push((usize::try_from(start)?, usize::try_from(start + size)?));
+        }
+    }
+    Ok(ranges)
 }
 
 /// File offsets of the instructions relocated against undefined symbols
@@ -211,5 +252,31 @@ mod tests {
         }
         // Nothing else changed.
         assert_eq!(map_types(&without), map_types(object));
+    }
+
+    /// How many atomic instructions other than add `object`'s code holds.
+    fn atomic_fetches(object: &[u8]) -> usize {
+        program_ranges(object)
+            .expect("ranges")
+            .iter()
+            .flat_map(|&(start, end)| object[start..end].chunks_exact(8))
+            .filter(|i| matches!(i[0], 0xc3 | 0xdb) && i[4..8] != [0, 0, 0, 0])
+            .count()
+    }
+
+    #[test]
+    fn atomic_fetches_are_dropped_only_where_the_kernel_lacks_them() {
+        let object = super::super::loader::bpf_object();
+        assert!(
+            atomic_fetches(object) > 0,
+            "scratch.rs takes slots with fetch-or"
+        );
+        let mut with = features(true);
+        with.atomics = true;
+        let kept = for_kernel(object, &with).expect("patch");
+        assert_eq!(atomic_fetches(&kept), atomic_fetches(object));
+        let dropped = for_kernel(object, &features(true)).expect("patch");
+        assert_eq!(atomic_fetches(&dropped), 0);
+        assert_eq!(map_types(&dropped), map_types(object));
     }
 }
