@@ -25,7 +25,7 @@
         internal_features,
         reason = "core::intrinsics' atomics, see scratch.rs"
     ),
-    feature(core_intrinsics, adt_const_params)
+    feature(core_intrinsics)
 )]
 
 mod alloc;

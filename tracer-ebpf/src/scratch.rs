@@ -90,7 +90,7 @@ impl Scratch {
             return None;
         }
         // log2 of a single bit below 1 << 4.
-        let slot = ((free >> 1) & 1 | ((free >> 2) & 1) * 2 | ((free >> 3) & 1) * 3) as u32;
+        let slot = (((free >> 1) & 1) + ((free >> 2) & 1) * 2 + ((free >> 3) & 1) * 3) as u32;
         Some(Scratch {
             slot: slot & (SCRATCH_SLOTS - 1),
             busy: Some(busy),
