@@ -66,24 +66,7 @@ fn virtme_ng(apt: &mut Apt) -> Result<()> {
     println!(
         "installing: {VIRTME_NG} from PyPI into target/kernels/venv (for `cargo xtask kernels`)"
     );
-    let venv_works = Command::new("/usr/bin/python3")
-        .args(["-c", "import ensurepip, venv"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !venv_works {
-        apt.ensure(&["python3-venv"])?;
-    }
-    run_cmd(
-        Command::new("/usr/bin/python3")
-            .args(["-m", "venv"])
-            .arg(&venv),
-    )?;
-    run_cmd(
-        Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check"])
-            .arg(VIRTME_NG),
-    )
+    pip_install_in_venv(apt, &venv, VIRTME_NG)
 }
 
 /// What `cargo xtask dist` needs: the BPF toolchain for the release build
@@ -378,6 +361,12 @@ fn otlp_proto(apt: &mut Apt) -> Result<()> {
         return Ok(());
     }
     println!("installing: {OTLP_PROTO} from PyPI into target/otlp-venv (for the --otlp tests)");
+    pip_install_in_venv(apt, &venv, OTLP_PROTO)
+}
+
+/// Makes a venv at `venv` with Debian's python3 (python3-venv installed
+/// if it lacks ensurepip) and pip-installs `package` into it.
+fn pip_install_in_venv(apt: &mut Apt, venv: &std::path::Path, package: &str) -> Result<()> {
     let venv_works = Command::new("/usr/bin/python3")
         .args(["-c", "import ensurepip, venv"])
         .stderr(std::process::Stdio::null())
@@ -389,12 +378,12 @@ fn otlp_proto(apt: &mut Apt) -> Result<()> {
     run_cmd(
         Command::new("/usr/bin/python3")
             .args(["-m", "venv"])
-            .arg(&venv),
+            .arg(venv),
     )?;
     run_cmd(
         Command::new(venv.join("bin/pip"))
             .args(["install", "--quiet", "--disable-pip-version-check"])
-            .arg(OTLP_PROTO),
+            .arg(package),
     )
 }
 

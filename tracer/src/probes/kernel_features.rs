@@ -4,6 +4,8 @@
 //! kernels backport features, and the names are what the verifier and
 //! `bpf()` accept.
 
+use std::os::fd::{FromRawFd as _, OwnedFd};
+
 use anyhow::{bail, Context as _};
 
 use super::kernel_btf::Btf;
@@ -131,22 +133,10 @@ fn verifier_takes_atomic_fetch() -> bool {
     attr[0] = BPF_PROG_TYPE_SOCKET_FILTER | ((code.len() as u64) << 32);
     attr[1] = code.as_ptr() as u64;
     attr[2] = license.as_ptr() as u64;
-    // SAFETY: `attr` is a zero-padded bpf_attr whose pointers point to
-    // live buffers of the sizes given; no log is asked for.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(&attr) as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: a new fd that we own.
-    unsafe { libc::close(fd as i32) };
-    true
+    super::uprobe_session::bpf(BPF_PROG_LOAD, &mut attr)
+        // SAFETY: a new fd that we own; dropping it closes it.
+        .map(|fd| drop(unsafe { OwnedFd::from_raw_fd(fd) }))
+        .is_ok()
 }
 
 #[cfg(test)]

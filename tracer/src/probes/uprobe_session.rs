@@ -123,7 +123,8 @@ fn dispatcher(progs_fd: RawFd, is_return_btf_id: u32) -> Vec<Insn> {
     p
 }
 
-fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> std::io::Result<RawFd> {
+/// The bpf(2) system call with a zero-padded attribute block.
+pub(super) fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> std::io::Result<RawFd> {
     // SAFETY: `attr` is a zero-padded bpf_attr of 128 bytes, larger than
     // either command's struct; pointers in it point to live buffers.
     let rc = unsafe {
