@@ -2,7 +2,6 @@
 //! loading, and the small helpers every program uses on them (counting a
 //! loss, the trace filter, the stop flag, ring-buffer wakeups).
 
-use crate::scratch::SCRATCH_SLOTS;
 use aya_ebpf::{
     bindings::{bpf_map_type, BPF_F_NO_PREALLOC, BPF_LOCAL_STORAGE_GET_F_CREATE, BPF_NOEXIST},
     helpers::{
@@ -17,9 +16,9 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
 };
 use tracer_common::{
-    counter, Event, InFlight, InFlightStack, LiveKey, LiveValue, Role, StackSample,
-    CONTROL_SESSION, CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE,
-    FILTER_PIDS, FORKS_COUNT, INFLIGHT_FRAMES, STATE_SLOTS, UNWIND_FP,
+    counter, Event, InFlight, InFlightStack, LiveKey, LiveValue, Role, CONTROL_SESSION,
+    CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS,
+    FORKS_COUNT, INFLIGHT_FRAMES, STATE_SLOTS, UNWIND_FP,
 };
 
 // Sizes here are defaults; user space sets the real ones with
@@ -307,13 +306,6 @@ pub(crate) static EXP_TABLE: [u32; EXP_TABLE_LEN] = [0; EXP_TABLE_LEN];
 /// same). Seeded by the loader with a random draw.
 #[map]
 pub(crate) static COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
-
-/// Per-CPU buffer where a sample is assembled before it is copied into the
-/// ring buffer with its real length (a reservation must have a fixed size);
-/// one per scratch slot (scratch.rs).
-#[map]
-pub(crate) static SAMPLE_BUF: PerCpuArray<StackSample> =
-    PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
 
 /// Reads a tunable (a global above, or an element of one) of any type.
 #[inline(always)]

@@ -14,6 +14,8 @@
 
 use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::map, maps::PerCpuArray};
 
+use tracer_common::StackSample;
+
 use crate::maps::tunable;
 
 unsafe extern "C" {
@@ -45,6 +47,13 @@ pub(crate) fn not_preempted(body: impl FnOnce() -> u32) -> u32 {
 
 /// Slots of each per-CPU scratch map.
 pub(crate) const SCRATCH_SLOTS: u32 = 4;
+
+/// Per-CPU buffer where a DWARF-mode sample is assembled before it is
+/// copied into the ring buffer with its real length (a reservation must
+/// have a fixed size); one per slot.
+#[map]
+pub(crate) static SAMPLE_BUF: PerCpuArray<StackSample> =
+    PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
 
 /// Per CPU, bit i set while a program holds slot i (with ATOMIC_SLOTS).
 #[map]

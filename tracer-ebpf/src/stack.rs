@@ -15,11 +15,10 @@ use tracer_common::{
 
 use crate::{
     maps::{
-        count, event, tunable, wakeup_flags, EVENTS, LIVE, SAMPLE_BUF, STACKS, STACK_BYTES, STATE,
-        UNWIND_MODE,
+        count, event, tunable, wakeup_flags, EVENTS, LIVE, STACKS, STACK_BYTES, STATE, UNWIND_MODE,
     },
     sampling::sampling,
-    scratch::Scratch,
+    scratch::{Scratch, SAMPLE_BUF},
     walk::{owns_slot, walk, FRAMES_BUF},
 };
 
