@@ -163,11 +163,14 @@ impl<'a> Trace<'a> {
             features,
             config.verbose,
         )?;
-        console::say(format_args!(
-            "{}",
-            escape::text(&loaded.mode_line(settings.attach.sessions))
-        ));
+        // The mode in one line with --verbose; a mode the verifier refused
+        // was said on its own, and the report's header and notes say what
+        // was used in any case.
         if config.verbose {
+            console::say(format_args!(
+                "{}",
+                escape::text(&loaded.mode_line(settings.attach.sessions))
+            ));
             for (program, n) in loaded.verified_instructions() {
                 console::say(format_args!(
                     "program {program} verified in {n} instructions"
