@@ -236,24 +236,6 @@ pub(super) fn read_pod<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_give_back_their_events_in_order() {
-        let mut batch = Vec::new();
-        for item in [&b"abc"[..], b"", b"0123456789"] {
-            batch.extend_from_slice(&(item.len() as u32).to_ne_bytes());
-            batch.extend_from_slice(item);
-        }
-        let got: Vec<&[u8]> = events(&batch).collect();
-        assert_eq!(got, [&b"abc"[..], b"", b"0123456789"]);
-        // A truncated batch yields what is whole, then stops.
-        assert_eq!(events(&batch[..batch.len() - 1]).count(), 2);
-    }
-}
-
 /// Nice value of the reader thread. It only copies the ring buffer into
 /// the queue and sleeps in poll between drains, but when it does not get
 /// the CPU in time the BPF programs find the ring full and drop events:
@@ -270,5 +252,23 @@ fn raise_priority() {
     unsafe {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, READER_NICE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_give_back_their_events_in_order() {
+        let mut batch = Vec::new();
+        for item in [&b"abc"[..], b"", b"0123456789"] {
+            batch.extend_from_slice(&(item.len() as u32).to_ne_bytes());
+            batch.extend_from_slice(item);
+        }
+        let got: Vec<&[u8]> = events(&batch).collect();
+        assert_eq!(got, [&b"abc"[..], b"", b"0123456789"]);
+        // A truncated batch yields what is whole, then stops.
+        assert_eq!(events(&batch[..batch.len() - 1]).count(), 2);
     }
 }
