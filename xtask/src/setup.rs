@@ -365,7 +365,9 @@ fn otlp_proto(apt: &mut Apt) -> Result<()> {
 }
 
 /// Makes a venv at `venv` with Debian's python3 (python3-venv installed
-/// if it lacks ensurepip) and pip-installs `package` into it.
+/// if it lacks ensurepip) and pip-installs `package` into it. `--clear`
+/// empties a venv left broken there (one whose interpreter link points at
+/// a python that is gone), which `venv` alone leaves as it is.
 fn pip_install_in_venv(apt: &mut Apt, venv: &std::path::Path, package: &str) -> Result<()> {
     let venv_works = Command::new("/usr/bin/python3")
         .args(["-c", "import ensurepip, venv"])
@@ -377,7 +379,7 @@ fn pip_install_in_venv(apt: &mut Apt, venv: &std::path::Path, package: &str) -> 
     }
     run_cmd(
         Command::new("/usr/bin/python3")
-            .args(["-m", "venv"])
+            .args(["-m", "venv", "--clear"])
             .arg(venv),
     )?;
     run_cmd(
