@@ -154,7 +154,8 @@ pub struct SampleHeader {
     pub sp: u64,
     pub bp: u64,
     pub stack_len: u32,
-    pub _pad: u32,
+    /// The process's code generation at the allocation (see `MAPS_GEN`).
+    pub maps_gen: u32,
 }
 
 /// The BPF side's copy buffer: a header followed by the stack bytes.
@@ -175,7 +176,9 @@ pub const FRAMES_TRUNCATED: u32 = 1;
 /// failed read, a bad frame pointer; counted by reason).
 pub const FRAMES_ENDED: u32 = 2;
 /// The walk met an address in no mapping user space described (a library
-/// loaded since, or a process not described yet): `ip`, `sp` and `bp` are
+/// loaded since, or a process not described yet), or did not start because
+/// the process mapped code since user space read its maps (`MAPS_GEN`,
+/// depth 0): `ip`, `sp` and `bp` are
 /// the registers there, and a copy of the stack from `sp` follows the
 /// `MAX_FRAMES` address slots, for user space to go on with.
 pub const FRAMES_RESUME: u32 = 4;
@@ -196,7 +199,8 @@ pub struct FramesHeader {
     pub bp: u64,
     /// With FRAMES_RESUME: stack bytes copied from `sp`.
     pub stack_len: u32,
-    pub _pad: u32,
+    /// The process's code generation when the walk ran (see `MAPS_GEN`).
+    pub maps_gen: u32,
 }
 
 /// The BPF side's buffer for an `EVENT_ALLOC_FRAMES`.
@@ -324,6 +328,38 @@ impl LiveKey {
     }
 }
 
+/// Names of the maps of each traced process's code generation, kept by
+/// tracer-ebpf's code_gen.rs: MAPS_GEN (u32 tgid → `CodeMaps`, bumped by
+/// the kernel side at each file the process maps executable) and
+/// MAPS_READ (u32 tgid → u32, the generation user space read the
+/// process's maps at). A stack carries the generation it was taken under.
+pub const MAPS_GEN: &str = "MAPS_GEN";
+pub const MAPS_READ: &str = "MAPS_READ";
+
+/// Executable file mappings a `CodeMaps` remembers: the last ones, by
+/// generation (the one of generation `g` is at `g % CODE_HISTORY`).
+pub const CODE_HISTORY: usize = 64;
+
+/// One executable file mapping a process made: `[start, start + len)`,
+/// made when its generation became `gen` (0: the slot is empty).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeRange {
+    pub start: u64,
+    pub len: u32,
+    pub gen: u32,
+}
+
+/// Value of MAPS_GEN: a process's code generation and its last
+/// executable file mappings.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeMaps {
+    pub gen: u32,
+    pub _pad: u32,
+    pub ranges: [CodeRange; CODE_HISTORY],
+}
+
 /// Indexes of the STATE array (u64 slots shared by user space and BPF).
 /// The unwind-rule caches' generation: user space bumps it after every
 /// change to UNWIND_MAPPINGS, and a walker's per-CPU cache entry is used
@@ -404,7 +440,8 @@ pub mod counter;
 #[cfg(feature = "user")]
 mod pod {
     use super::{
-        Event, FramesHeader, InFlight, LiveKey, LiveValue, MappingKey, MappingValue, SampleHeader,
+        CodeMaps, Event, FramesHeader, InFlight, LiveKey, LiveValue, MappingKey, MappingValue,
+        SampleHeader,
     };
     // SAFETY: all of them are #[repr(C)], contain only integers and have no
     // implicit padding (explicit `_pad` fields fill every gap).
@@ -423,6 +460,8 @@ mod pod {
     unsafe impl aya::Pod for MappingKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for MappingValue {}
+    // SAFETY: as above (CodeRange: u64, u32, u32).
+    unsafe impl aya::Pod for CodeMaps {}
 }
 
 #[cfg(test)]
@@ -446,6 +485,8 @@ mod tests {
         );
         assert_eq!(size_of::<MappingKey>(), 12);
         assert_eq!(size_of::<MappingValue>(), 24);
+        assert_eq!(size_of::<CodeRange>(), 16);
+        assert_eq!(size_of::<CodeMaps>(), 8 + 16 * CODE_HISTORY);
     }
 
     #[test]

@@ -30,6 +30,7 @@
 
 mod alloc;
 mod args;
+mod code_gen;
 mod free;
 mod inflight;
 mod maps;

@@ -11,11 +11,11 @@ use tracer_common::{
     FILTER_CGROUP, FILTER_NONE, FILTER_PIDS, FORKS_FOLLOW,
 };
 
-use crate::inflight;
 use crate::maps::{
     count, event, stopped, traced, tunable, BPF_RB_FORCE_WAKEUP, EVENTS, EXIT_GROUP_DEAD, FILTER,
     FOLLOW_FORKS, INFLIGHT, TASK_TGID_OFFSET, TRACED,
 };
+use crate::{code_gen, inflight};
 
 /// sched_process_exec: a traced process (or, under --binary, any process,
 /// which may now run the binary) replaced its image. Its old heap is gone,
@@ -26,6 +26,7 @@ use crate::maps::{
 pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
+    code_gen::forget(pid);
     let wanted = match tunable(&FILTER) {
         // SAFETY: the value is not read. User space puts the one traced
         // process into TRACED for this check.
@@ -140,6 +141,7 @@ pub fn process_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    code_gen::forget(pid);
     let wanted = if tunable(&FOLLOW_FORKS) == FORKS_FOLLOW {
         TRACED.remove(pid).is_ok()
     } else {

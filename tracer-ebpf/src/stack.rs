@@ -14,6 +14,7 @@ use tracer_common::{
 };
 
 use crate::{
+    code_gen::code_gen,
     maps::{
         count, event, tunable, wakeup_flags, EVENTS, LIVE, STACKS, STACK_BYTES, STATE, UNWIND_MODE,
     },
@@ -98,7 +99,7 @@ fn record_alloc_sample(ctx: &RetProbeContext, mut ev: Event) {
         sp,
         bp,
         stack_len: 0,
-        _pad: 0,
+        maps_gen: code_gen(ev.pid).0,
     };
     // The header first: a program of another thread that runs in this
     // slot meanwhile (see maps::SCRATCH_SLOTS) writes its own first too,
@@ -228,7 +229,7 @@ fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
         sp: w.sp,
         bp: if w.bp_known != 0 { w.bp } else { 0 },
         stack_len: stack_len as u32,
-        _pad: 0,
+        maps_gen: w.maps_gen,
     };
     let Some(total) = output_len(total, core::mem::size_of::<tracer_common::FramesSample>()) else {
         return; // cannot happen: depth <= MAX_FRAMES, stack_len <= MAX_STACK_BYTES
@@ -263,7 +264,7 @@ fn bare_frames(event: Event) -> FramesHeader {
         sp: 0,
         bp: 0,
         stack_len: 0,
-        _pad: 0,
+        maps_gen: 0,
     }
 }
 
@@ -276,7 +277,7 @@ fn bare_sample(event: Event) -> SampleHeader {
         sp: 0,
         bp: 0,
         stack_len: 0,
-        _pad: 0,
+        maps_gen: 0,
     }
 }
 

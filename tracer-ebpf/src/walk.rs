@@ -28,6 +28,7 @@ use tracer_common::{
 };
 
 use crate::{
+    code_gen::code_gen,
     maps::{count, state as state_slot},
     scratch::SCRATCH_SLOTS,
 };
@@ -132,6 +133,9 @@ pub(crate) struct Walk {
     pub(crate) signal: u32,
     /// The scratch slot the walk runs in (scratch.rs).
     pub(crate) slot: u32,
+    /// The process's code generation when the walk started (code_gen.rs).
+    pub(crate) maps_gen: u32,
+    pub(crate) _pad: u32,
     /// STATE_UNWIND_GEN when the walk started (0: the rule cache is off).
     pub(crate) gen: u64,
     /// The walking thread's pid_tgid: another thread whose program ran
@@ -158,6 +162,7 @@ const WALK_ATTEMPTS: u32 = 3;
 pub(crate) fn walk(slot: u32, pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Walk> {
     let owner = bpf_get_current_pid_tgid();
     let state = WALK_STATE.get_ptr_mut(slot)?;
+    let (maps_gen, stale) = code_gen(pid);
     let start = Walk {
         ip,
         sp,
@@ -168,9 +173,21 @@ pub(crate) fn walk(slot: u32, pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Wal
         bp_known: 1,
         signal: 0,
         slot,
+        maps_gen,
+        _pad: 0,
         gen: state_slot(STATE_UNWIND_GEN),
         owner,
     };
+    if stale {
+        // Code was mapped since user space read the maps: the tables it
+        // described may be of a file unmapped since. The stack goes from
+        // the leaf, for user space to unwind with the maps as they are.
+        count(counter::UNWIND_RESUMED);
+        return Some(Walk {
+            flags: FRAMES_RESUME,
+            ..start
+        });
+    }
     let mut attempt = 0;
     while attempt < WALK_ATTEMPTS {
         // SAFETY: this CPU's slot (see maps::SCRATCH_SLOTS).
