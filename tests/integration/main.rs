@@ -9,6 +9,7 @@ mod buildup;
 mod cgroups;
 mod debug_files;
 mod dist;
+mod dl_reuse;
 mod errors;
 mod exact_frees;
 mod exec;

@@ -70,6 +70,7 @@ impl Collector {
             live: live_map,
             live_count,
             unwind: _,
+            code_gens: _,
         } = maps;
         let maps_at_exec = program_hint.is_none();
         let mut collector = Collector {
@@ -192,6 +193,11 @@ impl Collector {
     /// table did not fit (its path: hostile), and its rows.
     pub fn largest_unfit_table(&self) -> Option<(&str, u32)> {
         self.state.modules.largest_unfit_table()
+    }
+
+    /// Stacks with frames left unnamed because their code was replaced.
+    pub fn code_stats(&self) -> crate::stacks::modules::CodeStats {
+        self.state.modules.code_stats
     }
 
     /// Objects named so far whose debug link was refused, and one of them.

@@ -65,6 +65,13 @@ pub(super) fn notes(
     if let (objects @ 1.., Some(example)) = collector.refused_debug_links() {
         notes.push(Note::DebugLinksRefused { objects, example });
     }
+    let code = collector.code_stats();
+    if code.replaced + code.beyond_history > 0 {
+        notes.push(Note::CodeReplaced {
+            replaced: code.replaced,
+            beyond_history: code.beyond_history,
+        });
+    }
     match meta.unwind {
         UnwindMode::Fp => notes.push(Note::FramePointerStacks),
         UnwindMode::Dwarf => {

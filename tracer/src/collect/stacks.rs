@@ -298,7 +298,7 @@ impl StackInterner {
                 .get(&(stack_id as u32), 0)
                 .ok()
                 .map(|st| st.frames().iter().map(|f| f.ip).collect::<Vec<_>>())
-                .map(|ips| modules.normalize(pid, &ips))
+                .map(|ips| modules.normalize(pid, &ips, None))
                 .map(|frames| self.table.intern_frames(frames))
         };
         let h = self.table.push(Stack {
@@ -323,46 +323,59 @@ impl StackInterner {
             .unwind(pid, modules.maps(pid), modules.jit(pid), sample, &file_of)
     }
 
+    /// DWARF mode: a copied stack taken at code generation `gen`.
     pub(super) fn intern_sample(
         &mut self,
         modules: &mut Modules,
         pid: u32,
         process: ProcessIndex,
         sample: &Sample<'_>,
+        gen: u32,
     ) -> StackHandle {
         if sample.stack.is_empty() {
             return self.intern_stack_id(modules, pid, process, -1);
         }
-        let unwound = self.unwind_sample(modules, pid, sample);
-        self.intern_addrs(modules, pid, process, &unwound.addrs, unwound.truncated)
+        modules.observe(pid, gen);
+        let unwound = self.unwind_sample(modules, pid, sample, gen);
+        self.intern_addrs(
+            modules,
+            pid,
+            process,
+            &unwound.addrs,
+            unwound.truncated,
+            gen,
+        )
     }
 
     /// Tables mode: the return addresses the kernel walked; with a resume
     /// copy (the walk met an address user space had not described), the
     /// rest unwound here from the copy, and the process's maps read again
     /// so that its next walks know them.
+    /// `h`: the event's header (process, code generation, how the walk
+    /// ended); `frames`: the addresses it walked.
     pub(super) fn intern_frames(
         &mut self,
         modules: &mut Modules,
-        pid: u32,
+        h: &FramesHeader,
         process: ProcessIndex,
         frames: &[u64],
-        ended: bool,
         resume: Option<&Sample<'_>>,
     ) -> StackHandle {
+        let (pid, gen) = (h.event.pid, h.maps_gen);
+        let ended = h.flags & (FRAMES_TRUNCATED | FRAMES_ENDED) != 0;
         let Some(sample) = resume else {
-            return self.intern_addrs(modules, pid, process, frames, ended);
+            return self.intern_addrs(modules, pid, process, frames, ended, gen);
         };
         self.unwinders.stats.resumed += 1;
         if sample.stack.is_empty() {
             self.unwinders.stats.resumed_cut += 1;
-            return self.intern_addrs(modules, pid, process, frames, true);
+            return self.intern_addrs(modules, pid, process, frames, true, gen);
         }
-        let unwound = self.unwind_sample(modules, pid, sample);
+        let unwound = self.unwind_sample(modules, pid, sample, gen);
         self.unwinders.stats.resumed_cut += u64::from(unwound.truncated);
         let mut addrs = frames.to_vec();
         addrs.extend(unwound.addrs);
-        self.intern_addrs(modules, pid, process, &addrs, unwound.truncated)
+        self.intern_addrs(modules, pid, process, &addrs, unwound.truncated, gen)
     }
 
     /// An EVENT_ALLOC_FRAMES (tracer_common::FramesHeader): its stack.
@@ -384,8 +397,8 @@ impl StackInterner {
                 .chunks_exact(8)
                 .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())),
         );
-        let ended = h.flags & (FRAMES_TRUNCATED | FRAMES_ENDED) != 0;
         let pid = h.event.pid;
+        modules.observe(pid, h.maps_gen);
         // A walk that ended at a frame it could not follow may have used
         // the table of a library unloaded since, at an address where
         // another is loaded now (dlclose, dlopen): the maps are read again,
@@ -395,7 +408,7 @@ impl StackInterner {
             modules.walk_ended_at(pid, pc);
         }
         let handle = if h.flags & FRAMES_RESUME == 0 {
-            Some(self.intern_frames(modules, pid, process, &frames, ended, None))
+            Some(self.intern_frames(modules, &h, process, &frames, None))
         } else {
             let at = start + 8 * MAX_FRAMES;
             bytes.get(at..at + h.stack_len as usize).map(|stack| {
@@ -405,15 +418,23 @@ impl StackInterner {
                     bp: h.bp,
                     stack,
                 };
-                self.intern_frames(modules, pid, process, &frames, ended, Some(&sample))
+                self.intern_frames(modules, &h, process, &frames, Some(&sample))
             })
         };
         self.frames_buf = frames;
         handle
     }
 
-    /// Unwinds a copied stack in user space (framehop).
-    fn unwind_sample(&mut self, modules: &mut Modules, pid: u32, sample: &Sample<'_>) -> Unwound {
+    /// Unwinds a copied stack taken at code generation `gen` in user space
+    /// (framehop). The unwind stops at an address where other code was
+    /// mapped since (its rules would be the other code's).
+    fn unwind_sample(
+        &mut self,
+        modules: &mut Modules,
+        pid: u32,
+        sample: &Sample<'_>,
+        gen: u32,
+    ) -> Unwound {
         // A library loaded since the maps were read (dlopen): read them
         // again. Maps read since the unwinder was built (the first read of
         // a new process may predate its libraries): rebuild it.
@@ -431,6 +452,14 @@ impl StackInterner {
                 unwound = self.unwind(modules, pid, sample);
             }
         }
+        let unsure = unwound
+            .addrs
+            .iter()
+            .position(|&a| !modules.sure(pid, a.saturating_sub(1), Some(gen)));
+        if let Some(i) = unsure.filter(|&i| i + 1 < unwound.addrs.len()) {
+            unwound.addrs.truncate(i + 1);
+            unwound.truncated = true;
+        }
         let maps = modules.maps(pid);
         if let Some(out) = &mut self.sample_log {
             crate::stacks::unwind::record_sample(out, maps, sample, &unwound);
@@ -447,8 +476,25 @@ impl StackInterner {
         process: ProcessIndex,
         addrs: &[u64],
         truncated: bool,
+        gen: u32,
     ) -> StackHandle {
         self.table.note_remaps(pid, modules.remaps(pid));
+        // A stack with an address whose code was replaced since it was
+        // taken is not shared with the same addresses of the new code.
+        let gen = Some(gen);
+        if addrs
+            .iter()
+            .any(|&a| !modules.sure(pid, a.saturating_sub(1), gen))
+        {
+            let frames = modules.normalize(pid, addrs, gen);
+            let frames = self.table.intern_frames(frames);
+            return self.table.push(Stack {
+                pid,
+                process,
+                frames: Some(frames),
+                truncated,
+            });
+        }
         let table = &mut self.table;
         let key = &mut table.addrs_key;
         key.clear();
@@ -458,7 +504,7 @@ impl StackInterner {
             return h;
         }
         let key: Box<[u64]> = key.as_slice().into();
-        let frames = modules.normalize(pid, addrs);
+        let frames = modules.normalize(pid, addrs, gen);
         let unnamed = frames.iter().any(|f| f.module.is_none());
         let frames = self.table.intern_frames(frames);
         let h = self.table.push(Stack {

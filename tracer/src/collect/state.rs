@@ -245,9 +245,13 @@ impl State {
                     stack,
                 };
                 let process = self.processes.instance(ev.pid, started);
-                let handle = self
-                    .stacks
-                    .intern_sample(&mut self.modules, ev.pid, process, &sample);
+                let handle = self.stacks.intern_sample(
+                    &mut self.modules,
+                    ev.pid,
+                    process,
+                    &sample,
+                    h.maps_gen,
+                );
                 self.record(&ev, handle);
             }
             EVENT_ALLOC_FRAMES => {

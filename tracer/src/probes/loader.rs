@@ -35,13 +35,16 @@ const RETURN_PROGRAM: &str = "alloc_return";
 /// The raw tracepoint programs and their tracepoints: exec, fork, exit of
 /// traced processes; signal_deliver marks a thread's allocator call
 /// interrupted, so a handler's calls are recorded (tracer-ebpf inflight.rs);
-/// mark_victim reports a traced process the OOM killer chose.
-const TRACEPOINTS: [(&str, &str); 5] = [
+/// mark_victim reports a traced process the OOM killer chose; sys_exit
+/// bumps a process's code generation when it maps a file executable
+/// (tracer-ebpf code_gen.rs).
+const TRACEPOINTS: [(&str, &str); 6] = [
     ("process_exec", "sched_process_exec"),
     ("process_fork", "sched_process_fork"),
     ("process_exit", "sched_process_exit"),
     ("signal_deliver", "signal_deliver"),
     ("oom_mark_victim", "mark_victim"),
+    ("maps_change", "sys_exit"),
 ];
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
@@ -95,6 +98,9 @@ pub struct EventMaps {
     pub live_count: super::map_count::MapCounter,
     /// `--unwind tables`: the rows and mappings the kernel walks with.
     pub unwind: Option<crate::stacks::kernel_tables::BpfUnwindMaps>,
+    /// Each process's code generation (tracer-ebpf code_gen.rs).
+    /// Taken by the session for `Modules`.
+    pub code_gens: Option<crate::stacks::modules::BpfCodeGens>,
 }
 
 impl Loaded {
@@ -305,6 +311,10 @@ fn load_mode(
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
     let unwind_maps = object_maps::take_unwind(&mut ebpf, limits)?;
+    let code_gens = crate::stacks::modules::BpfCodeGens::new(
+        take(&mut ebpf, tracer_common::MAPS_GEN)?,
+        take(&mut ebpf, tracer_common::MAPS_READ)?,
+    )?;
     let progs_fd = map_fds
         .get("PROGS")
         .context("BPF object has no map PROGS")?
@@ -339,6 +349,7 @@ fn load_mode(
             live,
             live_count,
             unwind: unwind_maps,
+            code_gens: Some(code_gens),
         },
     ))
 }

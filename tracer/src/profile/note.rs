@@ -105,6 +105,12 @@ pub enum Note {
     /// path): not followed. `example` is one of them, "object: link", both
     /// escaped (the traced process chose them).
     DebugLinksRefused { objects: u64, example: String },
+    /// Stacks with frames where other code was mapped after the stack was
+    /// taken and before the maps were read (a library unloaded and another
+    /// loaded in its place): those frames are unnamed (`replaced`). And
+    /// stacks older than the kernel side's memory of mappings reaches
+    /// (`beyond_history`), named from the maps as read.
+    CodeReplaced { replaced: u64, beyond_history: u64 },
     /// -- CMD with --keep-running: the command outlived the trace.
     CommandLeftRunning { pid: u32 },
     /// -- CMD: the trace ended first; the command was sent `signal` and

@@ -112,6 +112,10 @@ impl fmt::Display for Note {
                  docs/debug-files.md",
                 counted(*objects, "object has", "objects have"),
             ),
+            Note::CodeReplaced {
+                replaced,
+                beyond_history,
+            } => code_replaced(f, *replaced, *beyond_history),
         }
     }
 }
@@ -265,6 +269,29 @@ fn root_exited(f: &mut fmt::Formatter<'_>, pid: u32, status: Option<&str>) -> fm
          exited",
         status.unwrap_or("exited")
     )
+}
+
+fn code_replaced(f: &mut fmt::Formatter<'_>, replaced: u64, beyond: u64) -> fmt::Result {
+    if replaced > 0 {
+        write!(
+            f,
+            "{} frames in a library that was unloaded and another loaded in its place \
+             before the tracer read the process's maps: those frames are [unknown], not named \
+             from the new library",
+            super::counted(replaced, "stack has", "stacks have"),
+        )?;
+    }
+    if beyond > 0 {
+        write!(
+            f,
+            "{}{} taken before the last {} executable mappings of their process: \
+             named from its maps as read later",
+            if replaced > 0 { "; " } else { "" },
+            super::counted(beyond, "stack was", "stacks were"),
+            tracer_common::CODE_HISTORY,
+        )?;
+    }
+    Ok(())
 }
 
 fn unnamed_stacks(f: &mut fmt::Formatter<'_>, stacks: u64, processes: u64) -> fmt::Result {

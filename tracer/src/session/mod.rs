@@ -178,6 +178,10 @@ impl<'a> Trace<'a> {
             }
         }
         let mut modules = Modules::default();
+        modules.code_gens = maps
+            .code_gens
+            .take()
+            .map(|g| Box::new(g) as Box<dyn crate::stacks::modules::CodeGens>);
         if let Some(unwind) = maps.unwind.take() {
             modules.kernel = Some(crate::stacks::kernel_tables::KernelTables::new(Box::new(
                 unwind,

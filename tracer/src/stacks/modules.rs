@@ -85,6 +85,8 @@ struct Proc {
     /// read (`walk_ended_at`); at most MAX_ENDED_AT, cleared when the
     /// executable maps change.
     ended_at: HashSet<u64>,
+    /// The code generation the maps were read at (code_history.rs).
+    code: CodeHistory,
 }
 
 impl Proc {
@@ -100,6 +102,7 @@ impl Proc {
             jit_symbols: JitSymbols::default(),
             remaps: 0,
             ended_at: HashSet::new(),
+            code: CodeHistory::default(),
         }
     }
 }
@@ -138,6 +141,19 @@ pub struct Modules {
     /// table did not fit (named when the kernel tables first report it,
     /// while a process maps it). One entry.
     largest_unfit: Option<(String, u32)>,
+    /// The kernel side's code generations (None in the tests that do not
+    /// need them: stacks are then named from the maps as read).
+    pub code_gens: Option<Box<dyn CodeGens>>,
+    pub code_stats: CodeStats,
+}
+
+/// Stacks with frames left unnamed because other code was mapped at
+/// their address after the stack was taken, before the maps were read;
+/// and stacks older than the kernel side's history of mappings reaches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeStats {
+    pub replaced: u64,
+    pub beyond_history: u64,
 }
 
 /// Else each event at an address in no mapped file (JIT code) re-reads maps.
@@ -211,7 +227,7 @@ impl Modules {
                 p.quick_reads += 1;
             }
         }
-        let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else {
+        let Some((text, code)) = self.read_maps_text(pid) else {
             self.note_unread(pid);
             return false;
         };
@@ -226,7 +242,60 @@ impl Modules {
             p.jit = jit;
             self.describe_to_kernel(pid);
         }
+        self.note_read(pid, code.as_ref());
         true
+    }
+
+    /// /proc/PID/maps and the code generation they show: read again (at
+    /// most 3 times) while the process maps code meanwhile.
+    fn read_maps_text(&self, pid: u32) -> Option<(Vec<u8>, Option<CodeMaps>)> {
+        let current = |pid| self.code_gens.as_ref().and_then(|g| g.current(pid));
+        let mut before = current(pid);
+        let mut attempt = 0;
+        loop {
+            let text = std::fs::read(format!("/proc/{pid}/maps")).ok()?;
+            let after = current(pid);
+            attempt += 1;
+            if after.map(|m| m.gen) == before.map(|m| m.gen) || attempt == 3 {
+                return Some((text, after));
+            }
+            before = after;
+        }
+    }
+
+    /// The maps of `pid` were read (and described to the kernel's walker)
+    /// at `code`'s generation: tell the kernel side, whose walks trust the
+    /// tables from then on.
+    fn note_read(&mut self, pid: u32, code: Option<&CodeMaps>) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        p.code = CodeHistory::at_read(code);
+        if let Some(gens) = &mut self.code_gens {
+            gens.read_at(pid, p.code.read_gen());
+        }
+    }
+
+    /// A stack of `pid` taken at code generation `gen`: if the process
+    /// mapped code since its maps were read, they are read again (once
+    /// per generation).
+    pub fn observe(&mut self, pid: u32, gen: u32) {
+        if self
+            .procs
+            .get_mut(&pid)
+            .is_some_and(|p| p.code.wants_read(gen))
+        {
+            self.refresh_now(pid);
+        }
+    }
+
+    /// Whether `addr` in a stack of `pid` taken at `gen` may be named from
+    /// the maps as read (no code mapped over it since; see code_history.rs).
+    pub fn sure(&self, pid: u32, addr: u64, gen: Option<u32>) -> bool {
+        match (gen, self.procs.get(&pid)) {
+            (Some(gen), Some(p)) => p.code.sure(addr, gen),
+            _ => true,
+        }
     }
 
     /// The maps could not be read (it is gone): no retry before MIN_REREAD_INTERVAL.
@@ -562,6 +631,7 @@ impl Modules {
             p.jit_symbols = JitSymbols::default();
             p.last_read = None;
             p.quick_reads = 0;
+            p.code = CodeHistory::default();
             for o in objects {
                 self.release_object(o);
             }
@@ -603,6 +673,9 @@ impl Modules {
         if let Some(kernel) = &mut self.kernel {
             kernel.drop_process(pid);
         }
+        if let Some(gens) = &mut self.code_gens {
+            gens.forget(pid);
+        }
         if let Some(p) = self.procs.remove(&pid) {
             for o in p.objects {
                 self.release_object(o);
@@ -634,6 +707,8 @@ impl Modules {
             p.jit = jit;
             self.describe_to_kernel(pid);
         }
+        let code = self.code_gens.as_ref().and_then(|g| g.current(pid));
+        self.note_read(pid, code.as_ref());
     }
 
     /// The process's anonymous executable mappings (JIT code) as last read.
@@ -676,19 +751,44 @@ impl Modules {
         self.procs.get(&pid)?.maps.get(i)
     }
 
-    /// Normalizes return addresses of process `pid`. Re-reads the maps once
-    /// if an address is not covered (a library loaded after the last read).
-    pub fn normalize(&mut self, pid: u32, return_addrs: &[u64]) -> Vec<NormFrame> {
+    /// Normalizes return addresses of process `pid`, taken at code
+    /// generation `gen` (None: not known, named from the maps as read).
+    /// Re-reads the maps once if an address is not covered (a library
+    /// loaded after the last read). An address where other code was mapped
+    /// since the stack was taken stays unnamed (counted).
+    pub fn normalize(
+        &mut self,
+        pid: u32,
+        return_addrs: &[u64],
+        gen: Option<u32>,
+    ) -> Vec<NormFrame> {
         let uncovered = return_addrs
             .iter()
             .any(|&a| self.find(pid, a.saturating_sub(1)).is_none());
         if uncovered {
             self.refresh(pid);
         }
-        return_addrs
+        if let (Some(gen), Some(p)) = (gen, self.procs.get(&pid)) {
+            self.code_stats.beyond_history += u64::from(!p.code.reaches(gen));
+        }
+        let mut replaced = false;
+        let frames = return_addrs
             .iter()
-            .map(|&ret| self.normalize_one(pid, ret.saturating_sub(1)))
-            .collect()
+            .map(|&ret| {
+                let addr = ret.saturating_sub(1);
+                if self.sure(pid, addr, gen) {
+                    self.normalize_one(pid, addr)
+                } else {
+                    replaced = true;
+                    NormFrame {
+                        module: None,
+                        offset: addr,
+                    }
+                }
+            })
+            .collect();
+        self.code_stats.replaced += u64::from(replaced);
+        frames
     }
 
     fn normalize_one(&mut self, pid: u32, addr: u64) -> NormFrame {
@@ -822,3 +922,8 @@ impl Modules {
 
 #[cfg(test)]
 mod tests;
+
+mod code_history;
+use code_history::CodeHistory;
+pub use code_history::{BpfCodeGens, CodeGens};
+use tracer_common::CodeMaps;

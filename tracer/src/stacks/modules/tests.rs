@@ -29,8 +29,8 @@ fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
     modules.set_maps(NO_SUCH_PID, vec![b.clone()], Vec::new());
     assert_eq!(modules.held(), (2, 1), "two processes, one file");
     // The same code at different addresses: the same (object, offset).
-    let fa = modules.normalize(me, &[a.start + 0x101]);
-    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x101]);
+    let fa = modules.normalize(me, &[a.start + 0x101], None);
+    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x101], None);
     assert_eq!(fa, fb);
     assert!(fa[0].module.is_some());
     modules.drop_process(me);
@@ -57,7 +57,7 @@ fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation
     let mut modules = Modules::default();
     let m = exe_mapping(0);
     modules.set_maps(NO_SUCH_PID, vec![m.clone()], Vec::new());
-    let old = modules.normalize(NO_SUCH_PID, &[m.start + 0x11]);
+    let old = modules.normalize(NO_SUCH_PID, &[m.start + 0x11], None);
     modules.forget(NO_SUCH_PID);
     assert!(modules.maps(NO_SUCH_PID).is_empty());
     assert_eq!(modules.held().1, 1, "the old image's frame keeps it");
@@ -65,7 +65,7 @@ fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation
     let generation = modules.generation(NO_SUCH_PID);
     modules.merge_maps(NO_SUCH_PID, vec![m.clone()]);
     assert_eq!(modules.generation(NO_SUCH_PID), generation);
-    assert_eq!(modules.normalize(NO_SUCH_PID, &[m.start + 0x11]), old);
+    assert_eq!(modules.normalize(NO_SUCH_PID, &[m.start + 0x11], None), old);
 }
 
 /// Other code at an address range known before (a library unloaded and
@@ -225,8 +225,8 @@ fn a_file_mapped_again_is_found_by_the_maps_id_without_opening_it() {
     };
     modules.set_maps(NO_SUCH_PID, vec![b.clone()], Vec::new());
     assert_eq!(modules.held(), (2, 1), "two processes, one file");
-    let fa = modules.normalize(me, &[a.start + 0x101]);
-    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x101]);
+    let fa = modules.normalize(me, &[a.start + 0x101], None);
+    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x101], None);
     assert_eq!(fa, fb);
     assert_eq!(modules.path(fb[0].module.expect("module")), a.path);
 }
@@ -291,8 +291,8 @@ fn two_files_the_maps_show_with_one_id_are_two_objects() {
     modules.set_maps(NO_SUCH_PID, vec![b.clone()], Vec::new());
     // Then each mapping names its own file
     assert_eq!(modules.held(), (2, 2), "two processes, two files");
-    let fa = modules.normalize(me, &[a.start + 0x11]);
-    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x11]);
+    let fa = modules.normalize(me, &[a.start + 0x11], None);
+    let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x11], None);
     assert_ne!(fa[0].module, fb[0].module);
     assert_eq!(modules.path(fb[0].module.expect("module")), other.path);
     assert!(
@@ -334,8 +334,8 @@ fn a_forked_child_takes_its_parents_maps_and_objects() {
     assert_eq!(modules.held(), (2, 1));
     assert_eq!(modules.maps(NO_SUCH_PID), modules.maps(me));
     assert_eq!(
-        modules.normalize(NO_SUCH_PID, &[a.start + 0x11]),
-        modules.normalize(me, &[a.start + 0x11])
+        modules.normalize(NO_SUCH_PID, &[a.start + 0x11], None),
+        modules.normalize(me, &[a.start + 0x11], None)
     );
     modules.drop_process(me);
     assert_eq!(modules.held(), (1, 1), "the child still maps it");
