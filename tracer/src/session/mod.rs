@@ -210,7 +210,9 @@ impl<'a> Trace<'a> {
             modules.refresh(pid);
         }
         hooks.announce_from_now();
-        modules.shown_as = scope.binary_alias();
+        if let Some((file, given)) = scope.binary_alias() {
+            modules.shown_as.insert(file, given);
+        }
         let collector = Collector::new(
             maps,
             modules,
