@@ -34,6 +34,7 @@ mod otlp;
 mod output_dest;
 mod page;
 mod peak;
+mod peak_forks;
 mod pprof;
 mod privileges;
 mod progress;

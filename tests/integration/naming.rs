@@ -162,3 +162,77 @@ fn quick_re_execs_are_counted_and_their_unnamed_frames_explained() {
         "{notes:#?}"
     );
 }
+
+/// `--pid` of a program started through a symbolic link (LINK → the
+/// file, as /usr/bin/redis-server → redis-check-rdb): its own frames are
+/// shown under the link, the name the user started it by.
+#[test]
+fn a_process_started_through_a_symbolic_link_has_its_frames_under_the_link() {
+    let bin = compile_c("sites", "symlinked-pid", &["-O2", "-g"]);
+    let link = scratch("started-as");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&bin, &link).expect("symlink");
+    let mut target = Target::start(&link, &[]);
+    let pid = target.pid().to_string();
+    let tracer = JsonTracer::start("started-as", &["--pid", &pid]);
+    target.run_sites();
+    let (report, _) = tracer.stop();
+    let modules: BTreeSet<&str> = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .flat_map(|s| s["frames"].as_array().expect("frames"))
+        .filter(|f| {
+            f["function"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("site_"))
+        })
+        .filter_map(|f| f["module"].as_str())
+        .collect();
+    let link_s = link.to_str().expect("UTF-8");
+    assert_eq!(modules, BTreeSet::from([link_s]));
+}
+
+/// Forked children that never exec and exit at once (often gone before
+/// the tracer reads their command line), folded into their program's
+/// group (`--exited-processes 0`): the group is the parent's program, not
+/// an unknown one.
+#[test]
+fn forked_children_that_exit_at_once_are_folded_under_their_parents_program() {
+    let bin = compile_c("forker", "forks-folded", &["-O2", "-g"]);
+    let mut target = Target::start(&bin, &["20", "exit"]);
+    let pid = target.pid().to_string();
+    let tracer = JsonTracer::start(
+        "forks-folded",
+        &["--pid", &pid, "--follow-forks", "--exited-processes", "0"],
+    );
+    target.send("go");
+    target.wait_for("forked all");
+    let (report, _) = tracer.stop();
+    let groups: Vec<(&str, u64)> = report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter(|p| p["folded"].as_u64().is_some_and(|n| n > 0))
+        .map(|p| {
+            (
+                p["program"].as_str().unwrap_or(""),
+                p["folded"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let bin_s = bin.to_str().expect("UTF-8");
+    assert_eq!(groups, [(bin_s, 20)], "{}", report["processes"]);
+    let programs: BTreeSet<&str> = report["not_freed_at_exit"]["stacks"]
+        .as_array()
+        .expect("not freed at exit")
+        .iter()
+        .filter_map(|s| s["program"].as_str())
+        .collect();
+    assert_eq!(
+        programs,
+        BTreeSet::from([bin_s]),
+        "{}",
+        report["not_freed_at_exit"]
+    );
+}

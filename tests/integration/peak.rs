@@ -31,7 +31,7 @@ const BURST: u64 = 96 * MIB;
 const BURST_BLOCKS: u64 = 3072;
 
 /// Each step of spike.c, acknowledged before the next.
-fn steps(target: &mut Target, steps: &[&str]) {
+pub(crate) fn steps(target: &mut Target, steps: &[&str]) {
     for step in steps {
         target.send(step);
         target.wait_for(&format!("did {step}"));
@@ -283,7 +283,7 @@ fn parse_value(v: &str) -> u64 {
     v.parse().unwrap_or_else(|_| panic!("value {v}"))
 }
 
-fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("read dir")
         .filter_map(|e| Some(e.ok()?.path()))

@@ -23,3 +23,8 @@ pub const MAX_LIVE: u32 = 1 << 26;
 /// Largest `--stack-storage-size`: the kernel preallocates about 1 KiB per
 /// frame-pointer stack (256 MiB at this size).
 pub const MAX_STACK_STORAGE: u32 = 1 << 18;
+
+/// Most snapshots --snapshot-on-peak writes in one trace: a heap that
+/// keeps growing for days must not fill the disk (the report says how many
+/// new highs were not written).
+pub const MAX_PEAK_SNAPSHOTS: u32 = 64;

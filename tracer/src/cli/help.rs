@@ -24,9 +24,10 @@ fn literal_snapshot_number(text: &str) -> StyledStr {
 pub fn snapshot_on_peak() -> StyledStr {
     literal_snapshot_number(
         "Write a numbered snapshot (a full report; -o must contain `{n}`, e.g. -o heap-{n}.json) \
-         whenever a traced process's heap exceeds its highest at the previous snapshot by \
-         FRACTION (default 0.1, i.e. 10 %; `25%` is read as 0.25), at most one per second: a \
-         spike leaves its report on disk even if the tracer is killed later",
+         whenever the bytes in use across the trace (every traced process together) exceed \
+         those at the previous snapshot by FRACTION (default 0.1, i.e. 10 %; `25%` is read as \
+         0.25) and by at least 1 MiB, at most one per second and 64 per trace: a spike leaves \
+         its report on disk even if the tracer is killed later",
     )
 }
 

@@ -452,7 +452,7 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     match value {
         Ok(f) if f.is_finite() && f > 0.0 && f <= 100.0 => Ok(f),
         _ => Err(format!(
-            "--snapshot-on-peak takes how much a process's heap must grow past its last \
+            "--snapshot-on-peak takes how much the traced heap must grow past its last \
              snapshot's highest, as a fraction above 0 and at most 100 (e.g. 0.1 or 10%), got \
              {text:?}"
         )),

@@ -10,7 +10,7 @@ use crate::{
     collect::{
         processes::ProcessTable, reader::Reader, stacks::StackInterner, state::State, ProcessChange,
     },
-    model::heap::Heap,
+    model::{heap::Heap, peak_trigger::PeakTrigger},
     probes::loader::EventMaps,
     profile::Losses,
     stacks::modules::Modules,
@@ -87,20 +87,22 @@ impl Collector {
         };
         collector.state.maps_at_exec = maps_at_exec;
         collector.state.max_live = max_live as usize;
-        collector.state.heap.snapshot_factor = snapshot_on_peak.map(|f| 1.0 + f);
+        collector.state.heap.peak_trigger = snapshot_on_peak.map(PeakTrigger::new);
         Ok(collector)
     }
 
-    /// --snapshot-on-peak: a process's heap grew past its threshold since
+    /// --snapshot-on-peak: the trace's heap grew past its threshold since
     /// the last `peak_snapshot_taken`.
     pub fn peak_grown(&self) -> bool {
-        self.state.heap.peak_grown
+        self.state.heap.peak_trigger.is_some_and(|t| t.grown())
     }
 
-    /// A snapshot was written for --snapshot-on-peak: thresholds start
-    /// from every process's peak now.
+    /// A snapshot was written for --snapshot-on-peak: the threshold counts
+    /// from the heap now.
     pub fn peak_snapshot_taken(&mut self) {
-        self.state.heap.snapshot_taken();
+        if let Some(t) = &mut self.state.heap.peak_trigger {
+            t.taken();
+        }
     }
 
     /// Every process an allocation came from.

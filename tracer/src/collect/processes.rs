@@ -51,7 +51,15 @@ pub struct ProcessTable {
     /// --binary: the program every traced process runs, for those gone
     /// before their command line could be read.
     program_hint: Option<String>,
+    /// Children forked and not yet entered, with their parent (pid and
+    /// record): until it execs, a child runs its parent's program, which
+    /// names it if it is gone before its command line is read. An entry
+    /// goes when the child is entered or exits; at most `MAX_FORKED`.
+    forked: FastMap<u32, (u32, ProcessIndex)>,
 }
+
+/// Most children remembered by `ProcessTable::forked` at once.
+const MAX_FORKED: usize = 1 << 16;
 
 impl ProcessTable {
     /// A table whose processes gone before they were named are taken to
@@ -70,7 +78,15 @@ impl ProcessTable {
         if let Some(&i) = self.current.get(&pid) {
             return i;
         }
-        let (command, program) = crate::tracee::process::command_and_program(pid);
+        let (mut command, mut program) = crate::tracee::process::command_and_program(pid);
+        let parent = self
+            .forked
+            .remove(&pid)
+            .and_then(|(ppid, i)| self.get(i).filter(|r| r.pid == ppid));
+        if let (None, "", Some(parent)) = (&program, command.as_str(), parent) {
+            command.clone_from(&parent.command);
+            program = Some(parent.program.clone()).filter(|p| !p.is_empty());
+        }
         let program = program
             .or_else(|| self.program_hint.clone())
             .unwrap_or_default();
@@ -150,6 +166,10 @@ impl ProcessTable {
     /// Process `pid` called exec: same process, new command line (the
     /// kernel's name `comm` for the new image when it is gone already).
     pub fn executed(&mut self, pid: u32, comm: &str) {
+        // A new image: its children forked before run the old one, and it
+        // no longer runs its parent's.
+        self.forked.remove(&pid);
+        self.forked.retain(|_, (parent, _)| *parent != pid);
         let Some(Some(record)) = self
             .current
             .get(&pid)
@@ -172,8 +192,20 @@ impl ProcessTable {
         }
     }
 
+    /// Process `parent` forked `child`: until the child execs or is
+    /// entered, it is known to run the parent's program.
+    pub fn forked(&mut self, child: u32, parent: u32) {
+        self.forked.remove(&child);
+        if let Some(&i) = self.current.get(&parent) {
+            if self.forked.len() < MAX_FORKED {
+                self.forked.insert(child, (parent, i));
+            }
+        }
+    }
+
     /// Process `pid` exited: a later process with its pid is a new entry.
     pub fn exited(&mut self, pid: u32) {
+        self.forked.remove(&pid);
         let i = self.current.remove(&pid);
         if let Some(Some(record)) = i.and_then(|i| self.records.get_mut(i as usize)) {
             record.exited = true;
@@ -235,5 +267,30 @@ mod tests {
         );
         assert_eq!(t.fold(first), None, "folded once");
         assert_eq!(t.instance(gone - 1, None), first, "slot reused");
+    }
+
+    #[test]
+    fn a_forked_child_gone_before_it_was_read_runs_its_parents_program() {
+        let mut t = ProcessTable::default();
+        let parent = std::process::id();
+        let (child, execed) = (u32::MAX - 9, u32::MAX - 10);
+        let p = t.instance(parent, Some(1));
+        t.forked(child, parent);
+        t.forked(execed, parent);
+        t.executed(execed, "other");
+        let c = t.instance(child, Some(2));
+        let own = t.get(p).map(|r| (r.command.clone(), r.program.clone()));
+        let inherited = t.get(c).map(|r| (r.command.clone(), r.program.clone()));
+        assert!(own.as_ref().is_some_and(|(_, program)| !program.is_empty()));
+        assert_eq!(inherited, own);
+        let e = t.instance(execed, Some(3));
+        assert_eq!(
+            t.get(e).map(|r| r.program.as_str()),
+            Some(""),
+            "exec'ed: not the parent's"
+        );
+        t.exited(child);
+        t.exited(execed);
+        assert!(t.forked.is_empty());
     }
 }

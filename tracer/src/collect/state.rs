@@ -367,12 +367,14 @@ impl State {
         }
     }
 
-    /// Until it execs, a forked child has its parent's mappings: a child
-    /// that exits before its own maps are read still gets named frames. A
-    /// pid seen before is a new process now.
+    /// Until it execs, a forked child has its parent's mappings and
+    /// program: a child that exits before its own maps and command line
+    /// are read still gets named frames and a program. A pid seen before
+    /// is a new process now.
     fn forked(&mut self, child: u32, parent: u32) {
         self.stacks.forget_process(child);
         self.modules.forked(parent, child);
+        self.processes.forked(child, parent);
     }
 
     /// Process `pid` exited and its events are handled: its blocks leave

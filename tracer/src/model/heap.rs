@@ -5,7 +5,10 @@ use crate::hashing::{FastMap, FastSet};
 use std::collections::{HashMap, HashSet};
 
 use crate::{
-    model::peak::{self, ProcessPeak, StackPeak},
+    model::{
+        peak::{self, ProcessPeak, StackPeak},
+        peak_trigger::PeakTrigger,
+    },
     report::Counts,
 };
 
@@ -112,12 +115,9 @@ pub struct Heap {
     /// In-use totals and peak of each process with blocks or stacks here,
     /// by pid: taken out at its exit (`take_peak`).
     peaks: FastMap<u32, ProcessPeak>,
-    /// --snapshot-on-peak: a process's peak above its `snapshot_high`
-    /// times this sets `peak_grown`.
-    pub snapshot_factor: Option<f64>,
-    /// A process's peak grew past its snapshot threshold since the flag
-    /// was cleared (`snapshot_taken`).
-    pub peak_grown: bool,
+    /// --snapshot-on-peak: the bytes in use across the trace, and whether
+    /// they rose past the last snapshot's by enough for another.
+    pub peak_trigger: Option<PeakTrigger>,
     /// ALLOC events for an address already live in the same process: the
     /// FREE in between was lost. The old block is dropped from in-use.
     pub replaced_allocs: u64,
@@ -157,7 +157,13 @@ impl Heap {
         match self.live.entry(pid).or_default().insert(addr, block) {
             Some(old) => {
                 self.replaced_allocs += 1;
-                release(&mut self.per_stack, &mut self.peaks, pid, old);
+                release(
+                    &mut self.per_stack,
+                    &mut self.peaks,
+                    pid,
+                    old,
+                    &mut self.peak_trigger,
+                );
             }
             None => self.blocks += 1,
         }
@@ -170,10 +176,9 @@ impl Heap {
         c.inuse_objects += weight;
         c.alloc_bytes += bytes;
         c.alloc_objects += weight;
-        if process.changed(bytes, weight, at_ns) {
-            if let Some(factor) = self.snapshot_factor {
-                self.peak_grown |= process.peak_bytes > process.snapshot_high * factor;
-            }
+        process.changed(bytes, weight, at_ns);
+        if let Some(trigger) = &mut self.peak_trigger {
+            trigger.changed(bytes);
         }
     }
 
@@ -187,7 +192,13 @@ impl Heap {
         {
             Some(block) => {
                 self.blocks -= 1;
-                release(&mut self.per_stack, &mut self.peaks, pid, block);
+                release(
+                    &mut self.per_stack,
+                    &mut self.peaks,
+                    pid,
+                    block,
+                    &mut self.peak_trigger,
+                );
                 true
             }
             None => self
@@ -215,7 +226,13 @@ impl Heap {
         for (addr, block) in blocks {
             stale.insert(addr);
             self.dropped_by_exec += 1;
-            release(&mut self.per_stack, &mut self.peaks, pid, block);
+            release(
+                &mut self.per_stack,
+                &mut self.peaks,
+                pid,
+                block,
+                &mut self.peak_trigger,
+            );
         }
     }
 
@@ -247,7 +264,13 @@ impl Heap {
                     self.kept_at_exit.push(block);
                     continue;
                 }
-                release(&mut self.per_stack, &mut self.peaks, pid, block);
+                release(
+                    &mut self.per_stack,
+                    &mut self.peaks,
+                    pid,
+                    block,
+                    &mut self.peak_trigger,
+                );
                 if let Some(c) = self.per_stack.get_mut(&block.stack) {
                     c.exit_bytes += block.size as f64 * block.weight;
                     c.exit_objects += block.weight;
@@ -300,15 +323,6 @@ impl Heap {
             bytes: peak::round(bytes),
             objects: peak::round(objects),
         }
-    }
-
-    /// --snapshot-on-peak wrote a snapshot: every running process's
-    /// threshold is its peak now.
-    pub fn snapshot_taken(&mut self) {
-        for p in self.peaks.values_mut() {
-            p.snapshot_high = p.peak_bytes;
-        }
-        self.peak_grown = false;
     }
 
     /// Stacks with numbers (what `stacks` yields).
@@ -408,6 +422,7 @@ fn release(
     peaks: &mut FastMap<u32, ProcessPeak>,
     pid: u32,
     block: LiveBlock,
+    trigger: &mut Option<PeakTrigger>,
 ) {
     let Some(c) = per_stack.get_mut(&block.stack) else {
         return;
@@ -420,6 +435,9 @@ fn release(
     }
     c.inuse_bytes -= bytes;
     c.inuse_objects -= objects;
+    if let Some(trigger) = trigger {
+        trigger.changed(-bytes);
+    }
 }
 
 #[cfg(test)]

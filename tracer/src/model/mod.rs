@@ -3,6 +3,7 @@
 pub mod heap;
 pub mod history;
 pub mod peak;
+pub mod peak_trigger;
 pub mod sampling;
 pub mod temporary;
 pub mod trend;

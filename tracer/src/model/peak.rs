@@ -29,8 +29,6 @@ pub struct ProcessPeak {
     /// When the peak was reached (the events' clock, CLOCK_MONOTONIC ns);
     /// None before any allocation, and for a folded group.
     pub at_ns: Option<u64>,
-    /// `peak_bytes` when the last --snapshot-on-peak snapshot was written.
-    pub snapshot_high: f64,
 }
 
 impl ProcessPeak {

@@ -32,6 +32,9 @@ pub enum Note {
         path: String,
         max_pids: u32,
     },
+    /// --snapshot-on-peak wrote its most snapshots (`written`); `skipped`
+    /// later new highs were not written.
+    PeakSnapshotsCapped { written: u32, skipped: u64 },
     /// --binary: process `pid` exec'ed another program.
     ExecedAway { pid: u32 },
     /// The process whose exit ended the trace; `status` as `ProcessInfo::exit_status`.

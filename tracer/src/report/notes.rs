@@ -37,6 +37,13 @@ impl fmt::Display for Note {
                 path,
                 max_pids,
             } => binary_not_traced(f, *processes, path, *max_pids),
+            Note::PeakSnapshotsCapped { written, skipped } => write!(
+                f,
+                "--snapshot-on-peak wrote its most, {written} snapshots; {} after them {} not \
+                 written (the final report still has the heap at its peak)",
+                counted(*skipped, "new high", "new highs"),
+                plural(*skipped, "was", "were"),
+            ),
             Note::ExecedAway { pid } => write!(
                 f,
                 "process {pid} exec'ed another program and was no longer traced from then on"

@@ -11,6 +11,7 @@ mod facts;
 mod finish;
 pub mod forks;
 mod loading;
+mod peak_snapshots;
 mod phases;
 pub mod progress;
 pub mod scope;
@@ -39,15 +40,13 @@ use crate::{
     serve,
     session::{
         config::TraceConfig,
+        peak_snapshots::PeakSnapshots,
         scope::{Scope, Start},
         settings::Settings,
         trace_loop::{Phase, Signals},
     },
     stacks::{modules::Modules, symbolize::Names},
 };
-
-/// Least time between two --snapshot-on-peak snapshots.
-const PEAK_SNAPSHOT_GAP: Duration = Duration::from_secs(1);
 
 /// Runs the trace and writes the report; returns the exit code (0, or the
 /// command's own status with --exit-status).
@@ -131,8 +130,8 @@ pub struct Trace<'a> {
     /// Numbered snapshots written so far (`{n}` in -o: history ticks and
     /// --snapshot-on-peak).
     numbered: u32,
-    /// When --snapshot-on-peak last wrote one.
-    last_peak_snapshot: Option<Instant>,
+    /// What --snapshot-on-peak wrote.
+    peak_snapshots: PeakSnapshots,
     /// --verbose: the periodic stats line.
     stats: stats::Stats,
     /// --serve: the server's requests for snapshots.
@@ -215,7 +214,9 @@ impl<'a> Trace<'a> {
             modules.refresh(pid);
         }
         hooks.announce_from_now();
-        modules.shown_as = scope.binary_alias();
+        if let Some((file, given)) = scope.binary_alias() {
+            modules.shown_as.insert(file, given);
+        }
         let collector = Collector::new(
             maps,
             modules,
@@ -244,7 +245,7 @@ impl<'a> Trace<'a> {
             started: Instant::now(),
             snapshots: 0,
             numbered: 0,
-            last_peak_snapshot: None,
+            peak_snapshots: PeakSnapshots::default(),
             stats: stats::Stats::new(),
             serve: None,
             otlp: settings.otlp.clone().map(otlp::Push::start).transpose()?,
@@ -336,6 +337,7 @@ impl<'a> Trace<'a> {
         let losses = self.collector.losses(read_losses(&self.loaded.counters));
         let mut profile = profile::build(meta, &self.collector, losses, &mut self.names);
         profile.group_by = self.settings.config.render.group_by;
+        profile.notes.extend(self.peak_snapshots.note());
         profile
     }
 
@@ -363,22 +365,6 @@ impl<'a> Trace<'a> {
         if let Some(push) = &self.otlp {
             push.profile(&profile);
         }
-    }
-
-    /// --snapshot-on-peak: a numbered snapshot when a process's heap grew
-    /// past its threshold, at most one per `PEAK_SNAPSHOT_GAP` (a growth
-    /// within it is written when it is over: the snapshot holds the peak).
-    fn peak_snapshot(&mut self) {
-        if !self.collector.peak_grown()
-            || self
-                .last_peak_snapshot
-                .is_some_and(|t| t.elapsed() < PEAK_SNAPSHOT_GAP)
-        {
-            return;
-        }
-        self.last_peak_snapshot = Some(Instant::now());
-        self.collector.peak_snapshot_taken();
-        self.write_snapshot("a process's heap at a new high; the trace went on");
     }
 
     /// Writes the next numbered snapshot, `why` in its end reason. A

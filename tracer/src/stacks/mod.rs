@@ -6,6 +6,7 @@ pub mod jit;
 pub mod kernel_tables;
 pub mod modules;
 mod roots;
+pub mod shown_as;
 pub mod symbolize;
 mod symtab;
 pub mod unwind;

@@ -128,8 +128,9 @@ pub struct Modules {
     generations: u64,
     /// Processes whose maps could not be read before they exited.
     unread: std::collections::BTreeSet<u32>,
-    /// (path, shown): the file at path is shown under another name (--binary LINK).
-    pub shown_as: Option<(String, String)>,
+    /// Executables shown under the name they were invoked by (a symbolic
+    /// link to them: --binary LINK, or a process's argv[0]).
+    pub shown_as: super::shown_as::ShownAs,
     /// `--unwind tables`: every process's maps described to the kernel.
     pub kernel: Option<super::kernel_tables::KernelTables>,
     /// Processes' root directories, shared by the objects seen in them.
@@ -236,7 +237,11 @@ impl Modules {
             self.note_unread(pid);
             return false; // a zombie: keep what we had
         }
+        let image_read = self.procs.get(&pid).is_some_and(|p| !p.maps.is_empty());
         self.merge_maps(pid, maps);
+        if !image_read {
+            self.shown_as.note_process(pid);
+        }
         let jit = crate::tracee::process::parse_jit(&text);
         if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.jit != jit) {
             p.jit = jit;
@@ -703,6 +708,7 @@ impl Modules {
     pub fn set_maps(&mut self, pid: u32, maps: Vec<Mapping>, jit: Vec<std::ops::Range<u64>>) {
         self.forget(pid);
         self.merge_maps(pid, maps);
+        self.shown_as.note_process(pid);
         if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.jit != jit) {
             p.jit = jit;
             self.describe_to_kernel(pid);

@@ -69,10 +69,7 @@ impl Names {
             }
             offsets.sort_unstable();
             offsets.dedup();
-            let module_path = match (module.map(|m| modules.path(m)), &modules.shown_as) {
-                (Some(path), Some((file, shown))) if path == file => shown.as_str(),
-                (path, _) => path.unwrap_or("[unknown]"),
-            };
+            let module_path = module.map_or("[unknown]", |m| modules.shown_as.get(modules.path(m)));
             let debug = module.and_then(|m| modules.debug_info(m));
             let resolved = module
                 .and_then(|m| modules.open_path(m))

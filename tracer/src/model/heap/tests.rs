@@ -340,16 +340,25 @@ fn given_a_burst_freed_then_the_peak_holds_every_stack_as_it_was_then() {
 }
 
 #[test]
-fn given_snapshot_on_peak_then_only_growth_past_the_fraction_raises_the_flag() {
+fn given_snapshot_on_peak_then_only_the_whole_trace_growing_raises_the_flag() {
+    let mib = 1 << 20;
     let mut h = Heap {
-        snapshot_factor: Some(1.1),
+        peak_trigger: Some(PeakTrigger::new(0.1)),
         ..Heap::default()
     };
-    h.alloc(1, 0x10, 1000, 1.0, 1, 1);
-    assert!(h.peak_grown, "the first allocation is a new high");
-    h.snapshot_taken();
-    h.alloc(1, 0x20, 100, 1.0, 1, 2); // 1100: not above 1.1 × 1000
-    assert!(!h.peak_grown);
-    h.alloc(1, 0x30, 1, 1.0, 1, 3);
-    assert!(h.peak_grown);
+    let grown = |h: &Heap| h.peak_trigger.is_some_and(|t| t.grown());
+    h.alloc(1, 0x10, 10 * mib, 1.0, 1, 1);
+    assert!(grown(&h), "the first allocation is a new high");
+    h.peak_trigger.as_mut().expect("on").taken();
+    // Processes that start and exit: each one's first block is its own
+    // new high, not the trace's.
+    for pid in 2..100 {
+        h.alloc(pid, 0x10, mib / 2, 1.0, 2, 2);
+        h.exited(pid, false);
+    }
+    assert!(!grown(&h));
+    h.alloc(1, 0x20, mib / 2, 1.0, 1, 3); // 10.5 MiB: not above 1.1 × 10
+    assert!(!grown(&h));
+    h.alloc(1, 0x30, mib, 1.0, 1, 4);
+    assert!(grown(&h));
 }
