@@ -91,9 +91,10 @@ fn stack_of(report: &Value, bytes: u64) -> &Value {
     found[0]
 }
 
-/// B's block exactly under B's functions, complete.
+/// B's block exactly under B's functions, complete; no stack lost.
 fn assert_b_named_from_b(report: &Value) {
     let all = describe(report);
+    assert_eq!(report["losses"]["stack_lost"], 0, "{all}");
     assert_eq!(
         per_site(report).get("b_plugin_site"),
         Some(&[5555, 1, 5555, 1]),

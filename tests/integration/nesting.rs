@@ -82,6 +82,13 @@ fn a_full_ring_buffer_says_in_use_may_be_overstated_and_counts_its_frees_apart()
         "{}",
         text.stdout
     );
+    // The last line on stderr says so too, with the counter's name.
+    let last = text.stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.contains("WARNING: ") && last.contains("lost (ringbuf_full "),
+        "{}",
+        text.stderr
+    );
 }
 
 /// The same in tables mode, the default (small events: the buffer fills

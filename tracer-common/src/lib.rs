@@ -360,6 +360,11 @@ pub struct CodeMaps {
     pub ranges: [CodeRange; CODE_HISTORY],
 }
 
+/// tracer-ebpf's SEEN map (exact mode's filter of frees of blocks no
+/// process reported): SEEN_PAGES pages of SEEN_PAGE bytes, 8 MiB.
+pub const SEEN_PAGE: usize = 4096;
+pub const SEEN_PAGES: u32 = 2048;
+
 /// Indexes of the STATE array (u64 slots shared by user space and BPF).
 /// The unwind-rule caches' generation: user space bumps it after every
 /// change to UNWIND_MAPPINGS, and a walker's per-CPU cache entry is used

@@ -1,10 +1,14 @@
 //! free(): when sampling, only blocks found in LIVE are reported, so a
 //! free of an unrecorded block costs one hash operation. In exact mode
-//! every block is reported, so every free is too, without a LIVE
-//! operation: user space matches it to its block.
+//! every block is reported, and so is every free of an address SEEN may
+//! hold, without a LIVE operation: user space matches it to its block.
 
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, programs::ProbeContext};
-use tracer_common::{counter, Event, LiveKey, Role, EVENT_FREE, STATE_UNREPORTED};
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid, macros::map, maps::Array, programs::ProbeContext,
+};
+use tracer_common::{
+    counter, Event, LiveKey, Role, EVENT_FREE, SEEN_PAGE, SEEN_PAGES, STATE_UNREPORTED,
+};
 
 use crate::{
     args::arg,
@@ -12,9 +16,48 @@ use crate::{
     sampling::sampling,
 };
 
+/// Exact mode: one byte per slot of addresses, set when a block at an
+/// address of that slot is reported and never cleared. A free whose slot
+/// is clear is of a block no process reported (allocated before the
+/// trace, or in a process not traced then: a forked server's children
+/// freeing what their parent allocated at its start): it is counted
+/// here, and costs no ring-buffer event. A slot shared with a reported
+/// address only costs the event. Keyed by the address alone: a child
+/// freeing a block its traced parent reported is for user space to
+/// judge. 8 MiB, allocated at load in exact mode (one page otherwise).
+#[map]
+pub(crate) static SEEN: Array<[u8; SEEN_PAGE]> = Array::with_max_entries(SEEN_PAGES, 0);
+
+/// SEEN's page and byte for `addr` (allocators align blocks to 16 bytes
+/// at least; a multiplicative hash spreads the rest).
+#[inline(always)]
+fn seen_slot(addr: u64) -> (u32, usize) {
+    let h = (addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 23);
+    ((h >> 12) as u32, (h & (SEEN_PAGE as u64 - 1)) as usize)
+}
+
+/// Exact mode: a block at `addr` is about to be reported.
+#[inline(always)]
+pub(crate) fn mark_seen(addr: u64) {
+    let (page, byte) = seen_slot(addr);
+    if let Some(p) = SEEN.get_ptr_mut(page) {
+        // SAFETY: an array map's value; a racing write stores 1 too.
+        unsafe { (*p)[byte & (SEEN_PAGE - 1)] = 1 };
+    }
+}
+
+/// Exact mode: whether a block at `addr` may have been reported.
+#[inline(always)]
+fn maybe_seen(addr: u64) -> bool {
+    let (page, byte) = seen_slot(addr);
+    SEEN.get(page)
+        .is_none_or(|p| p[byte & (SEEN_PAGE - 1)] != 0)
+}
+
 /// Frees `addr` if it may be a recorded block, and tells user space.
-/// Returns false when it was not recorded (sampling only: in exact mode
-/// user space decides that).
+/// Returns false when it was not recorded (sampling: not in LIVE; exact
+/// mode: SEEN says no block was reported there, counted as unknown; else
+/// user space decides).
 #[inline(always)]
 pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) -> bool {
     if !sampling() {
@@ -25,6 +68,10 @@ pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) -> bool {
         // allocation, a third of exact mode's BPF time.
         if free_unreported(pid, addr) {
             return true;
+        }
+        if !maybe_seen(addr) {
+            count(counter::UNKNOWN_FREE);
+            return false;
         }
     } else if LIVE.remove(LiveKey::reported(pid, addr)).is_err() {
         // The delete alone decides whether this block was recorded
@@ -82,9 +129,7 @@ pub(crate) fn on_free(ctx: &ProbeContext) -> u32 {
     }
     // When sampling, nearly every free is of a block that was not recorded:
     // one hash operation decides that, and nothing else is done. In exact
-    // mode user space counts the unknown ones.
-    if !emit_free(pid, pid_tgid as u32, addr, Role::Free) && !sampling() {
-        count(counter::UNKNOWN_FREE);
-    }
+    // mode SEEN or user space tells the unknown ones.
+    emit_free(pid, pid_tgid as u32, addr, Role::Free);
     0
 }

@@ -15,6 +15,7 @@ use tracer_common::{
 
 use crate::{
     code_gen::code_gen,
+    free::mark_seen,
     maps::{
         count, event, tunable, wakeup_flags, EVENTS, LIVE, STACKS, STACK_BYTES, STATE, UNWIND_MODE,
     },
@@ -151,6 +152,7 @@ fn record_alloc_sample(ctx: &RetProbeContext, mut ev: Event) {
 #[inline(always)]
 fn track(pid: u32, addr: u64, size: u64) -> bool {
     if !sampling() {
+        mark_seen(addr);
         return true;
     }
     if LIVE

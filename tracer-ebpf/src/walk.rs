@@ -182,11 +182,15 @@ pub(crate) fn walk(slot: u32, pid: u32, ip: u64, sp: u64, bp: u64) -> Option<Wal
         // Code was mapped since user space read the maps: the tables it
         // described may be of a file unmapped since. The stack goes from
         // the leaf, for user space to unwind with the maps as they are.
+        // The state holds this walk, as after steps: owns_slot checks it.
         count(counter::UNWIND_RESUMED);
-        return Some(Walk {
+        let resume = Walk {
             flags: FRAMES_RESUME,
             ..start
-        });
+        };
+        // SAFETY: this CPU's slot (see maps::SCRATCH_SLOTS).
+        unsafe { *state = resume };
+        return Some(resume);
     }
     let mut attempt = 0;
     while attempt < WALK_ATTEMPTS {

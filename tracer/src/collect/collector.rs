@@ -170,6 +170,12 @@ impl Collector {
     }
 
     /// BPF's LIVE map entries now, and those of exited processes deleted.
+    /// FREE events read from the ring buffer, and of them frees of blocks
+    /// the trace had no record of.
+    pub fn free_events(&self) -> (u64, u64) {
+        (self.state.free_events, self.state.unknown_frees)
+    }
+
     pub fn live_entries(&self) -> (usize, u64) {
         (self.state.live_entries(), self.state.purged_live)
     }

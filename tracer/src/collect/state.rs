@@ -68,6 +68,8 @@ pub struct State {
     /// Exact mode: free() of blocks the trace never saw allocated (added
     /// to the `unknown_frees` counter, which BPF counts when sampling).
     pub(super) unknown_frees: u64,
+    /// FREE events read (--verbose).
+    pub(super) free_events: u64,
     /// When sampling, FREE events for a block the model does not hold: BPF
     /// sends FREE only for blocks it recorded, so this stays 0 unless an
     /// ALLOC was lost.
@@ -142,6 +144,7 @@ impl State {
             max_live: usize::MAX,
             untracked_allocs: 0,
             unknown_frees: 0,
+            free_events: 0,
             unmatched_frees: 0,
             processes,
             trace_root,
@@ -266,6 +269,7 @@ impl State {
                 self.record(&ev, handle);
             }
             EVENT_FREE => {
+                self.free_events += 1;
                 if !self.heap.free(ev.pid, ev.addr) {
                     self.unknown_free(&ev);
                 }

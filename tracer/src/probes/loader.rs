@@ -278,6 +278,16 @@ fn load_mode(
         .map_max_entries("UNWIND_ROWS", unwind_rows)
         .map_max_entries("UNWIND_MAPPINGS", unwind_mappings)
         .map_max_entries("INFLIGHT", object_patch::inflight_entries(features))
+        // tracer-ebpf free.rs: exact mode's filter of frees of blocks no
+        // process reported (8 MiB); a page when sampling, which uses LIVE.
+        .map_max_entries(
+            "SEEN",
+            if limits.sample_rate == 1 {
+                tracer_common::SEEN_PAGES
+            } else {
+                1
+            },
+        )
         .override_global("UNWIND_MODE", &mode, true)
         .override_global("STACK_BYTES", &limits.stack_bytes, true)
         .override_global("SAMPLE_RATE", &limits.sample_rate, true)

@@ -113,6 +113,17 @@ impl Losses {
         })
     }
 
+    /// The counters that mean missing data and are not zero, as
+    /// `name count` words for a one-line summary (empty: nothing lost).
+    pub fn lost_words(&self) -> String {
+        self.lines()
+            .iter()
+            .filter(|l| l.is_loss && l.count > 0)
+            .map(|l| format!("{} {}", l.name, l.count))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Sum of the counters that mean missing data.
     pub fn lost(&self) -> u64 {
         self.lines()

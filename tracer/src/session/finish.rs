@@ -146,6 +146,10 @@ pub fn print_stats(collector: &Collector, kernel: Option<KernelUnwind>) {
     console::say(format_args!(
         "LIVE map: {live} entries at the end; {purged} entries of exited processes deleted"
     ));
+    let (frees, unknown) = collector.free_events();
+    console::say(format_args!(
+        "free events read: {frees}, of blocks with no record: {unknown}"
+    ));
     let u = collector.unwind_stats();
     if u.stacks > 0 {
         let secs = u.nanos as f64 / 1e9;

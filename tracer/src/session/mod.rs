@@ -417,8 +417,18 @@ impl<'a> Trace<'a> {
         } else {
             "about "
         };
+        // The last line says what was lost, if anything: the report's
+        // losses may go to a file nobody reads at once.
+        let lost = match profile.losses.lost() {
+            0 => String::new(),
+            n => format!(
+                "; WARNING: {} lost ({}), the numbers are incomplete",
+                report::counted(n, "event", "events"),
+                profile.losses.lost_words()
+            ),
+        };
         console::say(format_args!(
-            "{} after {:.1} s: {about}{} {}, {about}{} still live ({}){}",
+            "{} after {:.1} s: {about}{} {}, {about}{} still live ({}){}{lost}",
             profile.end_reason,
             profile.duration_secs,
             report::counted(profile.totals.alloc_objects, "allocation", "allocations"),
