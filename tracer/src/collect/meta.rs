@@ -18,6 +18,8 @@ pub struct Meta {
     /// When the trace started (what `duration` counts from; event times
     /// such as an OOM kill's are placed against it).
     pub started: Instant,
+    /// The same moment in ns since the Unix epoch (the profile's start).
+    pub started_unix_ns: Option<u64>,
     pub end_reason: String,
     pub hooks: Vec<Hook>,
     pub unwind: UnwindMode,

@@ -74,6 +74,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
     Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),
+        start_unix_ns: meta.started_unix_ns,
         end_reason: meta.end_reason,
         sample_rate: meta.sample_rate,
         unwind: meta.unwind.name().into(),

@@ -126,6 +126,9 @@ pub struct Trace<'a> {
     /// Frames named so far: a snapshot names only the new ones.
     names: Names,
     started: Instant,
+    /// `started` on the realtime clock, in ns since the Unix epoch (None if
+    /// the clock is set before 1970), for the profile's start.
+    started_unix_ns: Option<u64>,
     /// History ticks so far (--interval, --serve).
     snapshots: u32,
     /// Numbered snapshots written so far (`{n}` in -o: history ticks and
@@ -238,6 +241,10 @@ impl<'a> Trace<'a> {
             collector,
             names: Names::default(),
             started: Instant::now(),
+            started_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_nanos()).ok()),
             snapshots: 0,
             numbered: 0,
             last_peak_snapshot: None,
@@ -310,6 +317,7 @@ impl<'a> Trace<'a> {
             processes,
             duration: elapsed,
             started: self.started,
+            started_unix_ns: self.started_unix_ns,
             end_reason: end_reason.to_string(),
             hooks: facts::report_hooks(self.hooks.lines()),
             unwind: self.loaded.unwind(),
