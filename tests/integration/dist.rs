@@ -335,12 +335,63 @@ fn the_man_pages_render_without_warnings() {
         let warnings = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "man -l {page}: {warnings}");
         assert!(warnings.trim().is_empty(), "man -l {page}: {warnings}");
-        for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS"] {
+        for section in [
+            "NAME",
+            "SYNOPSIS",
+            "DESCRIPTION",
+            "OPTIONS",
+            "ENVIRONMENT",
+            "EXIT STATUS",
+            "FILES",
+        ] {
             assert!(text.contains(section), "{page}: no {section}:\n{text}");
         }
         for needle in needles {
             assert!(text.contains(needle), "{page}: no {needle}:\n{text}");
         }
+    }
+}
+
+/// Every docs/NAME.md that `--help` or a man page names is installed as
+/// /usr/share/doc/memtrace-bpf/NAME.md, where the man pages' FILES says.
+#[test]
+fn the_documents_help_and_the_man_pages_name_are_installed() {
+    let p = package();
+    let bin = p.root.join(BIN);
+    let mut texts = vec![checked(Command::new(&bin).arg("--help"))];
+    for page in ["memtrace-bpf", "memtrace-bpf-report", "memtrace-bpf-diff"] {
+        let path = p.root.join(format!("usr/share/man/man1/{page}.1.gz"));
+        texts.push(checked(
+            Command::new("man")
+                .arg("-l")
+                .arg(&path)
+                .env("MANPAGER", "cat")
+                .env("MANWIDTH", "1000"),
+        ));
+    }
+    let doc_dir = p.root.join("usr/share/doc/memtrace-bpf");
+    let mut named = std::collections::BTreeSet::new();
+    for text in &texts {
+        for (i, _) in text.match_indices("docs/") {
+            let rest = &text[i + "docs/".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+                .collect();
+            let name = name.strip_suffix('.').unwrap_or(&name).strip_suffix(".md");
+            // FILES's own placeholder, docs/NAME.md, names no document.
+            if let Some(name) = name.filter(|n| *n != "NAME") {
+                named.insert(format!("{name}.md"));
+            }
+        }
+    }
+    assert!(named.contains("otlp.md"), "{named:?}");
+    for name in &named {
+        assert!(
+            doc_dir.join(name).is_file(),
+            "docs/{name} is named but not installed in {}",
+            doc_dir.display()
+        );
     }
 }
 

@@ -155,7 +155,16 @@ fn saved_files_of_other_kinds_are_named_or_read_as_nobody() {
     }
     let min_age =
         String::from_utf8_lossy(good).replace("\"target\"", "\"min_age_secs\":-1,\"target\"");
-    let cases: [(&str, Vec<u8>, &str); 5] = [
+    // A process entry put into `good`.
+    let with_process = |process: &str| {
+        String::from_utf8_lossy(good)
+            .replace(
+                "\"target\"",
+                &format!("\"processes\":[{process}],\"target\""),
+            )
+            .into_bytes()
+    };
+    let cases: [(&str, Vec<u8>, &str); 8] = [
         (
             "report.txt",
             text.stdout.clone(),
@@ -176,6 +185,21 @@ fn saved_files_of_other_kinds_are_named_or_read_as_nobody() {
             "age.json",
             min_age.into_bytes(),
             "min_age_secs: -1.0 s is out of range",
+        ),
+        (
+            "peak.json",
+            with_process(r#"{"pid":1,"peak":{"secs":-3,"inuse_bytes":5,"inuse_objects":1}}"#),
+            "process 0 (pid 1): peak.secs: -3.0 s is out of range",
+        ),
+        (
+            "oom.json",
+            with_process(r#"{"pid":1,"oom_killed":{"secs":1e300,"inuse_bytes":5}}"#),
+            "process 0 (pid 1): oom_killed.secs: 1e300 s is out of range",
+        ),
+        (
+            "container.json",
+            with_process(r#"{"pid":1,"container_id":"not-hex\u001b[2J"}"#),
+            "process 0 (pid 1): container_id \"not-hex\\x1b[2J\" is not a container id",
         ),
     ];
     for (name, bytes, says) in cases {

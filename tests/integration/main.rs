@@ -44,6 +44,7 @@ mod ripgrep;
 mod rjem;
 mod safety;
 mod sampling;
+mod saved_time;
 mod scopes;
 mod serve;
 mod serve_guard;

@@ -2,7 +2,7 @@
 //! the official `opentelemetry-proto` package (harness/otlp_receiver.py):
 //! exact per-site numbers per sample type, resource attributes, headers
 //! from the environment; a receiver that refuses, then accepts; one that
-//! never answers; bad URLs.
+//! never answers; bad URLs; a token in the URL sent but never shown.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -14,6 +14,8 @@ use serde_json::Value;
 use crate::harness::{
     compile_c,
     otlp::Receiver,
+    pprof::pprof,
+    scratch,
     sites::{assert_sites_exact, EXPECTED_PER_THREAD, O0_FLAGS, THREADS},
     JsonTracer, Target, TRACER,
 };
@@ -324,7 +326,7 @@ type BadCase = (
 
 #[test]
 fn bad_otlp_urls_are_refused_before_anything_is_attached() {
-    let cases: [BadCase; 4] = [
+    let cases: [BadCase; 5] = [
         (
             &["--otlp", "https://collector:4318"],
             &[],
@@ -345,6 +347,12 @@ fn bad_otlp_urls_are_refused_before_anything_is_attached() {
             &[("OTEL_EXPORTER_OTLP_HEADERS", "x=a%0d%0aInjected:%201")],
             "OTEL_EXPORTER_OTLP_HEADERS: the value of x is not valid",
         ),
+        // A second Content-Length would frame the request two ways.
+        (
+            &["--otlp", "http://c"],
+            &[("OTEL_EXPORTER_OTLP_HEADERS", "x=1,Content-Length=0")],
+            "OTEL_EXPORTER_OTLP_HEADERS: \"Content-Length\" is a header memtrace-bpf sets itself",
+        ),
     ];
     for (args, env, message) in cases {
         let out = Command::new(TRACER)
@@ -359,4 +367,56 @@ fn bad_otlp_urls_are_refused_before_anything_is_attached() {
         assert!(stderr.contains(message), "{args:?} {env:?}: {stderr}");
         assert!(!stderr.contains("tracing "), "nothing attached: {stderr}");
     }
+}
+
+/// A token in the URL's query goes to the collector, and is shown nowhere:
+/// not on stderr, not in the report's note, not in pprof's comments.
+#[test]
+fn a_token_in_the_url_is_sent_but_never_shown() {
+    const TOKEN: &str = "s3cret-t0ken";
+    let bin = compile_c("sites", "otlp-token", O0_FLAGS);
+    let mut target = Target::start(&bin, &[]);
+    let receiver = Receiver::start("otlp-token", 0);
+    let pid = target.pid().to_string();
+    let url = format!(
+        "{}/v1development/profiles?tenant=a&token={TOKEN}",
+        receiver.url()
+    );
+    let tracer = JsonTracer::start(
+        "otlp-token",
+        &["--pid", pid.as_str(), "--otlp", url.as_str(), "--verbose"],
+    );
+    target.run_sites();
+    let (report, out) = tracer.stop();
+    assert_sites_exact(&report);
+    assert_eq!(
+        receiver.request(1)["path"],
+        format!("/v1development/profiles?tenant=a&token={TOKEN}")
+    );
+    let shown = format!(
+        "{}/v1development/profiles?tenant=REDACTED&token=REDACTED",
+        receiver.url()
+    );
+    assert_eq!(
+        otlp_note(&report),
+        format!("OTLP: 1 profile sent to {shown}")
+    );
+    assert!(out.stderr.contains(&shown), "{}", out.stderr);
+    assert!(!out.stderr.contains(TOKEN), "{}", out.stderr);
+    // The file JsonTracer had the tracer write.
+    let saved = scratch("otlp-token.json");
+    let text = std::fs::read_to_string(&saved).expect("the JSON report");
+    assert!(!text.contains(TOKEN), "the JSON report");
+    let pb = scratch("otlp-token.pb.gz");
+    let rendered = Command::new(TRACER)
+        .arg("report")
+        .arg(&saved)
+        .args(["-f", "pprof", "-o"])
+        .arg(&pb)
+        .output()
+        .expect("run memtrace-bpf report");
+    assert!(rendered.status.success(), "{rendered:?}");
+    let comments = pprof(&["-comments"], &pb);
+    assert!(comments.contains(&shown), "{comments}");
+    assert!(!comments.contains(TOKEN), "{comments}");
 }

@@ -16,9 +16,10 @@ use std::{
 use crate::harness::{
     compile_c,
     http::{get, get_text, parse_prometheus, phases_served, served_addr, site_values},
+    pprof::pprof,
     scratch,
-    sites::{assert_no_losses, per_site},
-    JsonTracer, Target, TRACER,
+    sites::{assert_no_losses, per_site, O2_FLAGS},
+    JsonTracer, Lines, Target, TRACER,
 };
 
 #[test]
@@ -230,4 +231,106 @@ fn a_client_that_sends_nothing_does_not_keep_the_trace_from_ending() {
         Some(&[10_000, 10, 10_000, 10])
     );
     assert!(out.stderr.contains("report written to"), "{}", out.stderr);
+}
+
+/// `?seconds=N` on /debug/pprof/heap, fetched by `go tool pprof`: the
+/// profile of the window. leak_steps.c keeps 25 blocks of 1000 bytes from
+/// leaky() per step and allocates and frees 10 of 3000 from churn(); two
+/// steps come before the window, one in it.
+#[test]
+fn go_tool_pprof_reads_a_heap_delta_of_the_next_seconds() {
+    let bin = compile_c("leak_steps", "serve-window", O2_FLAGS);
+    let mut target = Target::start(&bin, &[]);
+    let pid = target.pid().to_string();
+    let mut tracer = JsonTracer::start("serve-window", &["--pid", &pid, "--serve", ":0"]);
+    let addr = served_addr(&mut tracer);
+    for _ in 0..2 {
+        target.send("l");
+        target.wait_for("did l");
+    }
+    for bad in ["0", "301", "-1", "x", "1.5"] {
+        let (status, body) = get_text(&addr, &format!("/debug/pprof/heap?seconds={bad}"));
+        assert_eq!(status, 400, "seconds={bad}: {body}");
+        assert!(body.contains("from 1 to 300"), "{body}");
+    }
+    let tmp = scratch("serve-window-tmp");
+    std::fs::create_dir_all(&tmp).expect("scratch dir");
+    // The window opens when the server's first snapshot is built, which a
+    // client cannot see: the step goes half a window after go tool pprof
+    // says it is fetching, and one that fell outside the window anyway (a
+    // loaded machine) is retried with a longer one. The profile's time and
+    // duration say where the window was.
+    for attempt in 1..=4u64 {
+        let seconds = 2 * attempt;
+        let file = tmp.join(format!("window-{attempt}.pb.gz"));
+        let mut fetch = Command::new("go")
+            .args(["tool", "pprof", "-proto"])
+            .arg(format!("http://{addr}/debug/pprof/heap?seconds={seconds}"))
+            .env("PPROF_TMPDIR", &tmp)
+            .env("HOME", &tmp)
+            .stdout(std::fs::File::create(&file).expect("create the profile file"))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run go tool pprof (Debian's golang-go, cargo xtask setup)");
+        let mut said = Lines::new(fetch.stderr.take().expect("stderr piped"));
+        said.wait_for("Fetching profile over HTTP", "go tool pprof");
+        std::thread::sleep(std::time::Duration::from_secs(seconds / 2));
+        // The held request does not hold the others.
+        let (status, text) = get_text(&addr, "/metrics");
+        assert_eq!(status, 200, "{text}");
+        let sent = unix_ns();
+        target.send("l");
+        target.wait_for("did l");
+        let done = unix_ns();
+        let status = fetch.wait().expect("wait for go tool pprof");
+        assert!(status.success(), "go tool pprof failed: {}", said.rest());
+        let raw = pprof(&["-raw"], &file);
+        let (start, length) = time_and_duration(&file);
+        assert_eq!(length, seconds * 1_000_000_000, "{raw}");
+        if !(start <= sent && done <= start + length) {
+            println!(
+                "attempt {attempt}: the step ({sent} to {done}) was outside the window \
+                 ({start} + {length})"
+            );
+            continue;
+        }
+        // [alloc objects, alloc bytes, in-use objects, in-use bytes]: the
+        // window's step alone, not the 50 blocks kept from before it.
+        assert_eq!(
+            site_values(&raw, "leaky"),
+            [25, 25_000, 25, 25_000],
+            "{raw}"
+        );
+        assert_eq!(site_values(&raw, "churn"), [10, 30_000, 0, 0], "{raw}");
+        let comments = pprof(&["-comments"], &file);
+        assert!(
+            comments.contains("in-use counts are the blocks allocated then"),
+            "{comments}"
+        );
+        let (report, _) = tracer.stop();
+        let leaky = per_site(&report)["leaky"];
+        assert_eq!(leaky[0], (2 + attempt) * 25_000, "the trace's own in-use");
+        return;
+    }
+    panic!("no step fell inside a window in 4 attempts");
+}
+
+fn unix_ns() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    u64::try_from(since.as_nanos()).expect("fits")
+}
+
+/// pprof's time_nanos and duration_nanos of a gzip-compressed profile.
+fn time_and_duration(file: &std::path::Path) -> (u64, u64) {
+    use prost::Message as _;
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(file).expect("open the profile"))
+        .read_to_end(&mut raw)
+        .expect("gunzip the profile");
+    let pb = memtrace_bpf::report::proto::Profile::decode(&raw[..]).expect("a pprof profile");
+    let u = |v: i64| u64::try_from(v).expect("positive");
+    (u(pb.time_nanos), u(pb.duration_nanos))
 }

@@ -56,6 +56,7 @@ fn every_endpoint_honours_min_age_or_refuses_a_bad_one() {
         "/debug/pprof/heap",
         "/debug/pprof/allocs",
         "/debug/pprof/allocs?seconds=1",
+        "/debug/pprof/heap?seconds=1",
         "/flamegraph.svg",
         "/profile.json",
         "/metrics",

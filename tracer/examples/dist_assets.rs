@@ -58,6 +58,10 @@ fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             missing.display()
         )));
     }
+    for page in &written {
+        let is_trace = page.file_name() == Some(std::ffi::OsStr::new("memtrace-bpf.1"));
+        append_sections(page, is_trace)?;
+    }
     let completions = dir.join("completions");
     fs::create_dir_all(&completions)?;
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
@@ -69,6 +73,82 @@ fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     Ok(written)
 }
+
+/// What clap_mangen does not write: ENVIRONMENT, EXIT STATUS, and FILES
+/// (where the documents `--help` names as docs/NAME.md are installed), in
+/// roff, after its sections. `trace`: the tracing command's page, else
+/// `report`'s or `diff`'s.
+fn append_sections(page: &Path, trace: bool) -> std::io::Result<()> {
+    let mut text = fs::read_to_string(page)?;
+    text.push_str(if trace {
+        TRACE_ENVIRONMENT
+    } else {
+        ".SH ENVIRONMENT\nNone is read.\n"
+    });
+    text.push_str(if trace {
+        TRACE_EXIT_STATUS
+    } else {
+        SAVED_EXIT_STATUS
+    });
+    text.push_str(FILES);
+    fs::write(page, text)
+}
+
+const TRACE_ENVIRONMENT: &str = r".SH ENVIRONMENT
+.TP
+\fBOTEL_EXPORTER_OTLP_PROFILES_ENDPOINT\fR, \fBOTEL_EXPORTER_OTLP_ENDPOINT\fR
+Where \fB\-\-otlp\fR without a URL sends profiles (the signal's own URL, else a base URL).
+.TP
+\fBOTEL_EXPORTER_OTLP_PROFILES_HEADERS\fR, \fBOTEL_EXPORTER_OTLP_HEADERS\fR
+Headers of every \fB\-\-otlp\fR request, as key=value,key2=value2 with percent\-encoded values.
+.TP
+\fBOTEL_EXPORTER_OTLP_PROFILES_PROTOCOL\fR, \fBOTEL_EXPORTER_OTLP_PROTOCOL\fR
+When set, must be http/protobuf.
+.TP
+\fBOTEL_SERVICE_NAME\fR, \fBOTEL_RESOURCE_ATTRIBUTES\fR
+The service name and attributes added to every process's OTLP resource.
+.TP
+\fBPATH\fR
+Where the program of \fB\-\-\fR \fICMD\fR is looked up, as a shell does.
+.TP
+\fBTERM\fR
+\fBdumb\fR: no progress line on a terminal.
+";
+
+const TRACE_EXIT_STATUS: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+The trace ended (duration, target exit, SIGINT, SIGTERM) and its report was written.
+.TP
+\fB1\fR
+An error, said on stderr with what to do: no privileges, nothing to trace, a probe that could not be attached, a report that could not be written.
+.TP
+\fB2\fR
+A bad command line.
+.TP
+\fB128\fR+\fIN\fR
+Signal \fIN\fR came while the probes were being loaded: nothing was traced.
+.PP
+With \fB\-\-exit\-status\fR and a command, the command's own status instead (128+\fIN\fR if signal \fIN\fR killed it).
+"#;
+
+const SAVED_EXIT_STATUS: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+The report was written.
+.TP
+\fB1\fR
+A file could not be read (what it is and why is said on stderr), or the report could not be written.
+.TP
+\fB2\fR
+A bad command line.
+"#;
+
+const FILES: &str = r".SH FILES
+.TP
+\fI/usr/share/doc/memtrace\-bpf/\fR
+The documents that \fB\-\-help\fR names as docs/\fINAME\fR.md, installed as \fINAME\fR.md by the Debian package.
+";
 
 /// clap_complete 4.6's bash script reaches `memtrace__bpf__subcmd__report`
 /// for `memtrace-bpf report ...` but labels that case

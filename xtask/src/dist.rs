@@ -6,6 +6,8 @@
 //!   its debug info stripped;
 //! - man pages and bash, zsh and fish completions generated from the clap
 //!   definition by tracer/examples/dist_assets.rs;
+//! - docs/*.md in /usr/share/doc/memtrace-bpf, where --help's and the man
+//!   pages' docs/NAME.md pointers lead;
 //! - dist/memtrace-bpf.service (a system-wide sampled trace served on
 //!   127.0.0.1:6060) and dist/memtrace-bpf.default, installed as
 //!   /etc/default/memtrace-bpf and marked a conffile (dpkg keeps the
@@ -109,10 +111,17 @@ pub fn run_dist(dev: bool) -> Result<()> {
         &dist.join("copyright"),
         &stage.join(DOC_DIR).join("copyright"),
     )?;
-    install(
-        &root.join("docs/packaging.md"),
-        &stage.join(DOC_DIR).join("packaging.md"),
-    )?;
+    // The documents --help and the man pages name as docs/NAME.md (the
+    // man pages' FILES section says where they are).
+    for entry in fs::read_dir(root.join("docs")).context("reading docs/")? {
+        let path = entry?.path();
+        if let Some(name) = path
+            .file_name()
+            .filter(|_| path.extension() == Some("md".as_ref()))
+        {
+            install(&path, &stage.join(DOC_DIR).join(name))?;
+        }
+    }
 
     let version = package_version()?;
     let depends = shlib_depends(&bin, &out)?;

@@ -125,7 +125,7 @@ pub struct Lines {
 }
 
 impl Lines {
-    fn new(pipe: impl Read + Send + 'static) -> Lines {
+    pub fn new(pipe: impl Read + Send + 'static) -> Lines {
         let (tx, rx) = mpsc::channel();
         let thread = thread::spawn(move || {
             for line in BufReader::new(pipe).lines() {

@@ -18,6 +18,8 @@ pub struct Meta {
     /// When the trace started (what `duration` counts from; event times
     /// such as an OOM kill's are placed against it).
     pub started: Instant,
+    /// The same moment in ns since the Unix epoch (the profile's start).
+    pub started_unix_ns: Option<u64>,
     pub end_reason: String,
     pub hooks: Vec<Hook>,
     pub unwind: UnwindMode,
@@ -38,6 +40,28 @@ pub struct Meta {
     pub traced_from_start: bool,
     /// --min-age: in use counts only blocks live at least this long now.
     pub min_age: Option<Duration>,
+    /// The end of a served delta window: in use counts only blocks
+    /// allocated since this time (`monotonic_ns`); None: every block.
+    pub born_since_ns: Option<u64>,
     /// `--unwind tables`: what the kernel's walker met.
     pub kernel_unwind: Option<KernelUnwind>,
+}
+
+/// Which live blocks a profile counts as in use: those live at least
+/// `min_age` (--min-age, `?min_age=`), allocated since `born_since_ns`
+/// (`monotonic_ns`; a served delta window); every one when both are None.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct InUseFilter {
+    pub min_age: Option<Duration>,
+    pub born_since_ns: Option<u64>,
+}
+
+impl InUseFilter {
+    /// Blocks live at least `min_age` (every one with None).
+    pub fn aged(min_age: Option<Duration>) -> InUseFilter {
+        InUseFilter {
+            min_age,
+            born_since_ns: None,
+        }
+    }
 }

@@ -21,3 +21,5 @@ mod state;
 pub mod unwind_notes;
 
 pub use changes::ProcessChange;
+pub use meta::InUseFilter;
+pub use state::monotonic_ns;

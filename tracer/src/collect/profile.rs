@@ -74,6 +74,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
     Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),
+        start_unix_ns: meta.started_unix_ns,
         end_reason: meta.end_reason,
         sample_rate: meta.sample_rate,
         unwind: meta.unwind.name().into(),
@@ -131,10 +132,16 @@ fn stack_reports(
     unfiltered: &mut Counts,
 ) -> Vec<StackReport> {
     let unread = state.modules.unread();
-    let aged = meta.min_age.map(|age| {
-        state
-            .heap
-            .inuse_older_than(super::state::monotonic_ns(), saturating_ns(age))
+    // In use: blocks live at least --min-age, allocated since the window
+    // opened; None when neither filters.
+    let aged = (meta.min_age.is_some() || meta.born_since_ns.is_some()).then(|| {
+        let now = super::state::monotonic_ns();
+        match now.checked_sub(meta.min_age.map_or(0, saturating_ns)) {
+            Some(until) => state
+                .heap
+                .inuse_born_between(meta.born_since_ns.unwrap_or(0), until),
+            None => Default::default(),
+        }
     });
     // Sized once: 100 k stacks grown by doubling would copy and briefly
     // hold them twice.

@@ -459,8 +459,9 @@ impl State {
 }
 
 /// Now on the clock of the events' `timestamp_ns` (bpf_ktime_get_ns is
-/// CLOCK_MONOTONIC), for --min-age and the peaks' times.
-pub(super) fn monotonic_ns() -> u64 {
+/// CLOCK_MONOTONIC), for --min-age, the peaks' times and the windows of
+/// served delta profiles.
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -358,15 +358,29 @@ impl Heap {
     /// stacks without any are left out. Walks every live block: for reports,
     /// not per event.
     pub fn inuse_older_than(&self, now_ns: u64, min_age_ns: u64) -> HashMap<StackHandle, InUse> {
+        match now_ns.checked_sub(min_age_ns) {
+            Some(cutoff) => self.inuse_born_between(0, cutoff),
+            None => HashMap::new(),
+        }
+    }
+
+    /// In-use bytes and objects per stack of the blocks allocated from
+    /// `from_ns` to `until_ns` (the clock of `alloc`), weighted; the stacks
+    /// without any are left out. Birth times are kept to `AGE_TICK_NS`: a
+    /// block allocated up to that much before `from_ns` may count. Walks
+    /// every live block: for reports, not per event.
+    pub fn inuse_born_between(&self, from_ns: u64, until_ns: u64) -> HashMap<StackHandle, InUse> {
         let mut sums: HashMap<StackHandle, (f64, f64)> = HashMap::new();
-        let old_enough = match (self.epoch_ns, now_ns.checked_sub(min_age_ns)) {
-            // Ticks after the epoch, rounded down: born <= this is old enough.
-            (Some(epoch), Some(cutoff)) if cutoff >= epoch => (cutoff - epoch) / AGE_TICK_NS,
-            _ => return HashMap::new(),
+        let Some(epoch) = self.epoch_ns.filter(|&epoch| until_ns >= epoch) else {
+            return HashMap::new();
         };
+        // Ticks after the epoch, rounded down: born <= this is old enough.
+        let old_enough = (until_ns - epoch) / AGE_TICK_NS;
+        // Rounded up, as a birth is: born >= this is young enough.
+        let young_enough = from_ns.saturating_sub(epoch).div_ceil(AGE_TICK_NS);
         let blocks = self.live.values().flat_map(HashMap::values);
         for block in blocks.chain(&self.kept_at_exit) {
-            if u64::from(block.born) <= old_enough {
+            if (young_enough..=old_enough).contains(&u64::from(block.born)) {
                 let s = sums.entry(block.stack).or_default();
                 s.0 += block.size as f64 * block.weight;
                 s.1 += block.weight;

@@ -17,7 +17,11 @@
 //!   wins over one in the list (the SDK resource specification).
 //!
 //! Plain http:// only: https:// is refused with a way out (a local
-//! collector forwards with TLS).
+//! collector forwards with TLS). Headers that frame the request (`Host`,
+//! `Content-Length`, `Transfer-Encoding`, ...) are the exporter's own and
+//! are refused in the lists. Wherever the URL is shown (stderr, the
+//! report's note, pprof comments), its query values and any user
+//! information are redacted (`redacted`): a token there is a credential.
 
 use std::fmt;
 
@@ -36,7 +40,8 @@ const MAX_URL_BYTES: usize = 2048;
 /// A resolved OTLP/HTTP destination.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Destination {
-    /// The URL requests go to, for messages.
+    /// The URL requests go to, for messages: secrets redacted
+    /// (`redacted`); `path` keeps the query that is sent.
     pub url: String,
     /// Host name or address, as in the URL (an IPv6 address without its
     /// brackets): what is connected to.
@@ -107,8 +112,9 @@ pub fn resolve(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Desti
         )
     };
     let mut dest = parse_url(url.trim(), append).map_err(|why| {
-        // Raw in quotes: the error is escaped once, where main prints it.
-        BadConfig(format!("{source} \"{}\": {why}", url.trim()))
+        // In quotes, secrets redacted: the error is escaped once, where
+        // main prints it.
+        BadConfig(format!("{source} \"{}\": {why}", redacted(url.trim())))
     })?;
     let (name, headers) = match env("OTEL_EXPORTER_OTLP_PROFILES_HEADERS") {
         Some(h) => ("OTEL_EXPORTER_OTLP_PROFILES_HEADERS", h),
@@ -220,7 +226,7 @@ fn parse_url(url: &str, append: Append) -> Result<Destination, String> {
         (_, p) => p.to_string(),
     };
     Ok(Destination {
-        url: format!("http://{authority}{path}"),
+        url: redacted(&format!("http://{authority}{path}")),
         host,
         port,
         authority: authority.to_string(),
@@ -266,12 +272,79 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
+/// Headers the exporter writes itself to frame each request and its
+/// connection (RFC 9112): a second copy from the environment would be a
+/// second `Content-Length` or `Host`, which servers and proxies read
+/// differently (request smuggling), so the lists may not name them.
+const FRAMING_HEADERS: &[&str] = &[
+    "Host",
+    "Content-Length",
+    "Transfer-Encoding",
+    "Connection",
+    "Content-Type",
+    "TE",
+    "Trailer",
+    "Upgrade",
+    "Keep-Alive",
+    "Expect",
+];
+
 /// `key=value,key2=value2`, values percent-decoded; an empty list is no
-/// headers. A key must be an HTTP token, and no value may hold a line
-/// break (it would end the header in the request).
+/// headers. A key must be an HTTP token and not one of `FRAMING_HEADERS`,
+/// and no value may hold a line break (it would end the header in the
+/// request).
 fn parse_headers(list: &str) -> Result<Vec<(String, String)>, String> {
     let is_token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    parse_list(list, "headers", |key| key.bytes().all(is_token))
+    let headers = parse_list(list, "headers", |key| key.bytes().all(is_token))?;
+    for (key, _) in &headers {
+        if let Some(own) = FRAMING_HEADERS.iter().find(|h| h.eq_ignore_ascii_case(key)) {
+            return Err(format!(
+                "\"{key}\" is a header memtrace-bpf sets itself on every request ({own}, from \
+                 the URL and the body): remove it from the list"
+            ));
+        }
+    }
+    Ok(headers)
+}
+
+/// `url` as it may be shown: the values of its query (`?token=...`), any
+/// user information before the host (`user:password@`) and its fragment
+/// replaced by `REDACTED`. Works on malformed URLs too (error messages
+/// quote what was given).
+pub fn redacted(url: &str) -> String {
+    const HIDDEN: &str = "REDACTED";
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, _)) => (rest, format!("#{HIDDEN}")),
+        None => (rest, String::new()),
+    };
+    let (before_query, query) = match rest.split_once('?') {
+        Some((before, query)) => (before, Some(query)),
+        None => (rest, None),
+    };
+    let (authority, path) = match before_query.find('/') {
+        Some(i) => before_query.split_at(i),
+        None => (before_query, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{HIDDEN}@{host}"),
+        None => authority.to_string(),
+    };
+    let query = query.map_or(String::new(), |q| {
+        let pairs: Vec<String> = q
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) => format!("{key}={HIDDEN}"),
+                None if pair.is_empty() => String::new(),
+                None => HIDDEN.to_string(),
+            })
+            .collect();
+        format!("?{}", pairs.join("&"))
+    });
+    format!("{scheme}{authority}{path}{query}{fragment}")
 }
 
 /// How an error quotes a malformed item: whole for resource attributes;

@@ -20,6 +20,10 @@ pub struct Profile {
     pub target: String,
     /// Wall-clock seconds between attach and the end of the trace.
     pub duration_secs: f64,
+    /// When the trace attached, in nanoseconds since the Unix epoch (the
+    /// realtime clock); None for a saved file that does not say (written
+    /// before it was kept, or a pprof without `time_nanos`).
+    pub start_unix_ns: Option<u64>,
     /// Why the trace ended: "duration elapsed", "target exited",
     /// "interrupted (SIGINT)", "terminated (SIGTERM)", "hung up (SIGHUP)".
     pub end_reason: String,
@@ -193,6 +197,24 @@ pub struct Identity {
     /// The program it runs as its own root shows it, when that differs from
     /// this host's root (a container's mount namespace, a chroot).
     pub ns_program: Option<String>,
+}
+
+impl Identity {
+    /// Container ids are 64 hex digits (12 and more are accepted: short
+    /// ids).
+    pub fn is_container_id(id: &str) -> bool {
+        (12..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit())
+    }
+
+    /// A pod UID: 8-4-4-4-12 hex digits.
+    pub fn is_pod_uid(s: &str) -> bool {
+        let groups: Vec<&str> = s.split('-').collect();
+        groups.len() == 5
+            && groups
+                .iter()
+                .zip([8, 4, 4, 4, 12])
+                .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+    }
 }
 
 /// One allocator object a process uses and what of it is hooked.

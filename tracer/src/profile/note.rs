@@ -123,7 +123,8 @@ pub enum Note {
         signal: &'static str,
         how: String,
     },
-    /// A delta profile of the server (`/debug/pprof/allocs?seconds=`).
+    /// A delta profile of the server (`/debug/pprof/heap?seconds=`,
+    /// `/debug/pprof/allocs?seconds=`).
     Delta { seconds: u64 },
     /// Read from a pprof file, which has no process list, hooks or losses.
     ReadFromPprof,

@@ -147,6 +147,8 @@ fn one_process_at_end() -> Profile {
     Profile {
         target: "pid 4242".to_string(),
         duration_secs: 10.004,
+        // 2023-11-14 22:13:20 UTC.
+        start_unix_ns: Some(1_700_000_000_000_000_000),
         end_reason: "duration elapsed".to_string(),
         sample_rate: 1,
         unwind: "fp".to_string(),
@@ -242,6 +244,8 @@ pub(super) fn two_processes() -> Profile {
     Profile {
         target: "binary /opt/demo/bin/server".to_string(),
         duration_secs: 3.25,
+        // A profile that does not say when it started (an older file).
+        start_unix_ns: None,
         end_reason: "interrupted (SIGINT)".to_string(),
         sample_rate: 524_288,
         unwind: "fp".to_string(),

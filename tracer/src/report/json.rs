@@ -188,6 +188,7 @@ impl Serialize for Document<'_> {
         let Profile {
             target,
             duration_secs,
+            start_unix_ns,
             end_reason,
             sample_rate,
             unwind,
@@ -204,10 +205,11 @@ impl Serialize for Document<'_> {
             temporary,
             group_by,
         } = self.p;
-        let mut m = s.serialize_struct("Profile", 20)?;
+        let mut m = s.serialize_struct("Profile", 21)?;
         m.serialize_field("format", FORMAT)?;
         m.serialize_field("target", target)?;
         m.serialize_field("duration_secs", duration_secs)?;
+        m.serialize_field("start_unix_ns", start_unix_ns)?;
         m.serialize_field("end_reason", end_reason)?;
         m.serialize_field("sample_rate", sample_rate)?;
         m.serialize_field("unwind", unwind)?;

@@ -324,7 +324,7 @@ fn delta(f: &mut fmt::Formatter<'_>, seconds: u64) -> fmt::Result {
     write!(
         f,
         "delta profile: allocated counts are what was allocated over the {seconds} s before this \
-         profile; in-use counts are the heap of those stacks at its end"
+         profile; in-use counts are the blocks allocated then that were still live at its end"
     )
 }
 

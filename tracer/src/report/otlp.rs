@@ -79,7 +79,10 @@ pub struct Host {
 pub fn otlp_request(p: &Profile, host: &Host) -> ExportProfilesServiceRequest {
     let mut d = Dictionary::default();
     let duration = duration_nanos(p.duration_secs);
-    let start = u64::try_from(start_nanos(duration)).unwrap_or(0);
+    // A trace's profile knows its start; now less the duration otherwise.
+    let start = p
+        .start_unix_ns
+        .unwrap_or_else(|| u64::try_from(start_nanos(duration)).unwrap_or(0));
     let header = Header {
         time_unix_nano: start,
         duration_nano: u64::try_from(duration).unwrap_or(0),

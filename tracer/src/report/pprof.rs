@@ -19,9 +19,7 @@ use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::sync::Arc;
 
-use super::pprof_meta::{
-    comments, duration_nanos, frame_build_id, saturating_i64, start_nanos, Strings,
-};
+use super::pprof_meta::{comments, duration_nanos, frame_build_id, saturating_i64, Strings};
 
 use anyhow::Context as _;
 use flate2::{write::GzEncoder, Compression};
@@ -490,7 +488,9 @@ impl<'a> Builder<'a> {
             location: self.locations,
             function: self.functions,
             string_table: self.strings.table,
-            time_nanos: start_nanos(duration_nanos),
+            // The trace's start; 0 (pprof's "unknown") when the profile
+            // does not say: the time it is rendered would be wrong.
+            time_nanos: self.p.start_unix_ns.map_or(0, saturating_i64),
             duration_nanos,
             period_type,
             period: saturating_i64(self.p.sample_rate.max(1)),

@@ -101,8 +101,8 @@ pub(super) fn duration_nanos(secs: f64) -> i64 {
     (secs * 1e9) as i64
 }
 
-/// When the trace began: now less its duration (the profile is written as
-/// the trace ends or is snapshotted).
+/// When a trace began, for a profile that does not say: now less its
+/// duration.
 pub(super) fn start_nanos(duration_nanos: i64) -> i64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

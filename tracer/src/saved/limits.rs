@@ -8,6 +8,7 @@
 
 use anyhow::{bail, Context as _};
 
+use crate::profile::{Identity, ProcessInfo};
 use crate::report::{Counts, Profile};
 
 /// Largest saved file read, and largest it may decompress to: 128 MiB.
@@ -60,6 +61,12 @@ impl Budget {
 /// Refuses a profile with a number out of range; the error names the field.
 pub fn check(p: &Profile) -> anyhow::Result<()> {
     secs(p.duration_secs, MAX_SECS).context("duration_secs")?;
+    if let Some(ns) = p.start_unix_ns {
+        count(ns).context("start_unix_ns")?;
+    }
+    for (i, proc) in p.processes.iter().enumerate() {
+        process(proc).with_context(|| format!("process {i} (pid {})", proc.pid))?;
+    }
     if let Some(age) = p.min_age_secs {
         secs(age, crate::limits::MAX_DURATION_SECS).context("min_age_secs")?;
     }
@@ -113,6 +120,52 @@ pub fn check(p: &Profile) -> anyhow::Result<()> {
         l.stale_inflight,
     ];
     count(lost.iter().fold(0, |a: u64, &b| a.saturating_add(b))).context("losses summed")
+}
+
+/// A process's times, counts and names that have a known shape: a time
+/// outside the trace or an id that is not one would be shown as fact.
+fn process(p: &ProcessInfo) -> anyhow::Result<()> {
+    if let Some(peak) = &p.peak {
+        if let Some(at) = peak.secs {
+            secs(at, MAX_SECS).context("peak.secs")?;
+        }
+        for v in [peak.inuse_bytes, peak.inuse_objects] {
+            count(v).context("peak")?;
+        }
+    }
+    if let Some(oom) = &p.oom_killed {
+        secs(oom.secs, MAX_SECS).context("oom_killed.secs")?;
+        for v in [oom.inuse_bytes, oom.inuse_objects] {
+            count(v).context("oom_killed")?;
+        }
+    }
+    let id = &p.identity;
+    if let Some(c) = id
+        .container_id
+        .as_deref()
+        .filter(|c| !Identity::is_container_id(c))
+    {
+        bail!(
+            "container_id \"{}\" is not a container id (12 to 64 hex digits)",
+            shortened(c)
+        );
+    }
+    if let Some(u) = id.pod_uid.as_deref().filter(|u| !Identity::is_pod_uid(u)) {
+        bail!(
+            "pod_uid \"{}\" is not a pod UID (8-4-4-4-12 hex digits)",
+            shortened(u)
+        );
+    }
+    Ok(())
+}
+
+/// The first 80 characters of a value quoted in an error (a hostile file's
+/// value may be megabytes); escaped where the error is printed.
+fn shortened(v: &str) -> String {
+    match v.char_indices().nth(80) {
+        Some((i, _)) => format!("{}…", &v[..i]),
+        None => v.to_string(),
+    }
 }
 
 fn secs(v: f64, max: f64) -> anyhow::Result<()> {

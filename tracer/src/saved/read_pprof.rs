@@ -59,6 +59,8 @@ pub fn parse(bytes: Vec<u8>, budget: &mut Budget) -> anyhow::Result<Profile> {
     let mut p = Profile {
         sample_rate: sample_rate(&pb, &strings),
         duration_secs: pb.duration_nanos.max(0) as f64 / 1e9,
+        // 0 is pprof's "unknown"; a time before 1970 is no time either.
+        start_unix_ns: u64::try_from(pb.time_nanos).ok().filter(|&t| t > 0),
         end_reason: "read from a pprof file".into(),
         ..Default::default()
     };

@@ -1,9 +1,73 @@
-//! `/debug/pprof/allocs?seconds=N`: what was allocated between two
-//! snapshots, as Go's `net/http/pprof` answers a delta.
+//! `?seconds=N` on `/debug/pprof/heap` and `/debug/pprof/allocs`: the
+//! profile of the next N seconds, as Go's `net/http/pprof` answers a
+//! delta: what was allocated in the window, and the in-use bytes of the
+//! blocks allocated in it that are still live at its end.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
-use crate::report::{Counts, Note, Profile, StackReport};
+use axum::{http::StatusCode, response::Response};
+
+use super::routes::{error, pprof, App, MinAge, MAX_DELTAS, MAX_DELTA_SECS};
+use crate::report::{Counts, Note, Profile, StackReport, View};
+
+/// Answers `?seconds=TEXT`: waits the window out on the server's event
+/// loop (other requests go on meanwhile), then renders it as `view`.
+/// At most `MAX_DELTAS` at once; a trace that ends during the window
+/// answers 503.
+pub async fn serve(app: &App, seconds: &str, min_age: MinAge, view: View, name: &str) -> Response {
+    let seconds = match seconds.parse::<u64>() {
+        Ok(n) if (1..=MAX_DELTA_SECS).contains(&n) => n,
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "?seconds= takes a whole number of seconds from 1 to {MAX_DELTA_SECS}: the \
+                     window the profile covers"
+                ),
+            )
+        }
+    };
+    let Ok(_delta) = app.deltas.clone().try_acquire_owned() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "{MAX_DELTAS} delta profiles (?seconds=) are in progress already, the most at \
+                 once: try again when one ends"
+            ),
+        );
+    };
+    // Both ends new: a shared snapshot would shift the window.
+    let before = match app.snapshot_for(Duration::ZERO, (min_age, None)).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    let started = Instant::now();
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
+        () = app.ended() => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "the trace ended {:.1} s into this {seconds} s delta profile: no profile \
+                     for the window (the trace's report has the whole trace)",
+                    started.elapsed().as_secs_f64()
+                ),
+            )
+        }
+    }
+    // In use at the end: only the blocks allocated since `before`.
+    let window = (min_age, Some(before.taken_ns));
+    let after = match app.snapshot_for(Duration::ZERO, window).await {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    let profile = between(&before.profile, &after.profile, seconds);
+    pprof(Arc::new(profile), view, &format!("{name}-delta")).await
+}
 
 /// A stack's identity across snapshots: its process and its frames.
 type Key<'a> = (u32, Option<u64>, bool, Vec<(&'a str, u64, &'a str)>);
@@ -18,9 +82,10 @@ fn key(s: &StackReport) -> Key<'_> {
 }
 
 /// `after` with its allocated counts reduced to what was allocated since
-/// `before`. In-use counts stay those of `after` (the heap at the end of
-/// the window): pprof's unsigned values cannot say "freed in the window".
-/// Stacks that allocated nothing in the window are left out.
+/// `before`. In-use counts stay those of `after`, which counts only the
+/// blocks allocated since `before` (see `serve`). Stacks that allocated
+/// nothing in the window are left out. The profile starts when the window
+/// did and lasts `seconds`.
 pub fn between(before: &Profile, after: &Profile, seconds: u64) -> Profile {
     let earlier: HashMap<Key<'_>, Counts> =
         before.stacks.iter().map(|s| (key(s), s.counts)).collect();
@@ -43,6 +108,9 @@ pub fn between(before: &Profile, after: &Profile, seconds: u64) -> Profile {
         .map(|s| s.counts.peak_inuse_objects)
         .sum();
     delta.duration_secs = seconds as f64;
+    delta.start_unix_ns = after
+        .start_unix_ns
+        .map(|start| start.saturating_add((before.duration_secs * 1e9) as u64));
     delta.notes.push(Note::Delta { seconds });
     delta
 }
@@ -78,9 +146,13 @@ mod tests {
     fn only_what_was_allocated_in_the_window() {
         let before = Profile {
             stacks: vec![stack("old", 160, 160), stack("grows", 320, 0)],
+            duration_secs: 12.5,
+            start_unix_ns: Some(1_700_000_000_000_000_000),
             ..Profile::default()
         };
         let after = Profile {
+            duration_secs: 17.5,
+            start_unix_ns: Some(1_700_000_000_000_000_000),
             stacks: vec![
                 stack("old", 160, 160),
                 stack("grows", 800, 48),
@@ -104,5 +176,7 @@ mod tests {
         assert_eq!(got, [("grows", 480, 30, 48), ("new", 64, 4, 64)]);
         assert_eq!((d.totals.alloc_bytes, d.totals.inuse_bytes), (544, 112));
         assert_eq!(d.duration_secs, 5.0);
+        // It starts when the window opened.
+        assert_eq!(d.start_unix_ns, Some(1_700_000_012_500_000_000));
     }
 }

@@ -33,12 +33,15 @@ const CONNECTION_TIME: Duration =
 const MAX_REQUEST_HEAD: usize = 16 * 1024;
 
 /// What the server sends the trace's loop: where to hand back a snapshot,
-/// and the `?min_age=` it is for.
+/// and the `?min_age=` and delta window it is for.
 pub struct SnapshotReply {
     sender: oneshot::Sender<Snapshot>,
     /// Seconds a block must have been live to count as in use (0: every
     /// block); None: the trace's own --min-age.
     pub min_age: Option<f64>,
+    /// The end of a delta window: only blocks allocated since this
+    /// `Snapshot::taken_ns` (the window's first snapshot) count as in use.
+    pub born_since_ns: Option<u64>,
 }
 
 impl SnapshotReply {
@@ -57,6 +60,9 @@ pub struct Snapshot {
     pub profile: Arc<Profile>,
     /// The trace's numbers when the snapshot was built.
     pub stats: TraceStats,
+    /// When it was built (`collect::monotonic_ns`), every event before
+    /// read: where a delta window that starts with it starts.
+    pub taken_ns: u64,
 }
 
 /// The trace loop's end of the channel: snapshot requests from the server.

@@ -23,7 +23,7 @@ use crate::report::{self, Format, Profile, RenderOptions, View};
 pub const MAX_DELTA_SECS: u64 = 300;
 /// Delta profiles in progress at once: a quarter of the connections, so
 /// held deltas leave the rest to the quick snapshot endpoints.
-const MAX_DELTAS: usize = super::conns::MAX_CONNECTIONS / 4;
+pub(super) const MAX_DELTAS: usize = super::conns::MAX_CONNECTIONS / 4;
 /// Time for a request beyond its delta window: to wait for the snapshot,
 /// render and send it.
 pub const REQUEST_SLACK_SECS: u64 = 60;
@@ -37,7 +37,8 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 const ENDPOINTS: &str = "\
 /                          the live page: flamegraph, in-use bytes over time, top growing stacks (HTML)
 /debug/pprof/heap          pprof, in-use space by default (go tool pprof)
-/debug/pprof/allocs        pprof, allocated space by default; ?seconds=N: what was allocated over the next N s
+/debug/pprof/allocs        pprof, allocated space by default
+?seconds=N                 on both: the next N s (1 to 300): allocated then, and in use of those blocks
 /flamegraph.svg?view=V     SVG flamegraph; V: inuse-space (default), inuse-objects, alloc-space, alloc-objects, peak-space, peak-objects
 /profile.json              the whole profile as JSON (the schema of --format json)
 /metrics                   Prometheus text: live bytes and objects, events, loss counters, tracer CPU and RSS
@@ -46,14 +47,14 @@ const ENDPOINTS: &str = "\
 
 pub struct App {
     requests: mpsc::Sender<SnapshotReply>,
-    /// The last snapshot, when it was asked for and its `?min_age=`. The
-    /// lock is held while a new one is built: requests that come meanwhile
-    /// wait and share it (if they ask for the same min age).
-    last: Mutex<Option<(Instant, MinAge, Arc<Snapshot>)>>,
+    /// The last snapshot, when it was asked for and what it counts as in
+    /// use. The lock is held while a new one is built: requests that come
+    /// meanwhile wait and share it (if they ask for the same).
+    last: Mutex<Option<(Instant, InUse, Arc<Snapshot>)>>,
     /// What is traced, for the index page.
     target: String,
     /// Delta profiles (`?seconds=N`) in progress.
-    deltas: Arc<Semaphore>,
+    pub(super) deltas: Arc<Semaphore>,
     /// True once the trace has ended: waiting requests answer then.
     ended: watch::Sender<bool>,
 }
@@ -76,7 +77,7 @@ impl App {
     }
 
     /// Resolves once the trace has ended.
-    async fn ended(&self) {
+    pub(super) async fn ended(&self) {
         let mut ended = self.ended.subscribe();
         let _ = ended.wait_for(|&e| e).await;
     }
@@ -89,8 +90,18 @@ impl App {
         max_age: Duration,
         min_age: MinAge,
     ) -> Result<Arc<Snapshot>, Response> {
+        self.snapshot_for(max_age, (min_age, None)).await
+    }
+
+    /// A snapshot no older than `max_age` counting as in use what `in_use`
+    /// says.
+    pub(super) async fn snapshot_for(
+        &self,
+        max_age: Duration,
+        in_use: InUse,
+    ) -> Result<Arc<Snapshot>, Response> {
         tokio::select! {
-            snapshot = self.snapshot_from_trace(max_age, min_age) => snapshot,
+            snapshot = self.snapshot_from_trace(max_age, in_use) => snapshot,
             () = self.ended() => Err(ended()),
         }
     }
@@ -98,19 +109,21 @@ impl App {
     async fn snapshot_from_trace(
         &self,
         max_age: Duration,
-        min_age: MinAge,
+        in_use: InUse,
     ) -> Result<Arc<Snapshot>, Response> {
         let mut last = self.last.lock().await;
-        if let Some((at, aged, snapshot)) = last.as_ref() {
-            if at.elapsed() <= max_age && *aged == min_age {
+        if let Some((at, counted, snapshot)) = last.as_ref() {
+            if at.elapsed() <= max_age && *counted == in_use {
                 return Ok(snapshot.clone());
             }
         }
         let asked = Instant::now();
         let (reply, answer) = tokio::sync::oneshot::channel();
+        let (min_age, born_since_ns) = in_use;
         let reply = SnapshotReply {
             sender: reply,
             min_age,
+            born_since_ns,
         };
         self.requests.send(reply).await.map_err(|_| ended())?;
         let snapshot = match tokio::time::timeout(SNAPSHOT_TIMEOUT, answer).await {
@@ -123,7 +136,7 @@ impl App {
                 ))
             }
         };
-        *last = Some((asked, min_age, snapshot.clone()));
+        *last = Some((asked, in_use, snapshot.clone()));
         Ok(snapshot)
     }
 }
@@ -150,7 +163,11 @@ pub fn router(app: Arc<App>) -> Router {
 type Params = Query<HashMap<String, String>>;
 
 /// `?min_age=SECS`: None when not given (the trace's --min-age applies).
-type MinAge = Option<f64>;
+pub(super) type MinAge = Option<f64>;
+
+/// What a snapshot counts as in use: blocks live at least `?min_age=`,
+/// allocated since a delta window opened (its `Snapshot::taken_ns`).
+pub(super) type InUse = (MinAge, Option<u64>);
 
 /// The query's `?min_age=`, or a 400 that says what it takes.
 fn min_age(params: &HashMap<String, String>) -> Result<MinAge, String> {
@@ -218,76 +235,33 @@ async fn not_found() -> Response {
 }
 
 async fn heap(State(app): State<Arc<App>>, Query(params): Params) -> Response {
-    if params.contains_key("seconds") {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "/debug/pprof/heap is the heap now: ?seconds=N (a delta) is for /debug/pprof/allocs",
-        );
-    }
-    let min_age = match min_age(&params) {
-        Ok(min_age) => min_age,
-        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
-    };
-    match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
-        Ok(s) => pprof(s.profile.clone(), View::InuseSpace, "heap").await,
-        Err(response) => response,
-    }
+    pprof_endpoint(&app, &params, View::InuseSpace, "heap").await
 }
 
 async fn allocs(State(app): State<Arc<App>>, Query(params): Params) -> Response {
-    let min_age = match min_age(&params) {
+    pprof_endpoint(&app, &params, View::AllocSpace, "allocs").await
+}
+
+/// `/debug/pprof/heap` and `/allocs`: the same profile, `view` the sample
+/// type pprof shows first, as Go's `net/http/pprof` serves them; with
+/// `?seconds=N`, the profile of the next N seconds (serve/delta.rs).
+async fn pprof_endpoint(
+    app: &App,
+    params: &HashMap<String, String>,
+    view: View,
+    name: &str,
+) -> Response {
+    let min_age = match min_age(params) {
         Ok(min_age) => min_age,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
-    let Some(seconds) = params.get("seconds") else {
-        return match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
-            Ok(s) => pprof(s.profile.clone(), View::AllocSpace, "allocs").await,
-            Err(response) => response,
-        };
-    };
-    let seconds = match seconds.parse::<u64>() {
-        Ok(n) if (1..=MAX_DELTA_SECS).contains(&n) => n,
-        _ => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("?seconds= takes a whole number of seconds from 1 to {MAX_DELTA_SECS}"),
-            )
-        }
-    };
-    let Ok(_delta) = app.deltas.clone().try_acquire_owned() else {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
-                "{MAX_DELTAS} delta profiles (?seconds=) are in progress already, the most at \
-                 once: try again when one ends"
-            ),
-        );
-    };
-    // Both ends new: a shared snapshot would shift the window.
-    let before = match app.snapshot_aged(Duration::ZERO, min_age).await {
-        Ok(s) => s,
-        Err(response) => return response,
-    };
-    let started = Instant::now();
-    tokio::select! {
-        () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
-        () = app.ended() => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &format!(
-                    "the trace ended {:.1} s into this {seconds} s delta profile: no profile \
-                     for the window (the trace's report has the whole trace)",
-                    started.elapsed().as_secs_f64()
-                ),
-            )
-        }
+    if let Some(seconds) = params.get("seconds") {
+        return delta::serve(app, seconds, min_age, view, name).await;
     }
-    let after = match app.snapshot_aged(Duration::ZERO, min_age).await {
-        Ok(s) => s,
-        Err(response) => return response,
-    };
-    let profile = delta::between(&before.profile, &after.profile, seconds);
-    pprof(Arc::new(profile), View::AllocSpace, "allocs-delta").await
+    match app.snapshot_aged(SHARE_SNAPSHOT, min_age).await {
+        Ok(s) => pprof(s.profile.clone(), view, name).await,
+        Err(response) => response,
+    }
 }
 
 async fn flamegraph(State(app): State<Arc<App>>, Query(params): Params) -> Response {
@@ -349,7 +323,7 @@ fn parse_view(text: &str) -> Option<View> {
 }
 
 /// A pprof profile, as Go's `net/http/pprof` sends one.
-async fn pprof(profile: Arc<Profile>, view: View, name: &str) -> Response {
+pub(super) async fn pprof(profile: Arc<Profile>, view: View, name: &str) -> Response {
     let body = render_as(profile, Format::Pprof, view);
     respond(
         body.await,
@@ -404,7 +378,7 @@ fn respond(
     }
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
+pub(super) fn error(status: StatusCode, message: &str) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],

@@ -28,6 +28,7 @@ use crate::{
     collect::{
         collector::{Collector, CollectorOptions},
         profile::{self, Meta},
+        InUseFilter,
     },
     console, escape, otlp,
     probes::{
@@ -96,7 +97,7 @@ pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
     trace.finish()?;
     phases.mark("drained");
     // The history's last point is the report's time.
-    let mut profile = trace.snapshot_at(&end_reason, duration, config.min_age);
+    let mut profile = trace.snapshot_at(&end_reason, duration, InUseFilter::aged(config.min_age));
     phases.mark("profile built");
     profile.sort_stacks(config.render.sort);
     profile.notes.extend(command_note);
@@ -125,6 +126,9 @@ pub struct Trace<'a> {
     /// Frames named so far: a snapshot names only the new ones.
     names: Names,
     started: Instant,
+    /// `started` on the realtime clock, in ns since the Unix epoch (None if
+    /// the clock is set before 1970), for the profile's start.
+    started_unix_ns: Option<u64>,
     /// History ticks so far (--interval, --serve).
     snapshots: u32,
     /// Numbered snapshots written so far (`{n}` in -o: history ticks and
@@ -243,6 +247,10 @@ impl<'a> Trace<'a> {
             collector,
             names: Names::default(),
             started: Instant::now(),
+            started_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .and_then(|d| u64::try_from(d.as_nanos()).ok()),
             snapshots: 0,
             numbered: 0,
             peak_snapshots: PeakSnapshots::default(),
@@ -286,24 +294,20 @@ impl<'a> Trace<'a> {
     /// traced allocated since the start and still holds, with names.
     pub fn snapshot(&mut self, end_reason: &str) -> Profile {
         let elapsed = self.started.elapsed();
-        self.snapshot_at(end_reason, elapsed, self.settings.config.min_age)
+        let in_use = InUseFilter::aged(self.settings.config.min_age);
+        self.snapshot_at(end_reason, elapsed, in_use)
     }
 
-    /// `snapshot`, counting as in use only blocks live at least `min_age`.
-    pub fn snapshot_aged(&mut self, end_reason: &str, min_age: Option<Duration>) -> Profile {
+    /// `snapshot`, counting as in use only the blocks `in_use` keeps.
+    pub fn snapshot_filtered(&mut self, end_reason: &str, in_use: InUseFilter) -> Profile {
         let elapsed = self.started.elapsed();
-        self.snapshot_at(end_reason, elapsed, min_age)
+        self.snapshot_at(end_reason, elapsed, in_use)
     }
 
     /// The profile as it is now, `elapsed` after the trace started (its
     /// duration, and the time of its last history point), counting as in
-    /// use only blocks live at least `min_age`.
-    fn snapshot_at(
-        &mut self,
-        end_reason: &str,
-        elapsed: Duration,
-        min_age: Option<Duration>,
-    ) -> Profile {
+    /// use only the blocks `in_use` keeps.
+    fn snapshot_at(&mut self, end_reason: &str, elapsed: Duration, in_use: InUseFilter) -> Profile {
         let probes = self.settings.config.probes;
         let mut processes = self.scope.processes(self.collector.processes());
         for p in &mut processes {
@@ -315,6 +319,7 @@ impl<'a> Trace<'a> {
             processes,
             duration: elapsed,
             started: self.started,
+            started_unix_ns: self.started_unix_ns,
             end_reason: end_reason.to_string(),
             hooks: facts::report_hooks(self.hooks.lines()),
             unwind: self.loaded.unwind(),
@@ -331,7 +336,8 @@ impl<'a> Trace<'a> {
             ),
             root_exit_kept: self.scope.root().is_some(),
             traced_from_start: self.scope.traced_from_start(),
-            min_age,
+            min_age: in_use.min_age,
+            born_since_ns: in_use.born_since_ns,
             kernel_unwind: self.collector.kernel_unwind(&self.loaded.counters),
         };
         let losses = self.collector.losses(read_losses(&self.loaded.counters));
@@ -375,8 +381,8 @@ impl<'a> Trace<'a> {
         let elapsed = self.started.elapsed();
         // Off while the snapshot is written: drawn again at the next tick.
         console::clear_progress();
-        let min_age = self.settings.config.min_age;
-        let mut profile = self.snapshot_at(&format!("snapshot {n} ({why})"), elapsed, min_age);
+        let in_use = InUseFilter::aged(self.settings.config.min_age);
+        let mut profile = self.snapshot_at(&format!("snapshot {n} ({why})"), elapsed, in_use);
         profile.sort_stacks(self.settings.config.render.sort);
         if let Err(e) = self.settings.write_numbered(n, &profile, false) {
             console::warn(format_args!(

@@ -326,16 +326,24 @@ impl Trace<'_> {
             return; // the client gave up
         }
         self.collector.drain_all();
+        // Every event before this moment has been read: a delta window
+        // that opens with this snapshot opens here.
+        let taken_ns = crate::collect::monotonic_ns();
         // The query's own min age (0: every block), else the trace's.
         let min_age = match reply.min_age {
             Some(secs) => super::config::min_age(Some(secs)),
             None => self.settings.config.min_age,
         };
+        let in_use = crate::collect::InUseFilter {
+            min_age,
+            born_since_ns: reply.born_since_ns,
+        };
         let profile =
-            self.snapshot_aged("snapshot served while tracing (the trace went on)", min_age);
+            self.snapshot_filtered("snapshot served while tracing (the trace went on)", in_use);
         let _ = reply.send(crate::serve::Snapshot {
             profile: std::sync::Arc::new(profile),
             stats: self.collector.stats(),
+            taken_ns,
         });
     }
 

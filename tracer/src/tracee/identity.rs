@@ -113,12 +113,7 @@ fn container_id(part: &str, parent: &str) -> Option<String> {
         None if parent == "docker" || parent.starts_with("pod") => part,
         None => return None,
     };
-    is_container_id(id).then(|| id.to_string())
-}
-
-/// Container ids are 64 hex digits (12 and more are accepted: short ids).
-fn is_container_id(id: &str) -> bool {
-    (12..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_hexdigit())
+    Identity::is_container_id(id).then(|| id.to_string())
 }
 
 /// `kubepods-burstable-pod<uid>.slice` (underscores for the UID's dashes,
@@ -130,17 +125,7 @@ fn pod_uid(part: &str) -> Option<String> {
         return None;
     }
     let uid = name[at + 3..].replace('_', "-");
-    is_uuid(&uid).then_some(uid)
-}
-
-/// 8-4-4-4-12 hex digits.
-fn is_uuid(s: &str) -> bool {
-    let groups: Vec<&str> = s.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+    Identity::is_pod_uid(&uid).then_some(uid)
 }
 
 /// The program `pid` runs as its own root shows it, when its root is not

@@ -185,6 +185,35 @@ fn given_blocks_of_several_ages_then_min_age_counts_only_the_old_ones_weighted()
 }
 
 #[test]
+fn given_a_window_then_only_blocks_allocated_in_it_are_in_use() {
+    // Allocations at 1000, 1003 and 1009 s; a window from 1002 to 1010 s.
+    let mut h = Heap::default();
+    h.alloc(1, 0x10, 100, 1.0, 7, 1000 * SEC);
+    h.alloc(1, 0x20, 50, 2.0, 7, 1003 * SEC);
+    h.alloc(2, 0x30, 8, 1.0, 9, 1009 * SEC);
+    let window = |from: u64, until: u64| {
+        let mut v: Vec<_> = h
+            .inuse_born_between(from * SEC, until * SEC)
+            .into_iter()
+            .collect();
+        v.sort_unstable_by_key(|(s, _)| *s);
+        v
+    };
+    let inuse = |bytes, objects| InUse { bytes, objects };
+    assert_eq!(window(1002, 1010), [(7, inuse(100, 2)), (9, inuse(8, 1))]);
+    assert_eq!(window(1004, 1010), [(9, inuse(8, 1))]);
+    // Both ends: a window that ends before the last allocation.
+    assert_eq!(window(1002, 1005), [(7, inuse(100, 2))]);
+    assert_eq!(window(1000, 1000), [(7, inuse(100, 1))]);
+    assert_eq!(window(1010, 1020), []);
+    // A block allocated just after the window opens is in it.
+    let mut h = Heap::default();
+    h.alloc(1, 0x10, 5, 1.0, 1, 7 * SEC);
+    h.alloc(1, 0x20, 5, 1.0, 1, 9 * SEC + 1);
+    assert_eq!(h.inuse_born_between(9 * SEC, 10 * SEC)[&1], inuse(5, 1));
+}
+
+#[test]
 fn given_the_exit_that_ends_the_trace_then_min_age_still_sees_its_blocks() {
     let mut h = Heap::default();
     h.alloc(1, 0x10, 100, 1.0, 7, 10 * SEC);

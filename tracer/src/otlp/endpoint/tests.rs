@@ -192,3 +192,60 @@ fn error_of(flag: &str, vars: &[(&str, &str)]) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+#[test]
+fn framing_headers_are_refused_by_name() {
+    for (list, name) in [
+        ("Content-Length=0", "Content-Length"),
+        ("x=1,host=evil", "host"),
+        ("Transfer-Encoding=chunked", "Transfer-Encoding"),
+        ("CONNECTION=keep-alive", "CONNECTION"),
+    ] {
+        let err = with_env("http://c", &[("OTEL_EXPORTER_OTLP_HEADERS", list)])
+            .expect_err("a framing header");
+        assert!(
+            err.0.starts_with(&format!(
+                "OTEL_EXPORTER_OTLP_HEADERS: \"{name}\" is a header memtrace-bpf sets itself"
+            )),
+            "{list}: {err}"
+        );
+        assert!(err.0.contains("remove it from the list"), "{err}");
+    }
+    // Other headers pass, the profiles' own list is checked too.
+    assert!(with_env("http://c", &[("OTEL_EXPORTER_OTLP_HEADERS", "x-host=1")]).is_ok());
+    let err = with_env(
+        "http://c",
+        &[("OTEL_EXPORTER_OTLP_PROFILES_HEADERS", "Content-Length=5")],
+    )
+    .expect_err("a framing header");
+    assert!(
+        err.0.starts_with("OTEL_EXPORTER_OTLP_PROFILES_HEADERS: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn secrets_in_the_url_are_redacted_where_it_is_shown() {
+    let d = with_env("http://col:4318/in?token=s3cret&tenant=a#frag", &[]).expect("valid");
+    // Sent as given (the fragment never is), shown without the values.
+    assert_eq!(d.path, "/in?token=s3cret&tenant=a");
+    assert_eq!(d.url, "http://col:4318/in?token=REDACTED&tenant=REDACTED");
+    let d = with_env(
+        "",
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://gw:4318/otlp?apikey")],
+    )
+    .expect("valid");
+    assert_eq!(d.path, "/otlp/v1development/profiles?apikey");
+    assert_eq!(d.url, "http://gw:4318/otlp/v1development/profiles?REDACTED");
+    // Errors quote the URL redacted too.
+    let err = with_env("http://user:pw@col:4318/?k=v", &[]).expect_err("credentials");
+    assert!(
+        err.0
+            .starts_with("--otlp \"http://REDACTED@col:4318/?k=REDACTED\": credentials"),
+        "{err}"
+    );
+    let err = with_env("http://col:99999/?token=s3cret", &[]).expect_err("bad port");
+    assert!(!err.0.contains("s3cret"), "{err}");
+    assert_eq!(redacted("not a url?x=1&y"), "not a url?x=REDACTED&REDACTED");
+    assert_eq!(redacted("http://h:1/p"), "http://h:1/p");
+}

@@ -300,6 +300,18 @@ fn comments_say_what_was_traced_and_every_nonzero_loss() {
 }
 
 #[test]
+fn the_time_is_the_traces_start_or_unknown() {
+    let mut p = profile();
+    p.start_unix_ns = Some(1_700_000_000_123_456_789);
+    let pb = decode(&p, View::InuseSpace);
+    assert_eq!(pb.time_nanos, 1_700_000_000_123_456_789);
+    assert_eq!(pb.duration_nanos, 2_500_000_000);
+    // Not the time it is rendered: pprof's 0, "unknown".
+    p.start_unix_ns = None;
+    assert_eq!(decode(&p, View::InuseSpace).time_nanos, 0);
+}
+
+#[test]
 fn an_empty_profile_is_still_a_valid_file() {
     let pb = decode(&Profile::default(), View::InuseSpace);
     assert!(pb.sample.is_empty());

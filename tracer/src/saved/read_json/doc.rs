@@ -19,6 +19,8 @@ pub(super) struct Doc {
     pub(super) format: Option<String>,
     target: String,
     duration_secs: f64,
+    /// Absent from files written before the start was kept.
+    start_unix_ns: Option<u64>,
     end_reason: String,
     sample_rate: u64,
     unwind: String,
@@ -216,6 +218,7 @@ impl Doc {
         Ok(Profile {
             target: self.target,
             duration_secs: self.duration_secs,
+            start_unix_ns: self.start_unix_ns,
             end_reason: self.end_reason,
             sample_rate: self.sample_rate,
             unwind: self.unwind,
@@ -319,8 +322,8 @@ impl ProcessDoc {
                 ns_program: self.ns_program,
             },
             peak: self.peak.map(|p| Peak {
-                // A hostile file's NaN or negative time is no time.
-                secs: p.secs.filter(|s| s.is_finite() && *s >= 0.0),
+                // Checked with the other numbers (saved/limits.rs).
+                secs: p.secs,
                 inuse_bytes: p.inuse_bytes,
                 inuse_objects: p.inuse_objects,
             }),

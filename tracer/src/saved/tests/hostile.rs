@@ -141,6 +141,26 @@ fn numbers_out_of_range_are_refused_with_their_field() {
             }),
             "the stacks' counts summed",
         ),
+        (
+            Box::new(|v| v["processes"] = j!([{"pid": 3, "peak": {"secs": -2.0}}])),
+            "process 0 (pid 3): peak.secs: -2.0 s is out of range",
+        ),
+        (
+            Box::new(|v| v["processes"] = j!([{"pid": 3, "oom_killed": {"secs": 1e300}}])),
+            "process 0 (pid 3): oom_killed.secs: 1e300 s is out of range",
+        ),
+        (
+            Box::new(|v| v["processes"] = j!([{"pid": 3, "container_id": "../../etc\u{1b}[2J"}])),
+            "process 0 (pid 3): container_id \"../../etc\u{1b}[2J\" is not a container id",
+        ),
+        (
+            Box::new(|v| v["processes"] = j!([{"pid": 3, "pod_uid": "x".repeat(200)}])),
+            "pod_uid \"xxxxxxxxxx",
+        ),
+        (
+            Box::new(|v| v["start_unix_ns"] = j!(u64::MAX)),
+            "start_unix_ns: 18446744073709551615",
+        ),
     ];
     for (edit, says) in cases {
         let err = err_of(edited(edit));
@@ -151,6 +171,18 @@ fn numbers_out_of_range_are_refused_with_their_field() {
         v["stacks"][1]["alloc_bytes"] = j!(0);
     })
     .expect("at the limit");
+    // What a trace writes is read: a short container id, a pod UID, times
+    // within the trace, a folded group's peak without a time.
+    edited(|v| {
+        v["processes"] = j!([{
+            "pid": 3,
+            "container_id": "0123456789abcdef",
+            "pod_uid": "01234567-89ab-cdef-0123-456789abcdef",
+            "peak": {"secs": 0.5, "inuse_bytes": 1, "inuse_objects": 1},
+            "oom_killed": {"secs": 2.0, "inuse_bytes": 1, "inuse_objects": 1},
+        }, {"pid": 0, "folded": 2, "peak": {"secs": null}}]);
+    })
+    .expect("a trace's own values");
 }
 
 #[test]
