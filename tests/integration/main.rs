@@ -8,6 +8,7 @@ mod allocators;
 mod buildup;
 mod cgroups;
 mod debug_files;
+mod debuginfod;
 mod dist;
 mod dl_reuse;
 mod errors;

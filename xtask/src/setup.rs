@@ -30,6 +30,7 @@ pub fn run() -> Result<()> {
     prometheus_parser(&mut apt)?;
     redis(&mut apt)?;
     ripgrep(&mut apt)?;
+    debuginfod(&mut apt)?;
     go(&mut apt)?;
     nodejs(&mut apt)?;
     speedscope(&mut apt)?;
@@ -271,6 +272,17 @@ fn ripgrep(apt: &mut Apt) -> Result<()> {
     }
     println!("installing: ripgrep (for the ripgrep test)");
     apt.ensure(&["ripgrep"])
+}
+
+/// The debuginfod test serves a directory of debug files with elfutils'
+/// own server (Debian's `debuginfod`, `debuginfod -F DIR`).
+fn debuginfod(apt: &mut Apt) -> Result<()> {
+    if let Some(v) = first_line("debuginfod", "--version") {
+        println!("ok: {v}");
+        return Ok(());
+    }
+    println!("installing: debuginfod (elfutils' server, for the debuginfod test)");
+    apt.ensure(&["debuginfod"])
 }
 
 /// The pprof tests open our files with the real consumer, `go tool pprof`

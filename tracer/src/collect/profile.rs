@@ -63,7 +63,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
     let temporary =
         super::oom_notes::fill_processes(&mut meta, state, &stacks, super::state::monotonic_ns());
     let not_freed_at_exit = not_freed_at_exit(collector, names);
-    let notes = super::profile_notes::notes(
+    let mut notes = super::profile_notes::notes(
         &meta,
         collector,
         &losses,
@@ -71,6 +71,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         &unnamed,
         &not_freed_at_exit,
     );
+    notes.extend(names.symbol_notes(&state.modules));
     Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),

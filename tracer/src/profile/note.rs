@@ -114,6 +114,26 @@ pub enum Note {
     /// stacks older than the kernel side's memory of mappings reaches
     /// (`beyond_history`), named from the maps as read.
     CodeReplaced { replaced: u64, beyond_history: u64 },
+    /// Objects with frames left `[unknown]` and nothing that names them
+    /// (`DebugInfo::symbols` false, no debug file fetched): how many, and
+    /// the first `MAX_LISTED` as "path (build id ID)", escaped (the traced
+    /// process chose the paths). `debuginfod`: DEBUGINFOD_URLS was set.
+    ModulesWithoutSymbols {
+        modules: u64,
+        listed: Vec<String>,
+        debuginfod: bool,
+    },
+    /// DEBUGINFOD_URLS: what became of the debug files asked for
+    /// (`stacks::debuginfod::Stats`).
+    DebuginfodFetches {
+        asked: u64,
+        found: u64,
+        not_found: u64,
+        failed: u64,
+        unfinished: u64,
+        over_cap: u64,
+        example: Option<String>,
+    },
     /// -- CMD with --keep-running: the command outlived the trace.
     CommandLeftRunning { pid: u32 },
     /// -- CMD: the trace ended first; the command was sent `signal` and

@@ -28,6 +28,7 @@ mod pprof;
 mod pprof_meta;
 mod render;
 mod speedscope;
+mod symbol_notes;
 mod text;
 mod text_parts;
 mod text_peak;

@@ -113,6 +113,25 @@ impl fmt::Display for Note {
                 failed,
                 dropped,
             } => otlp_pushes(f, url, *sent, *failed, *dropped),
+            Note::ModulesWithoutSymbols {
+                modules,
+                listed,
+                debuginfod,
+            } => super::symbol_notes::without_symbols(f, *modules, listed, *debuginfod),
+            Note::DebuginfodFetches {
+                asked,
+                found,
+                not_found,
+                failed,
+                unfinished,
+                over_cap,
+                example,
+            } => super::symbol_notes::fetches(
+                f,
+                (*asked, *found, *not_found),
+                (*failed, *unfinished, *over_cap),
+                example.as_deref(),
+            ),
             Note::DebugLinksRefused { objects, example } => write!(
                 f,
                 "{} a debug link that is not a bare file name, not followed ({example}): \

@@ -96,6 +96,12 @@ pub fn run(config: &TraceConfig) -> anyhow::Result<u8> {
     let mut phases = phases::Phases::start(config.verbose);
     trace.finish()?;
     phases.mark("drained");
+    // Debug files still on their way are waited for, within a budget; a
+    // signal ends the wait.
+    let wait = crate::stacks::debuginfod::REPORT_WAIT;
+    trace
+        .names
+        .wait_for_downloads(wait, report::output::abandoned);
     // The history's last point is the report's time.
     let mut profile = trace.snapshot_at(&end_reason, duration, InUseFilter::aged(config.min_age));
     phases.mark("profile built");
@@ -154,6 +160,8 @@ impl<'a> Trace<'a> {
         runtime: &tokio::runtime::Runtime,
     ) -> anyhow::Result<Trace<'a>> {
         let config = settings.config;
+        // A DEBUGINFOD_URLS that does not parse is said before anything is attached.
+        let names = Names::new(crate::stacks::debuginfod::Debuginfod::from_env()?);
         let features = KernelFeatures::probe()?;
         let Start {
             mut scope,
@@ -245,7 +253,7 @@ impl<'a> Trace<'a> {
             loaded,
             hooks,
             collector,
-            names: Names::default(),
+            names,
             started: Instant::now(),
             started_unix_ns: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -53,6 +53,14 @@ pub struct DebugInfo {
     /// The object's `.gnu_debuglink` names no bare file name: the name,
     /// escaped, for a note. Nothing follows it.
     pub refused_link: Option<String>,
+    /// The object carries DWARF of its own (whether blazesym may read it
+    /// or not: `own_dwarf`).
+    pub has_dwarf: bool,
+    /// Something here names functions beyond the exported ones: the
+    /// object's own DWARF or `.symtab`, or its debug file. False for a
+    /// stripped object without a debug file (its `.dynsym` names only
+    /// what it exports), and for one that could not be read.
+    pub symbols: bool,
     /// (file offset, file size, vaddr) of each loadable segment of the
     /// object: a debug file is looked up by address, not by offset.
     segments: Vec<(u64, u64, u64)>,
@@ -85,6 +93,7 @@ struct Headers {
     /// It carries `.gnu_debuglink`, `.gnu_debugaltlink` or `.debug_sup`.
     links_out: bool,
     has_dwarf: bool,
+    has_symtab: bool,
     segments: Vec<(u64, u64, u64)>,
 }
 
@@ -103,6 +112,8 @@ impl DebugInfo {
         };
         DebugInfo {
             build_id: h.build_id.as_deref().map(|id| Arc::from(hex(id))),
+            symbols: h.has_dwarf || h.has_symtab || debug_file.is_some(),
+            has_dwarf: h.has_dwarf,
             own_dwarf: !h.links_out,
             debug_file,
             refused_link: match h.link {
@@ -156,6 +167,9 @@ fn headers(file: &File) -> Option<Headers> {
         links_out,
         has_dwarf: obj
             .section_by_name(".debug_info")
+            .is_some_and(|s| s.size() > 0 && s.file_range().is_some()),
+        has_symtab: obj
+            .section_by_name(".symtab")
             .is_some_and(|s| s.size() > 0 && s.file_range().is_some()),
         segments: obj
             .segments()
@@ -260,6 +274,52 @@ fn verify(h: &Headers, file: &File, check: Check) -> Option<bool> {
         Check::Crc(crc) => ids_agree && crc32(file).is_ok_and(|c| c == crc),
     };
     ok.then_some(!d.links_out)
+}
+
+/// Why a fetched file is not used.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotTheDebugFile {
+    /// Not ELF, or larger than MAX_DEBUG_FILE_BYTES.
+    Unreadable,
+    /// Its build id (hex, or none) is not the one asked for.
+    OtherBuildId(Option<String>),
+    /// Neither DWARF nor a symbol table.
+    NoSymbols,
+    /// It carries a `.gnu_debuglink` itself (a debug file never does).
+    Links,
+}
+
+impl std::fmt::Display for NotTheDebugFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotTheDebugFile::Unreadable => f.write_str("not an ELF file of at most 2 GiB"),
+            NotTheDebugFile::OtherBuildId(Some(id)) => write!(f, "its build id is {id}"),
+            NotTheDebugFile::OtherBuildId(None) => f.write_str("it has no build id"),
+            NotTheDebugFile::NoSymbols => f.write_str("it has neither DWARF nor symbols"),
+            NotTheDebugFile::Links => f.write_str("it has a debug link of its own"),
+        }
+    }
+}
+
+/// `file`, fetched from a server (or its cache) for build id `build_id`
+/// (hex), if it is that object's debug file: its own build id is that
+/// one, it names functions, and it links nowhere blazesym would follow.
+pub fn fetched(file: File, build_id: &str) -> Result<DebugFile, NotTheDebugFile> {
+    let d = headers(&file).ok_or(NotTheDebugFile::Unreadable)?;
+    let id = d.build_id.as_deref().map(hex);
+    if id.as_deref() != Some(build_id) {
+        return Err(NotTheDebugFile::OtherBuildId(id));
+    }
+    if !d.has_dwarf && !d.has_symtab {
+        return Err(NotTheDebugFile::NoSymbols);
+    }
+    if d.link != Link::Absent {
+        return Err(NotTheDebugFile::Links);
+    }
+    Ok(DebugFile {
+        file,
+        dwarf: d.has_dwarf && !d.links_out,
+    })
 }
 
 /// The CRC32 `.gnu_debuglink` carries: of the whole file (zlib's, as

@@ -5,12 +5,14 @@ use std::{
     collections::{HashMap, HashSet},
     path::Path,
     sync::Arc,
+    time::Duration,
 };
 
 use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer};
 
 use super::{
-    debug_files::DebugInfo,
+    debug_files::{DebugFile, DebugInfo},
+    debuginfod::Debuginfod,
     modules::{Modules, NormFrame},
     symtab::SymbolTable,
 };
@@ -23,9 +25,31 @@ use crate::profile::Frame;
 #[derive(Default)]
 pub struct Names {
     names: HashMap<NormFrame, Vec<Arc<Frame>>>,
+    /// DEBUGINFOD_URLS: where debug files not found locally are fetched.
+    pub(super) debuginfod: Option<Debuginfod>,
+    /// Modules named while their debug file was on its way: named again
+    /// once it came (or did not). At most one entry per object.
+    pub(super) provisional: HashSet<u32>,
+    /// The final report: how long it may still wait for downloads, and
+    /// what says a signal came (`wait_for_downloads`).
+    pub(super) wait: Option<(Duration, fn() -> bool)>,
 }
 
 impl Names {
+    /// Names that fetch debug files from `debuginfod` when one is given.
+    pub fn new(debuginfod: Option<Debuginfod>) -> Names {
+        Names {
+            debuginfod,
+            ..Names::default()
+        }
+    }
+
+    /// From now on, naming waits for the debug files it asked for, at most
+    /// `budget` in all, and not after `interrupted` says a signal came.
+    pub fn wait_for_downloads(&mut self, budget: Duration, interrupted: fn() -> bool) {
+        self.wait = Some((budget, interrupted));
+    }
+
     pub fn resolve<'a>(
         modules: &Modules,
         frames: impl IntoIterator<Item = &'a NormFrame>,
@@ -40,7 +64,15 @@ impl Names {
     /// the frames of the profile, not by every snapshot's.
     pub fn add<'a>(&mut self, modules: &Modules, frames: impl IntoIterator<Item = &'a NormFrame>) {
         let current: HashSet<NormFrame> = frames.into_iter().copied().collect();
-        self.names.retain(|f, _| current.contains(f));
+        // Debug files of the objects of new frames are asked for first
+        // (and waited for, at the final report); those that came since
+        // the last snapshot have their objects' frames named again.
+        let new = current.iter().filter(|f| !self.names.contains_key(f));
+        let new: HashSet<u32> = new.filter_map(|f| f.module).collect();
+        self.fetch(modules, new.into_iter());
+        let renamed = self.arrived(modules);
+        self.names
+            .retain(|f, _| current.contains(f) && !f.module.is_some_and(|m| renamed.contains(&m)));
         let mut by_module: HashMap<Option<u32>, Vec<u64>> = HashMap::new();
         for f in &current {
             if !self.names.contains_key(f) {
@@ -71,6 +103,7 @@ impl Names {
             offsets.dedup();
             let module_path = module.map_or("[unknown]", |m| modules.shown_as.get(modules.path(m)));
             let debug = module.and_then(|m| modules.debug_info(m));
+            let fetched = module.and_then(|m| self.fetched(modules, m));
             let resolved = module
                 .and_then(|m| modules.open_path(m))
                 .map(|path| {
@@ -78,6 +111,7 @@ impl Names {
                         path: &path,
                         shown: module_path,
                         debug,
+                        fetched: fetched.as_deref(),
                     };
                     resolve_file(&symbolizer, &object, &offsets)
                 })
@@ -99,6 +133,14 @@ impl Names {
         }
     }
 
+    /// Modules with a frame that nothing named.
+    pub(super) fn unknown_modules(&self) -> impl Iterator<Item = u32> + '_ {
+        self.names
+            .iter()
+            .filter(|(_, frames)| matches!(&frames[..], [f] if f.function == "[unknown]"))
+            .filter_map(|(f, _)| f.module)
+    }
+
     /// The frames for one address, innermost (inlined) first.
     pub fn get(&self, f: &NormFrame) -> &[Arc<Frame>] {
         self.names.get(f).map_or(&[], Vec::as_slice)
@@ -113,6 +155,8 @@ struct Object<'a> {
     shown: &'a str,
     /// Its build id and separate debug file, when read.
     debug: Option<&'a DebugInfo>,
+    /// Its debug file from a debuginfod server.
+    fetched: Option<&'a DebugFile>,
 }
 
 /// The frames of each file offset in `object`, innermost first: from its
@@ -124,7 +168,7 @@ fn resolve_file(symbolizer: &Symbolizer, object: &Object<'_>, offsets: &[u64]) -
     // is `/proc/self/fd/N.dwp`, which never exists.
     let from_debug_file = object
         .debug
-        .and_then(|d| Some((d, d.debug_file.as_ref()?)))
+        .and_then(|d| Some((d, d.debug_file.as_ref().or(object.fetched)?)))
         .map(|(d, debug)| {
             // A debug file has the object's addresses, not its layout.
             let vaddrs: Vec<u64> = offsets.iter().map(|&o| d.vaddr(o).unwrap_or(0)).collect();
@@ -292,6 +336,7 @@ mod tests {
             path: &bin,
             shown: "short",
             debug: Some(&info),
+            fetched: None,
         };
         let frames = resolve_file(&symbolizer, &object, &offsets);
         let names: Vec<&str> = frames
@@ -359,6 +404,7 @@ mod tests {
             path: &bin,
             shown: "p",
             debug: None,
+            fetched: None,
         };
         let frames = resolve_file(&symbolizer, &object, &offsets);
         let names: Vec<&str> = frames
