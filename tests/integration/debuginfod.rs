@@ -137,10 +137,7 @@ struct Server {
 
 impl Server {
     fn serve(dir: &Path, tag: &str) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port_below_ephemeral();
         let db = scratch(&format!("{tag}.sqlite"));
         let _ = std::fs::remove_file(&db);
         let child = Command::new("debuginfod")
@@ -184,6 +181,18 @@ impl Server {
         }
         panic!("debuginfod did not serve {path} within 2 minutes");
     }
+}
+
+/// A free port below the kernel's ephemeral range (32768 and up by
+/// default), so that no `bind(0)` elsewhere can take it between this check
+/// and the server's own bind: only a program asking for that very port
+/// could.
+fn free_port_below_ephemeral() -> u16 {
+    let start = 20_000 + (std::process::id() % 5_000) as u16;
+    (start..30_000)
+        .chain(20_000..start)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port between 20000 and 30000")
 }
 
 impl Drop for Server {

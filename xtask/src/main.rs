@@ -1,5 +1,5 @@
 //! `cargo xtask`: orchestration for memtrace-bpf (setup, build, test, demo,
-//! bench, bench-redis, fuzz, soak).
+//! bench, bench-redis, fuzz, soak, kernels, loaded).
 //!
 //! The BPF object is built by tracer/build.rs (aya-build) during an ordinary
 //! `cargo build`; nothing here builds it a second time.
@@ -14,6 +14,7 @@ mod demo;
 mod dist;
 mod fuzz;
 mod kernels;
+mod loaded;
 mod setup;
 mod soak;
 
@@ -88,6 +89,9 @@ enum Task {
     /// the same traces on each; a table of what passes where
     /// (docs/kernels.md).
     Kernels(kernels::KernelsArgs),
+    /// Integration tests matching a filter, run again and again under
+    /// `stress-ng --cpu 4` (20 runs by default).
+    Loaded(loaded::LoadedArgs),
     /// The tracer's RSS over thousands of short-lived python3.11 runs
     /// (--binary and system-wide); fails if it grows past a bound.
     Soak(soak::SoakArgs),
@@ -113,6 +117,7 @@ fn main() -> Result<()> {
         }
         Task::Soak(args) => soak::run(&args),
         Task::Kernels(args) => kernels::run(&args),
+        Task::Loaded(args) => loaded::run(&args),
     }
 }
 

@@ -31,6 +31,7 @@ pub fn run() -> Result<()> {
     redis(&mut apt)?;
     ripgrep(&mut apt)?;
     debuginfod(&mut apt)?;
+    stress_ng(&mut apt)?;
     go(&mut apt)?;
     nodejs(&mut apt)?;
     speedscope(&mut apt)?;
@@ -240,6 +241,16 @@ fn allocators(apt: &mut Apt) -> Result<()> {
         apt.ensure(&[package])?;
     }
     Ok(())
+}
+
+/// stress-ng, the load `cargo xtask loaded` runs tests under.
+fn stress_ng(apt: &mut Apt) -> Result<()> {
+    if std::path::Path::new("/usr/bin/stress-ng").exists() {
+        println!("ok: /usr/bin/stress-ng");
+        return Ok(());
+    }
+    println!("installing: stress-ng (for `cargo xtask loaded`)");
+    apt.ensure(&["stress-ng"])
 }
 
 /// A real third-party server for the redis test and `cargo xtask
