@@ -33,8 +33,9 @@ impl Drop for Load {
 pub fn run(args: &LoadedArgs) -> Result<()> {
     crate::setup::run()?;
     // Built first, unloaded: the runs then only run.
-    let status = test_command(&args.filter)
-        .arg("--no-run")
+    let status = cargo()
+        .current_dir(repo_root())
+        .args(["test", "--test", "integration", "--no-run"])
         .status()
         .context("cargo test --no-run")?;
     if !status.success() {
