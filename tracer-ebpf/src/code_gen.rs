@@ -7,7 +7,9 @@
 //! MAPS_READ holds, per process whose maps user space has read, the
 //! generation they were read at (written by user space). From then on,
 //! every `mmap` of a file with PROT_EXEC by that process bumps its
-//! generation in MAPS_GEN and is remembered there with its range (the
+//! generation in MAPS_GEN (an fexit program; where the kernel refuses
+//! it, a raw tracepoint on every system call's exit) and is remembered
+//! there with its range (the
 //! last CODE_HISTORY of them): a frame of a stack taken at generation g
 //! is named from the maps read at generation r only if no code was mapped
 //! over its address in between. A walk under another generation than the
@@ -23,9 +25,9 @@
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::{map, raw_tracepoint},
+    macros::{fexit, map, raw_tracepoint},
     maps::{HashMap, PerCpuArray},
-    programs::RawTracePointContext,
+    programs::{FExitContext, RawTracePointContext},
 };
 use tracer_common::{CodeMaps, CodeRange, CODE_HISTORY};
 
@@ -45,33 +47,47 @@ pub(crate) static MAPS_READ: HashMap<u32, u32> =
 #[map]
 static EMPTY_CODE_MAPS: PerCpuArray<CodeMaps> = PerCpuArray::with_max_entries(1, 0);
 
-/// x86_64's mmap system call number, and mmap's bits.
-const NR_MMAP: u64 = 9;
+/// mmap's bits, and x86_64's mmap system call number.
 const PROT_EXEC: u64 = 4;
 const MAP_ANONYMOUS: u64 = 0x20;
+const NR_MMAP: u64 = 9;
 /// Return values from -4095 to -1 are errors.
 const MAX_ERRNO: u64 = 4095;
 
-/// raw_syscalls:sys_exit (args: the caller's pt_regs, the return value):
-/// a file mapped executable by a process whose maps user space read. The
-/// registers still hold the call's number and arguments. A few
-/// instructions for every other system call.
+/// fexit of vm_mmap_pgoff(file, addr, len, prot, flag, pgoff), which every
+/// mmap system call goes through: a file mapped executable by a process
+/// whose maps user space read. Runs on mmap calls only, so other system
+/// calls cost nothing (a raw_syscalls tracepoint would put every system
+/// call of the host on the kernel's slow path). Arguments and the return
+/// value are read from the context by position.
+#[fexit(function = "vm_mmap_pgoff")]
+pub fn maps_change(ctx: FExitContext) -> i32 {
+    let file: u64 = ctx.arg(0);
+    let len: u64 = ctx.arg(2);
+    let prot: u64 = ctx.arg(3);
+    let ret: u64 = ctx.arg(6);
+    if file != 0 && prot & PROT_EXEC != 0 && ret < MAX_ERRNO.wrapping_neg() {
+        on_exec_mapping(ret, len);
+    }
+    0
+}
+
+/// raw_syscalls:sys_exit (args: the caller's pt_regs, the return value),
+/// where fexit programs cannot be loaded: the same for an mmap system
+/// call, whose number and arguments the registers still hold. It runs at
+/// every system call's exit, and its being attached puts every system
+/// call of the host on the kernel's slow path (docs/unwind-tables.md).
 #[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn maps_change(ctx: RawTracePointContext) -> i32 {
+pub fn maps_change_syscall(ctx: RawTracePointContext) -> i32 {
     let regs = ctx.arg::<u64>(0) as *const pt_regs;
     let ret = ctx.arg::<u64>(1);
     // SAFETY: the helper reads kernel memory and fails safely; `regs` is
     // the calling task's saved user registers, as the tracepoint passes.
     let nr = unsafe { bpf_probe_read_kernel(&(*regs).orig_rax) }.unwrap_or(u64::MAX);
-    if nr == NR_MMAP && ret < MAX_ERRNO.wrapping_neg() {
-        on_mmap(regs, ret);
+    if nr != NR_MMAP || ret >= MAX_ERRNO.wrapping_neg() {
+        return 0;
     }
-    0
-}
-
-#[inline(always)]
-fn on_mmap(regs: *const pt_regs, start: u64) {
-    // SAFETY: as in maps_change.
+    // SAFETY: as above.
     let (len, prot, flags, fd) = unsafe {
         (
             bpf_probe_read_kernel(&(*regs).rsi).unwrap_or(0),
@@ -80,10 +96,15 @@ fn on_mmap(regs: *const pt_regs, start: u64) {
             bpf_probe_read_kernel(&(*regs).r8).unwrap_or(u64::MAX),
         )
     };
-    // An anonymous mapping, or fd -1 (a negative int in the register's low half).
-    if prot & PROT_EXEC == 0 || flags & MAP_ANONYMOUS != 0 || fd as u32 > i32::MAX as u32 {
-        return;
+    // An anonymous mapping, or fd -1 (a negative int in the low half).
+    if prot & PROT_EXEC != 0 && flags & MAP_ANONYMOUS == 0 && i32::try_from(fd as u32).is_ok() {
+        on_exec_mapping(ret, len);
     }
+    0
+}
+
+#[inline(always)]
+fn on_exec_mapping(start: u64, len: u64) {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: a u32 value, read once.
     let Some(read) = (unsafe { MAPS_READ.get(pid) }).copied() else {

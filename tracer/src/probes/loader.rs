@@ -35,17 +35,23 @@ const RETURN_PROGRAM: &str = "alloc_return";
 /// The raw tracepoint programs and their tracepoints: exec, fork, exit of
 /// traced processes; signal_deliver marks a thread's allocator call
 /// interrupted, so a handler's calls are recorded (tracer-ebpf inflight.rs);
-/// mark_victim reports a traced process the OOM killer chose; sys_exit
-/// bumps a process's code generation when it maps a file executable
-/// (tracer-ebpf code_gen.rs).
-const TRACEPOINTS: [(&str, &str); 6] = [
+/// mark_victim reports a traced process the OOM killer chose.
+const TRACEPOINTS: [(&str, &str); 5] = [
     ("process_exec", "sched_process_exec"),
     ("process_fork", "sched_process_fork"),
     ("process_exit", "sched_process_exit"),
     ("signal_deliver", "signal_deliver"),
     ("oom_mark_victim", "mark_victim"),
-    ("maps_change", "sys_exit"),
 ];
+
+/// The fexit program that bumps a process's code generation when it maps
+/// a file executable (tracer-ebpf code_gen.rs), and its kernel function;
+/// where the kernel refuses fexit programs, the raw tracepoint program
+/// that does the same at every system call's exit.
+const CODE_GEN_PROGRAM: &str = "maps_change";
+const CODE_GEN_FUNCTION: &str = "vm_mmap_pgoff";
+const CODE_GEN_SYSCALL_PROGRAM: &str = "maps_change_syscall";
+const CODE_GEN_TRACEPOINT: &str = "sys_exit";
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
 pub const MAX_FILTERED_PIDS: u32 = 8192;
@@ -73,6 +79,10 @@ pub struct Loaded {
     free_multi: Option<OwnedFd>,
     /// Why uprobe sessions are not used, when they were wanted.
     pub session_error: Option<String>,
+    /// How code generations are kept: `Ok(true)` by the fexit program,
+    /// `Ok(false)` by the sys_exit tracepoint (why fexit was refused
+    /// beside it), `Err` not at all (frames named from the maps as read).
+    pub code_gen: Result<(bool, Option<String>), String>,
     /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL, FILTER_CGROUP).
     traced: aya::maps::HashMap<MapData, u32, u8>,
     /// The unwind mode the programs were loaded for (a rejected one falls
@@ -334,6 +344,7 @@ fn load_mode(
     for (program, tracepoint) in TRACEPOINTS {
         attach_tracepoint(&mut ebpf, program, tracepoint)?;
     }
+    let code_gen = attach_code_gen(&mut ebpf);
     Ok((
         Loaded {
             ebpf: Some(ebpf),
@@ -346,6 +357,7 @@ fn load_mode(
             session_links: Vec::new(),
             free_multi: None,
             session_error: None,
+            code_gen,
             traced,
             unwind,
             features: features.clone(),
@@ -374,6 +386,9 @@ fn load_programs(
     let mut verified = Vec::new();
     for (name, prog) in ebpf.programs_mut() {
         let loaded = match &mut *prog {
+            // Loaded when needed, by attach_code_gen.
+            Program::FExit(_) => continue,
+            Program::RawTracePoint(_) if name == CODE_GEN_SYSCALL_PROGRAM => continue,
             Program::RawTracePoint(p) => p.load(),
             p => <&mut UProbe>::try_from(p)?.load(),
         };
@@ -432,6 +447,47 @@ fn fork_tunables(limits: &Limits) -> anyhow::Result<ForkTunables> {
         tgid_offset: facts.tgid_offset,
         exit_group_dead: u32::from(facts.exit_has_group_dead),
     })
+}
+
+/// Loads and attaches a code-generation program: the fexit one, else the
+/// sys_exit one. An error leaves the trace without generations (said
+/// with --verbose), never fails it.
+fn attach_code_gen(ebpf: &mut Ebpf) -> Result<(bool, Option<String>), String> {
+    let fexit = match attach_code_gen_fexit(ebpf) {
+        Ok(()) => return Ok((true, None)),
+        Err(e) => format!("{e:#}"),
+    };
+    match load_and_attach_tracepoint(ebpf, CODE_GEN_SYSCALL_PROGRAM, CODE_GEN_TRACEPOINT) {
+        Ok(()) => Ok((false, Some(fexit))),
+        Err(e) => Err(format!("{fexit}; {e:#}")),
+    }
+}
+
+fn load_and_attach_tracepoint(
+    ebpf: &mut Ebpf,
+    program: &str,
+    tracepoint: &str,
+) -> anyhow::Result<()> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(program)
+        .with_context(|| format!("BPF object has no program {program}"))?
+        .try_into()?;
+    prog.load()
+        .with_context(|| format!("loading BPF program {program}"))?;
+    attach_tracepoint(ebpf, program, tracepoint)
+}
+
+fn attach_code_gen_fexit(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF")?;
+    let prog: &mut aya::programs::FExit = ebpf
+        .program_mut(CODE_GEN_PROGRAM)
+        .with_context(|| format!("BPF object has no program {CODE_GEN_PROGRAM}"))?
+        .try_into()?;
+    prog.load(CODE_GEN_FUNCTION, &btf)
+        .with_context(|| format!("loading an fexit program of {CODE_GEN_FUNCTION}"))?;
+    prog.attach()
+        .with_context(|| format!("attaching an fexit program to {CODE_GEN_FUNCTION}"))?;
+    Ok(())
 }
 
 fn attach_tracepoint(ebpf: &mut Ebpf, program: &str, tracepoint: &str) -> anyhow::Result<()> {
@@ -641,7 +697,11 @@ fn detach(
         return Ok(());
     };
     let mut programs: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
-    programs.retain(|n| TRACEPOINTS.iter().all(|(p, _)| p != n));
+    programs.retain(|n| {
+        n != CODE_GEN_PROGRAM
+            && n != CODE_GEN_SYSCALL_PROGRAM
+            && TRACEPOINTS.iter().all(|(p, _)| p != n)
+    });
     programs.sort_by_key(|n| n == RETURN_PROGRAM || n == "noop_return");
     for name in programs {
         uprobe(&mut ebpf, &name)?

@@ -216,6 +216,20 @@ impl<'a> Trace<'a> {
                 kernel.prepare(&path);
             }
         }
+        if config.verbose {
+            let said = match &loaded.code_gen {
+                Ok((true, _)) => "code generations kept by an fexit program on mmap".to_string(),
+                Ok((false, why)) => format!(
+                    "code generations kept by a tracepoint on every system call's exit \
+                     (fexit refused: {})",
+                    why.as_deref().unwrap_or("")
+                ),
+                Err(why) => format!(
+                    "code generations unavailable, frames named from the maps as read: {why}"
+                ),
+            };
+            console::say(format_args!("{}", escape::text(&said)));
+        }
         if let (Some(why), true) = (&loaded.session_error, config.verbose) {
             console::say(format_args!(
                 "uprobe sessions unavailable, using uprobes + uretprobes: {}",
