@@ -5,6 +5,7 @@
 //! them, and none is ever skipped.
 
 mod allocators;
+mod big_saved;
 mod buildup;
 mod cgroups;
 mod debug_files;
