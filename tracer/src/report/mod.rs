@@ -10,6 +10,7 @@ pub use crate::profile::{
     ProcessAllocator, ProcessInfo, Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
 };
 
+pub mod allocator_frames;
 mod churn_text;
 mod collapsed;
 mod distinct;
