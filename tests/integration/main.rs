@@ -4,7 +4,9 @@
 //! They need root (BPF): `cargo xtask test` checks it once before running
 //! them, and none is ever skipped.
 
+mod allocator_frames;
 mod allocators;
+mod big_saved;
 mod buildup;
 mod cgroups;
 mod debug_files;

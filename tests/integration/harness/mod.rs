@@ -83,9 +83,15 @@ pub fn compile_c(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
 /// Compiles tests/targets/NAME.rs (std only) with `rustc --edition 2021` and
 /// `flags` into CARGO_TARGET_TMPDIR/NAME.
 pub fn compile_rust(name: &str, flags: &[&str]) -> PathBuf {
+    compile_rust_as(name, name, flags)
+}
+
+/// Compiles tests/targets/NAME.rs with `flags` into a binary named `tag`
+/// (so builds with other flags do not replace one a test is running).
+pub fn compile_rust_as(name: &str, tag: &str, flags: &[&str]) -> PathBuf {
     require_root();
     let src = target_source(&format!("{name}.rs"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(tag);
     let status = Command::new(toolchain_binary("rustc"))
         .args(["--edition", "2021"])
         .args(flags)

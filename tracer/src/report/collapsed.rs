@@ -1,8 +1,13 @@
 //! Collapsed ("folded") stacks: `root;...;leaf VALUE`, one line per unique
 //! stack, the input format of inferno, flamegraph.pl and speedscope.
+//!
+//! A line is held as the ids of its names, not as text: a profile of 7 M
+//! frame references with names of 100 bytes would be 700 MB of text, and
+//! is 28 MB of ids. The text is written as it goes; only the flamegraph,
+//! which inferno draws from whole lines, makes it (`folded_lines`).
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::ops::Range;
 use std::sync::Arc;
@@ -15,28 +20,50 @@ use crate::escape;
 /// sorted by stack so the output is deterministic and diffable.
 pub fn write_collapsed(p: &Profile, view: View, w: &mut impl Write) -> io::Result<()> {
     let folded = Folded::new(p, view);
-    for (stack, value) in folded.lines() {
-        w.write_all(stack.as_bytes())?;
+    for (ids, value) in folded.lines() {
+        folded.write_stack(ids, w)?;
         writeln!(w, " {value}")?;
     }
     Ok(())
 }
 
-/// The collapsed lines without newlines, sorted; shared with the flamegraph,
-/// which inferno draws from exactly this form.
+/// The collapsed lines without newlines, sorted, each one string: what
+/// inferno draws the flamegraph from. The text is as large as the names
+/// of every frame reference: `folded_text_bytes` says how large first.
 pub(super) fn folded_lines(p: &Profile, view: View) -> FoldedLines {
     let folded = Folded::new(p, view);
-    // One string for all the lines, as `Folded` (100 k lines were 100 k
-    // strings).
-    let mut text = String::with_capacity(folded.text.len() + folded.lines.len() * 8);
+    let mut text = Vec::with_capacity(folded.text_bytes());
     let mut lines = Vec::with_capacity(folded.lines.len());
-    for (stack, value) in folded.lines() {
+    for (ids, value) in folded.lines() {
         let start = text.len();
-        // Writing to a String cannot fail.
-        let _ = write!(text, "{stack} {value}");
+        // Writing to a Vec cannot fail.
+        let _ = folded.write_stack(ids, &mut text);
+        let _ = write!(text, " {value}");
         lines.push(start..text.len());
     }
+    // Every name is a String and the rest ASCII.
+    let text = String::from_utf8(text).unwrap_or_default();
     FoldedLines { text, lines }
+}
+
+/// The bytes `folded_lines` of `view` would take, at most (stacks that
+/// print alike are merged there, and counted apart here).
+pub fn folded_text_bytes(p: &Profile, view: View) -> usize {
+    let multi = p.is_multi_process();
+    let mut names = Names::default();
+    let mut ids = Vec::new();
+    let mut total = 0usize;
+    for stack in p.stacks.iter().filter(|s| view.value(&s.counts) > 0) {
+        ids.clear();
+        push_stack(p, stack, multi, &mut names, &mut ids);
+        let line: usize = ids
+            .iter()
+            .map(|&id| names.text[id as usize].len() + 1)
+            .sum();
+        // `;` between names, ` VALUE` after: at most 21 bytes.
+        total = total.saturating_add(line + 20);
+    }
+    total
 }
 
 /// `stack value` lines (see `folded_lines`).
@@ -55,123 +82,189 @@ impl FoldedLines {
     }
 }
 
-/// Each distinct `root;...;leaf` with its summed value, sorted. The stacks
-/// are written one after another into one string, not one string each:
-/// 100 k stacks cost a few dozen allocations rather than 100 k (and while
-/// the report is written, every allocation of the tracer traps through the
-/// allocator probes, which stay attached until it is done).
+/// Each distinct `root;...;leaf` with its summed value, sorted. Every
+/// line's name ids are in one list, one line after another: 100 k stacks
+/// cost a few dozen allocations rather than 100 k (and while the report is
+/// written, every allocation of the tracer traps through the allocator
+/// probes, which stay attached until it is done).
 struct Folded {
-    text: String,
-    /// (stack in `text`, value), sorted by stack, each stack once.
+    names: Names,
+    /// Every line's name ids, root first.
+    ids: Vec<u32>,
+    /// (line in `ids`, value), sorted by line, each line once.
     lines: Vec<(Range<usize>, u64)>,
 }
 
 impl Folded {
     fn new(p: &Profile, view: View) -> Folded {
         let multi = p.is_multi_process();
-        // Frames are shared Arcs: each is named and sanitized once, not once
-        // per stack it appears in (100 k stacks of 40 frames hold a few
-        // thousand distinct frames).
         let mut names = Names::default();
-        let mut text = String::new();
+        let mut ids = Vec::new();
         let mut lines = Vec::new();
         for stack in &p.stacks {
             let value = view.value(&stack.counts);
             if value == 0 {
                 continue;
             }
-            let start = text.len();
-            push_stack(p, stack, multi, &mut names, &mut text);
-            lines.push((start..text.len(), value));
+            let start = ids.len();
+            push_stack(p, stack, multi, &mut names, &mut ids);
+            lines.push((start..ids.len(), value));
         }
-        lines.sort_unstable_by(|(a, _), (b, _)| text[a.clone()].cmp(&text[b.clone()]));
-        // Stacks that differ only in offsets render identically: inferno
-        // would draw them as one frame anyway, so merge them into one line.
+        lines.sort_unstable_by(|(a, _), (b, _)| names.cmp_lines(&ids[a.clone()], &ids[b.clone()]));
+        // Stacks that differ only in offsets render identically (names are
+        // interned by text): inferno would draw them as one frame anyway,
+        // so merge them into one line.
         lines.dedup_by(|(next, value), (kept, sum)| {
-            let same = text[next.clone()] == text[kept.clone()];
+            let same = ids[next.clone()] == ids[kept.clone()];
             if same {
                 *sum = sum.saturating_add(*value);
             }
             same
         });
-        Folded { text, lines }
+        Folded { names, ids, lines }
     }
 
-    fn lines(&self) -> impl Iterator<Item = (&str, u64)> {
+    fn lines(&self) -> impl Iterator<Item = (&[u32], u64)> {
         self.lines
             .iter()
-            .map(|(range, value)| (&self.text[range.clone()], *value))
+            .map(|(range, value)| (&self.ids[range.clone()], *value))
+    }
+
+    /// `root;...;leaf` of `ids`.
+    fn write_stack(&self, ids: &[u32], w: &mut impl Write) -> io::Result<()> {
+        for (i, &id) in ids.iter().enumerate() {
+            if i > 0 {
+                w.write_all(b";")?;
+            }
+            w.write_all(self.names.text[id as usize].as_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn text_bytes(&self) -> usize {
+        self.lines()
+            .map(|(ids, _)| {
+                let names: usize = ids
+                    .iter()
+                    .map(|&id| self.names.text[id as usize].len())
+                    .sum();
+                names + ids.len() + 20
+            })
+            .fold(0, usize::saturating_add)
     }
 }
 
 /// Sanitized names of frames (by pointer) and of process root frames (by
-/// pid, start time and folded group), each made once.
+/// pid, start time and folded group), each made once and given an id; one
+/// id per distinct text, so lines that print alike have equal ids.
 #[derive(Default)]
 struct Names {
-    frames: PtrMap<String>,
-    processes: HashMap<(u32, Option<u64>, Option<String>), String>,
+    text: Vec<String>,
+    by_text: HashMap<String, u32>,
+    frames: PtrMap<u32>,
+    processes: HashMap<(u32, Option<u64>, Option<String>), u32>,
     /// --group-by cgroup|container: each process's group, as a root frame.
-    groups: HashMap<(u32, Option<u64>, Option<String>), String>,
+    groups: HashMap<(u32, Option<u64>, Option<String>), u32>,
 }
 
 impl Names {
-    fn frame(&mut self, frame: &Arc<Frame>) -> &str {
+    fn intern(&mut self, name: String) -> u32 {
+        if let Some(&id) = self.by_text.get(&name) {
+            return id;
+        }
+        // 2^32 distinct names would take over 4 GiB of text alone.
+        let id = u32::try_from(self.text.len()).unwrap_or(u32::MAX);
+        self.text.push(name.clone());
+        self.by_text.insert(name, id);
+        id
+    }
+
+    fn frame(&mut self, frame: &Arc<Frame>) -> u32 {
         // The pointer is valid and unique while the profile is borrowed,
         // which outlives this cache.
-        self.frames
-            .entry(Arc::as_ptr(frame))
-            .or_insert_with(|| sanitize(&frame.display_name()))
+        let ptr = Arc::as_ptr(frame);
+        if let Some(&id) = self.frames.get(&ptr) {
+            return id;
+        }
+        let id = self.intern(sanitize(&frame.display_name()));
+        self.frames.insert(ptr, id);
+        id
     }
 
-    fn process(&mut self, p: &Profile, stack: &StackReport) -> &str {
-        self.processes
-            .entry((stack.pid, stack.start_time, stack.exited_group.clone()))
-            .or_insert_with(|| sanitize(&p.stack_label(stack)))
+    fn process(&mut self, p: &Profile, stack: &StackReport) -> u32 {
+        let key = (stack.pid, stack.start_time, stack.exited_group.clone());
+        if let Some(&id) = self.processes.get(&key) {
+            return id;
+        }
+        let id = self.intern(sanitize(&p.stack_label(stack)));
+        self.processes.insert(key, id);
+        id
     }
 
-    fn group(&mut self, p: &Profile, stack: &StackReport) -> Option<&str> {
+    fn group(&mut self, p: &Profile, stack: &StackReport) -> Option<u32> {
         if p.group_by == super::GroupBy::Process {
             return None;
         }
-        let name = self
-            .groups
-            .entry((stack.pid, stack.start_time, stack.exited_group.clone()))
-            .or_insert_with(|| {
-                p.group_of(stack)
-                    .map(|g| sanitize(&g.group))
-                    .unwrap_or_default()
-            });
-        Some(name)
+        let key = (stack.pid, stack.start_time, stack.exited_group.clone());
+        if let Some(&id) = self.groups.get(&key) {
+            return Some(id);
+        }
+        let name = p
+            .group_of(stack)
+            .map(|g| sanitize(&g.group))
+            .unwrap_or_default();
+        let id = self.intern(name);
+        self.groups.insert(key, id);
+        Some(id)
+    }
+
+    /// The order of the lines' text, `a;b;c` as bytes. Up to the first
+    /// name that differs the text is equal; there, the names decide, or
+    /// when one is the start of the other, what follows it: `;` when a
+    /// frame does, which no name holds, or the end of the line, first.
+    fn cmp_lines(&self, left: &[u32], right: &[u32]) -> Ordering {
+        let Some(at) = left.iter().zip(right).position(|(l, r)| l != r) else {
+            return left.len().cmp(&right.len());
+        };
+        let name = |ids: &[u32]| self.text[ids[at] as usize].as_bytes();
+        let (l_name, r_name) = (name(left), name(right));
+        let common = l_name.len().min(r_name.len());
+        l_name[..common].cmp(&r_name[..common]).then_with(|| {
+            let follows = |name: &[u8], ids: &[u32]| {
+                name.get(common)
+                    .copied()
+                    .or((at + 1 < ids.len()).then_some(b';'))
+            };
+            follows(l_name, left).cmp(&follows(r_name, right))
+        })
     }
 }
 
-/// Appends `root;...;leaf` to `out`, with a process root frame when
-/// several processes share the profile, under the process's group's frame
-/// with --group-by cgroup or container.
-fn push_stack(p: &Profile, stack: &StackReport, multi: bool, names: &mut Names, out: &mut String) {
-    let mut first = true;
-    let mut push = |name: &str| {
-        if !first {
-            out.push(';');
-        }
-        first = false;
-        out.push_str(name);
-    };
+/// Appends the ids of `root;...;leaf` to `out`, with a process root frame
+/// when several processes share the profile, under the process's group's
+/// frame with --group-by cgroup or container.
+fn push_stack(
+    p: &Profile,
+    stack: &StackReport,
+    multi: bool,
+    names: &mut Names,
+    out: &mut Vec<u32>,
+) {
     if let Some(group) = names.group(p, stack) {
-        push(group);
+        out.push(group);
     }
     if multi {
-        push(names.process(p, stack));
+        out.push(names.process(p, stack));
     }
     if stack.truncated {
-        push(TRUNCATED);
+        out.push(names.intern(TRUNCATED.to_string()));
     }
     // Frames are stored leaf first; folded stacks are root first.
     for frame in stack.frames.iter().rev() {
-        push(names.frame(frame));
+        out.push(names.frame(frame));
     }
     if stack.frames.is_empty() {
-        push(NO_STACK);
+        out.push(names.intern(NO_STACK.to_string()));
     }
 }
 
@@ -219,6 +312,64 @@ mod tests {
             "operator new(unsigned long)"
         );
         assert_eq!(sanitize("[unknown] lib.so+0x10"), "[unknown] lib.so+0x10");
+    }
+
+    /// Lines come out in the order of their text, as when each was one
+    /// string, though they are sorted as name ids: names that start
+    /// another (`f`, `f2`: `2` sorts before `;`) and stacks that start
+    /// another, and stacks alike but for offsets merged.
+    #[test]
+    fn lines_sort_as_their_text_and_alike_stacks_merge() {
+        const NAMES: [&str; 7] = ["f", "f2", "f!", "g", "f:x", "fz", ""];
+        let frames: Vec<Arc<Frame>> = (0..14)
+            .map(|i| {
+                Arc::new(Frame {
+                    function: NAMES[i % NAMES.len()].into(),
+                    module: "m".into(),
+                    offset: i as u64,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let mut state = 7u64;
+        let stacks = (0..400)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let depth = 1 + (state >> 60) as usize % 4;
+                let frames: Vec<Arc<Frame>> = (0..depth)
+                    .map(|k| Arc::clone(&frames[(state >> (8 * k + 8)) as usize % frames.len()]))
+                    .collect();
+                StackReport {
+                    pid: 1,
+                    counts: crate::report::Counts {
+                        inuse_bytes: 1,
+                        ..Default::default()
+                    },
+                    frames: frames.into(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let p = Profile {
+            stacks,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        write_collapsed(&p, View::InuseSpace, &mut out).expect("render");
+        let out = String::from_utf8(out).expect("utf-8");
+        let lines: Vec<(&str, u64)> = out
+            .lines()
+            .map(|l| l.rsplit_once(' ').expect("STACK VALUE"))
+            .map(|(stack, v)| (stack, v.parse().expect("a number")))
+            .collect();
+        let mut sorted: Vec<&str> = lines.iter().map(|(s, _)| *s).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(lines.iter().map(|(s, _)| *s).collect::<Vec<_>>(), sorted);
+        assert_eq!(lines.iter().map(|(_, v)| v).sum::<u64>(), 400);
+        assert!(sorted.len() < 400, "stacks alike but for offsets merged");
     }
 
     #[test]

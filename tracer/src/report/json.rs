@@ -120,13 +120,13 @@ impl Serialize for FrameTable<'_> {
 }
 
 /// A map keyed by frame pointers (of frames borrowed for the map's life).
-pub(super) type PtrMap<V> = HashMap<*const Frame, V, BuildHasherDefault<PtrHasher>>;
+pub type PtrMap<V> = HashMap<*const Frame, V, BuildHasherDefault<PtrHasher>>;
 
 /// Hashes a pointer with one multiply: SipHash, the default, is most of
 /// the cost of looking up the millions of frames of a large report, and
 /// pointers are not chosen by an attacker.
 #[derive(Default)]
-pub(super) struct PtrHasher(u64);
+pub struct PtrHasher(u64);
 
 impl Hasher for PtrHasher {
     fn write(&mut self, bytes: &[u8]) {

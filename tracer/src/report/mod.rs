@@ -10,6 +10,7 @@ pub use crate::profile::{
     ProcessAllocator, ProcessInfo, Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
 };
 
+pub mod allocator_frames;
 mod churn_text;
 mod collapsed;
 mod distinct;
@@ -33,11 +34,11 @@ mod text;
 mod text_parts;
 mod text_peak;
 
-pub use collapsed::write_collapsed;
+pub use collapsed::{folded_text_bytes, write_collapsed};
 pub use flamegraph::{write_flamegraph, write_flamegraph_of};
 pub use groups::Group;
 pub use growth::{rate_per_min, sparkline, Sort};
-pub use json::write_json;
+pub use json::{write_json, PtrMap};
 pub use losses::{write_losses, LossLine};
 pub use otlp::{
     otlp_request, proto as otlp_proto, Host as OtlpHost, SAMPLE_TYPES as OTLP_SAMPLE_TYPES,

@@ -8,7 +8,10 @@ use std::{
 
 use crate::escape::text as esc;
 
-use super::{basename, Frame, NO_STACK, TRUNCATED};
+use super::{
+    allocator_frames::{folded_note, leading_allocator_frames},
+    basename, Frame, NO_STACK, TRUNCATED,
+};
 
 /// Indentation of the frames under a stack's summary line.
 pub(super) const FRAME_INDENT: &str = "      ";
@@ -35,6 +38,9 @@ pub(super) fn plural(n: u64, noun: &str) -> String {
     }
 }
 
+/// A stack's frames, one per line, from the first outside the allocator
+/// and the standard collections: the frames before it are counted on its
+/// line (`allocator_frames.rs`).
 pub(super) fn write_frames(
     frames: &[Arc<Frame>],
     truncated: bool,
@@ -44,9 +50,14 @@ pub(super) fn write_frames(
     if frames.is_empty() {
         writeln!(w, "{FRAME_INDENT}{NO_STACK}")?;
     }
-    for (i, frame) in frames.iter().enumerate() {
+    let folded = leading_allocator_frames(frames);
+    for (i, frame) in frames.iter().enumerate().skip(folded) {
         let address = addresses.get(i).copied().unwrap_or(false);
-        writeln!(w, "{FRAME_INDENT}{}", frame_line(frame, address))?;
+        let line = frame_line(frame, address);
+        match (i == folded && folded > 0).then(|| folded_note(folded)) {
+            Some(note) => writeln!(w, "{FRAME_INDENT}{line} {note}")?,
+            None => writeln!(w, "{FRAME_INDENT}{line}")?,
+        }
     }
     if truncated {
         writeln!(w, "{FRAME_INDENT}{TRUNCATED} (stack ends early: see notes)")?;

@@ -4,12 +4,16 @@
 //! root; the module's file name for frames that could not be named), not
 //! by pid or address: two processes of one program, or two runs of it,
 //! compare. Stacks of several processes with the same frames are summed.
+//!
+//! A stack is held as ids of its frames' names, one name per distinct
+//! text: 4 bytes per frame reference, where a string per reference took
+//! the name's length again for every stack that repeats it.
 
-use std::collections::BTreeMap;
+use std::{collections::HashMap, sync::Arc};
 
 use serde::Serialize;
 
-use crate::report::{basename, Counts, Frame, Profile, StackReport, View};
+use crate::report::{basename, Counts, Frame, Profile, PtrMap, StackReport, View};
 
 mod write;
 
@@ -22,6 +26,9 @@ pub struct Diff {
     pub new: Side,
     /// Sorted by frames, each distinct stack once.
     pub entries: Vec<DiffEntry>,
+    /// The frames' names, by id, in sorted order: ids compare as their
+    /// names do.
+    names: Vec<String>,
 }
 
 /// What the diff says of one input.
@@ -36,8 +43,9 @@ pub struct Side {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiffEntry {
-    /// Leaf first, as in reports.
-    pub frames: Vec<String>,
+    /// Ids of the frames' names (`Diff::frames`), leaf first, as in
+    /// reports.
+    frames: Box<[u32]>,
     pub old: Counts,
     pub new: Counts,
 }
@@ -106,15 +114,63 @@ fn frame_key(f: &Frame) -> String {
     }
 }
 
-fn stack_key(s: &StackReport) -> Vec<String> {
-    let mut key: Vec<String> = s.frames.iter().map(|f| frame_key(f)).collect();
-    if key.is_empty() {
-        key.push("[no stack]".into());
+/// The names stacks are matched by, each once with an id; the ids of a
+/// profile's frames by pointer (its frames are shared `Arc`s).
+#[derive(Default)]
+struct Keys {
+    names: Vec<String>,
+    by_name: HashMap<String, u32>,
+}
+
+impl Keys {
+    fn intern(&mut self, name: String) -> u32 {
+        if let Some(&id) = self.by_name.get(&name) {
+            return id;
+        }
+        // 2^32 distinct names would take over 4 GiB of text alone.
+        let id = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.push(name.clone());
+        self.by_name.insert(name, id);
+        id
     }
-    if s.truncated {
-        key.push("[truncated]".into());
+
+    fn stack(&mut self, s: &StackReport, frames: &mut PtrMap<u32>) -> Box<[u32]> {
+        let mut key: Vec<u32> = s
+            .frames
+            .iter()
+            .map(|f| match frames.get(&Arc::as_ptr(f)) {
+                Some(&id) => id,
+                None => {
+                    let id = self.intern(frame_key(f));
+                    frames.insert(Arc::as_ptr(f), id);
+                    id
+                }
+            })
+            .collect();
+        if key.is_empty() {
+            key.push(self.intern("[no stack]".into()));
+        }
+        if s.truncated {
+            key.push(self.intern("[truncated]".into()));
+        }
+        key.into_boxed_slice()
     }
-    key
+
+    /// The names sorted, and each old id's new one.
+    fn sorted(self) -> (Vec<String>, Vec<u32>) {
+        let mut order: Vec<u32> = (0..self.names.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| self.names[a as usize].cmp(&self.names[b as usize]));
+        let mut new_id = vec![0; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_id[old as usize] = new as u32;
+        }
+        let mut names = self.names;
+        let names = order
+            .iter()
+            .map(|&old| std::mem::take(&mut names[old as usize]))
+            .collect();
+        (names, new_id)
+    }
 }
 
 fn add(total: &mut Counts, c: &Counts) {
@@ -132,17 +188,34 @@ impl Diff {
     /// Matches the stacks of `old` and `new`; `old_file` and `new_file`
     /// name them in the output.
     pub fn new(old: &Profile, new: &Profile, old_file: &str, new_file: &str) -> Diff {
-        let mut map: BTreeMap<Vec<String>, (Counts, Counts)> = BTreeMap::new();
+        let mut keys = Keys::default();
+        let mut map: HashMap<Box<[u32]>, (Counts, Counts)> = HashMap::new();
+        let mut frames = PtrMap::default();
         for s in &old.stacks {
-            add(&mut map.entry(stack_key(s)).or_default().0, &s.counts);
+            add(
+                &mut map.entry(keys.stack(s, &mut frames)).or_default().0,
+                &s.counts,
+            );
         }
+        // The other profile's frames are other Arcs.
+        let mut frames = PtrMap::default();
         for s in &new.stacks {
-            add(&mut map.entry(stack_key(s)).or_default().1, &s.counts);
+            add(
+                &mut map.entry(keys.stack(s, &mut frames)).or_default().1,
+                &s.counts,
+            );
         }
-        let entries = map
+        drop(frames);
+        let (names, new_id) = keys.sorted();
+        let mut entries: Vec<DiffEntry> = map
             .into_iter()
-            .map(|(frames, (old, new))| DiffEntry { frames, old, new })
+            .map(|(mut frames, (old, new))| {
+                frames.iter_mut().for_each(|id| *id = new_id[*id as usize]);
+                DiffEntry { frames, old, new }
+            })
             .collect();
+        // Ids are in name order: this is the order of the names.
+        entries.sort_unstable_by(|a, b| a.frames.cmp(&b.frames));
         let side = |p: &Profile, file: &str| Side {
             file: file.to_string(),
             target: p.target.clone(),
@@ -152,7 +225,16 @@ impl Diff {
             old: side(old, old_file),
             new: side(new, new_file),
             entries,
+            names,
         }
+    }
+
+    /// The names of `e`'s frames, leaf first.
+    pub fn frames<'a>(
+        &'a self,
+        e: &'a DiffEntry,
+    ) -> impl DoubleEndedIterator<Item = &'a str> + ExactSizeIterator {
+        e.frames.iter().map(|&id| self.names[id as usize].as_str())
     }
 
     /// Entries whose `view` changed, largest absolute change first (ties

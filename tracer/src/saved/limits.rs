@@ -17,10 +17,41 @@ use crate::report::{Counts, Profile};
 pub const MAX_INPUT_BYTES: u64 = 128 << 20;
 
 /// Most memory the parsed profile may take, estimated while reading (see
-/// `Budget`), on top of the input bytes: 512 MiB. The estimate also counts
-/// the frame names each stack repeats, which collapsed output and `diff`
-/// spell out once per stack.
-pub const MAX_PROFILE_BYTES: usize = 512 << 20;
+/// `Budget`), the input bytes included: 4 times `MAX_INPUT_BYTES`, 512
+/// MiB. A trace's JSON is estimated at about 3.3 times its size: each
+/// frame reference is 5 to 7 bytes of text (an index into a table of
+/// thousands of frames, as a file this large has) and is counted at 20
+/// more (the index read, the pointer it becomes, a renderer's id), and
+/// each stack at a few hundred bytes for 200 of text. So whatever a trace
+/// writes up to `MAX_INPUT_BYTES` is read (a unit test checks the ratio
+/// on a file shaped like the 73 MB one cc1plus gave, which 221 MiB read).
+/// Files that reference much more densely than a trace writes, as a pprof
+/// repeating one location of thousands of lines, are refused.
+pub const MAX_PROFILE_BYTES: usize = 4 * MAX_INPUT_BYTES as usize;
+
+/// Most folded text a flamegraph of a saved profile (or of a diff) is
+/// drawn from: 256 MiB. inferno draws from whole `root;...;leaf` lines, so
+/// unlike the other renderers the flamegraph spells every frame's name out
+/// once per stack that holds it; a profile of 7 M frame references takes
+/// several hundred MiB of such text.
+pub const MAX_FLAMEGRAPH_TEXT: usize = 256 << 20;
+
+/// Refuses a flamegraph that would be drawn from more than
+/// `MAX_FLAMEGRAPH_TEXT` bytes of folded stacks, saying what to do instead.
+pub fn check_flamegraph_text(bytes: usize) -> anyhow::Result<()> {
+    if bytes > MAX_FLAMEGRAPH_TEXT {
+        bail!(
+            "a flamegraph of this profile would be drawn from {} MiB of folded stacks (inferno \
+             draws from whole lines, every frame's name spelled out per stack), more than the {} \
+             MiB memtrace-bpf draws from: use --format collapsed and draw it with \
+             inferno-flamegraph or flamegraph.pl, or --format pprof or speedscope, which name \
+             each frame once",
+            bytes >> 20,
+            MAX_FLAMEGRAPH_TEXT >> 20
+        );
+    }
+    Ok(())
+}
 
 /// Largest count (bytes, objects, losses) or sum of counts read: pprof
 /// stores them as int64 and `diff` subtracts them.
@@ -40,6 +71,12 @@ pub struct Budget {
 impl Budget {
     pub fn new(limit: usize) -> Budget {
         Budget { left: limit, limit }
+    }
+
+    /// What has been spent so far.
+    #[cfg(test)]
+    pub fn spent(&self) -> usize {
+        self.limit - self.left
     }
 
     pub fn spend(&mut self, bytes: usize) -> anyhow::Result<()> {
@@ -209,8 +246,14 @@ pub fn add(total: &mut Counts, c: &Counts) {
         .saturating_add(c.peak_inuse_objects);
 }
 
-/// What one more reference to `f` in a stack costs: the pointer, and its
-/// name and module as collapsed output and `diff` spell them out.
-pub fn reference_cost(f: &crate::report::Frame) -> usize {
-    std::mem::size_of::<usize>() + f.function.len() + f.module.len()
-}
+/// What each reference to a frame in a stack costs the renderers that go
+/// through every stack: a 4-byte name id (collapsed, speedscope, `diff`).
+/// A frame's names are spent once, where the frame is read; the
+/// flamegraph, which spells them out per reference, has its own bound
+/// (`MAX_FLAMEGRAPH_TEXT`).
+pub const RENDER_COST: usize = std::mem::size_of::<u32>();
+
+/// What one more reference to a frame costs in all: the pointer the
+/// profile holds, and `RENDER_COST`. (JSON counts the pointer with the
+/// element it is read from, `read_json::decoded_size`.)
+pub const REFERENCE_COST: usize = std::mem::size_of::<usize>() + RENDER_COST;

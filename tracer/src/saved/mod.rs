@@ -167,6 +167,9 @@ fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
         profile.group_by = group_by;
     }
     let sort = sort_stacks(&mut profile, a.sort, &a.file)?;
+    if a.format == Format::Flamegraph {
+        limits::check_flamegraph_text(report::folded_text_bytes(&profile, a.view))?;
+    }
     let options = RenderOptions {
         format: a.format,
         view: a.view,

@@ -29,45 +29,111 @@ pub fn parse(raw: Vec<u8>, budget: &mut Budget) -> anyhow::Result<Profile> {
 }
 
 /// Bytes the parsed document and the profile made from it take, at most:
-/// every object (`{`) as the largest struct it can become, twice (the
-/// document's and the profile's), every array element or member (`[`,
-/// `,`) as an index and the frame pointer it becomes, and a copy of every
-/// string. A JSON value is at least 2 bytes, so this is what bounds a
-/// file of `[{},{},...]`.
+/// every object (`{`) as the struct it becomes, twice (the document's and
+/// the profile's): in the top-level `stacks`, `frames`, `processes` and
+/// `hooks` as theirs, elsewhere as the largest; every array element
+/// (`[`, and `,` in an array) as an index and the frame pointer it
+/// becomes; and a copy of every string. A JSON value is at least 2 bytes,
+/// so this is what bounds a file of `[{},{},...]`.
 fn decoded_size(raw: &[u8]) -> usize {
-    const OBJECT: usize = max(
-        max(
-            size_of::<StackDoc>() + size_of::<StackReport>(),
-            size_of::<FrameDoc>() + size_of::<Frame>() + 3 * size_of::<usize>(),
-        ),
-        max(
-            size_of::<ProcessDoc>() + size_of::<ProcessInfo>(),
-            size_of::<HookDoc>() + size_of::<Hook>(),
-        ),
-    );
+    const STACK: usize = size_of::<StackDoc>() + size_of::<StackReport>();
+    const FRAME: usize = size_of::<FrameDoc>() + size_of::<Frame>() + 3 * size_of::<usize>();
+    const PROCESS: usize = size_of::<ProcessDoc>() + size_of::<ProcessInfo>();
+    const HOOK: usize = size_of::<HookDoc>() + size_of::<Hook>();
+    const OBJECT: usize = max(max(STACK, FRAME), max(PROCESS, HOOK));
     const ELEMENT: usize = 2 * size_of::<u64>();
-    let (mut objects, mut elements) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in raw {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
+    let mut scan = Scan::default();
+    let mut total = raw.len();
+    for (at, &b) in raw.iter().enumerate() {
+        let cost = match scan.byte(at, b) {
+            Some(Token::Object) => match (scan.depth, scan.section(raw)) {
+                (3, b"stacks") => STACK,
+                (3, b"frames") => FRAME,
+                (3, b"processes") => PROCESS,
+                (3, b"hooks") => HOOK,
+                _ => OBJECT,
+            },
+            Some(Token::Element) => ELEMENT,
+            None => 0,
+        };
+        total = total.saturating_add(cost);
+    }
+    total
+}
+
+/// What `decoded_size` counts.
+enum Token {
+    Object,
+    Element,
+}
+
+/// Where a scan of JSON is: in a string or not, how deep, whether each of
+/// the innermost containers is an array, and the last key of the
+/// top-level object (the section an array there is).
+#[derive(Default)]
+struct Scan {
+    in_string: bool,
+    escaped: bool,
+    depth: usize,
+    /// Bit `d` is set when the container at depth `d` (1 is the
+    /// document) is an array; deeper than 64 counts as one (serde_json
+    /// refuses more than 128 levels anyway).
+    arrays: u64,
+    string_start: usize,
+    /// The last string at depth 1, and the section while inside its value.
+    key: std::ops::Range<usize>,
+    section: std::ops::Range<usize>,
+}
+
+impl Scan {
+    fn byte(&mut self, at: usize, b: u8) -> Option<Token> {
+        if self.in_string {
+            match (self.escaped, b) {
+                (true, _) => self.escaped = false,
+                (false, b'\\') => self.escaped = true,
+                (false, b'"') => {
+                    self.in_string = false;
+                    if self.depth == 1 {
+                        self.key = self.string_start..at;
+                    }
+                }
                 _ => {}
             }
-            continue;
+            return None;
         }
         match b {
-            b'"' => in_string = true,
-            b'{' => objects += 1,
-            b'[' | b',' => elements += 1,
-            _ => {}
+            b'"' => {
+                self.in_string = true;
+                self.string_start = at + 1;
+                None
+            }
+            b'{' | b'[' => {
+                if self.depth == 1 {
+                    self.section = self.key.clone();
+                }
+                self.depth += 1;
+                let bit = 1u64 << self.depth.min(63);
+                if b == b'[' {
+                    self.arrays |= bit;
+                    Some(Token::Element)
+                } else {
+                    self.arrays &= !bit;
+                    Some(Token::Object)
+                }
+            }
+            b'}' | b']' => {
+                self.depth = self.depth.saturating_sub(1);
+                None
+            }
+            b',' if self.arrays & (1u64 << self.depth.min(63)) != 0 => Some(Token::Element),
+            _ => None,
         }
     }
-    raw.len()
-        .saturating_add(objects.saturating_mul(OBJECT))
-        .saturating_add(elements.saturating_mul(ELEMENT))
+
+    /// The top-level key whose value the scan is in.
+    fn section<'a>(&self, raw: &'a [u8]) -> &'a [u8] {
+        raw.get(self.section.clone()).unwrap_or_default()
+    }
 }
 
 const fn max(a: usize, b: usize) -> usize {

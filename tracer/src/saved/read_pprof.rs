@@ -284,9 +284,7 @@ fn stack(
             .with_context(|| format!("location id {id} is not in the profile"))?;
         // A location of many lines, referenced many times, multiplies:
         // spend before holding it again.
-        for f in loc {
-            budget.spend(limits::reference_cost(f))?;
-        }
+        budget.spend(loc.len().saturating_mul(limits::REFERENCE_COST))?;
         frames.extend(loc.iter().cloned());
     }
     Ok(StackReport {

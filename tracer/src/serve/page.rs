@@ -19,7 +19,7 @@ use super::{
 };
 
 pub use super::page_parts::{Flame, Page};
-use crate::report::{self, Frame, Profile, StackReport};
+use crate::report::{self, allocator_frames, Frame, Profile, StackReport};
 
 /// Seconds between reloads.
 pub const REFRESH_SECS: u32 = 5;
@@ -165,16 +165,24 @@ fn write_largest(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
     writeln!(w, "</table>")
 }
 
-/// The leaf and its callers in one line, the whole stack on a click
-/// (`<details>`: no script).
+/// The leaf and its callers in one line, from the first frame outside
+/// the allocator and the standard collections (the frames before it
+/// counted after them), the whole stack on a click (`<details>`: no
+/// script).
 fn stack_cell(p: &Profile, s: &StackReport) -> String {
     let names: Vec<String> = s.frames.iter().map(|f| name(f)).collect();
-    let short = names
+    let folded = allocator_frames::leading_allocator_frames(&s.frames);
+    let mut short = names
         .iter()
+        .skip(folded)
         .take(4)
         .cloned()
         .collect::<Vec<_>>()
         .join(" ← ");
+    if folded > 0 {
+        short.push(' ');
+        short.push_str(&allocator_frames::folded_note(folded));
+    }
     let mut full = String::new();
     for (frame, name) in s.frames.iter().zip(&names).take(TABLE_FRAMES) {
         let place = match (&frame.file, frame.line) {

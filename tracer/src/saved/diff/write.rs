@@ -28,11 +28,29 @@ impl Diff {
         for e in &self.entries {
             let v = view.value(if new { &e.new } else { &e.old });
             if v > 0 {
-                out.push_str(&folded_stack(&e.frames));
+                out.push_str(&folded_stack(self.frames(e)));
                 out.push_str(&format!(" {v}\n"));
             }
         }
         out
+    }
+
+    /// The bytes `folded` of both sides takes, at most.
+    fn folded_bytes(&self, view: View) -> usize {
+        let lens: Vec<usize> = self.names.iter().map(|n| folded_name(n).len()).collect();
+        let mut total = 0usize;
+        for e in &self.entries {
+            let sides = [&e.old, &e.new].into_iter().filter(|c| view.value(c) > 0);
+            // Names, `;` between them, ` VALUE\n` after (at most 22 bytes).
+            let line: usize = e
+                .frames
+                .iter()
+                .map(|&id| lens[id as usize] + 1)
+                .sum::<usize>()
+                + 21;
+            total = total.saturating_add(sides.count() * line);
+        }
+        total
     }
 
     pub fn write_text(&self, view: View, top: usize, w: &mut impl Write) -> io::Result<()> {
@@ -70,7 +88,7 @@ impl Diff {
                 view.value(&e.old),
                 view.value(&e.new)
             )?;
-            for f in &e.frames {
+            for f in self.frames(e) {
                 writeln!(w, "    {}", escape::text(f))?;
             }
         }
@@ -83,7 +101,7 @@ impl Diff {
         for e in &self.entries {
             let change = e.change(view);
             if change != 0 {
-                writeln!(w, "{} {change}", folded_stack(&e.frames))?;
+                writeln!(w, "{} {change}", folded_stack(self.frames(e)))?;
             }
         }
         Ok(())
@@ -92,6 +110,7 @@ impl Diff {
     /// inferno's differential flamegraph: widths are NEW, red where a stack
     /// grew, blue where it shrank.
     pub fn write_flamegraph(&self, view: View, w: &mut impl Write) -> anyhow::Result<()> {
+        crate::saved::limits::check_flamegraph_text(self.folded_bytes(view))?;
         let (before, after) = (self.folded(view, false), self.folded(view, true));
         if after.is_empty() {
             // inferno draws NEW's widths; it would say "No stack counts found".
@@ -129,7 +148,7 @@ impl Diff {
             .ranked(view)
             .into_iter()
             .map(|e| JsonStack {
-                frames: &e.frames,
+                frames: Names(self.frames(e).collect()),
                 old: e.old,
                 new: e.new,
                 change: Change::of(&e.old, &e.new),
@@ -193,7 +212,7 @@ impl Diff {
             if change == Change::default() {
                 continue;
             }
-            let location_id = e.frames.iter().map(|f| b.location(f)).collect();
+            let location_id = self.frames(e).map(|f| b.location(f)).collect();
             sample.push(proto::Sample {
                 location_id,
                 value: change.pprof_values(),
@@ -222,8 +241,8 @@ impl Diff {
 
 /// Frames as a folded stack, root first, each name made safe for a
 /// folded line (report/collapsed.rs).
-fn folded_stack(frames: &[String]) -> String {
-    let names: Vec<String> = frames.iter().rev().map(|f| folded_name(f)).collect();
+fn folded_stack<'a>(frames: impl DoubleEndedIterator<Item = &'a str>) -> String {
+    let names: Vec<String> = frames.rev().map(folded_name).collect();
     names.join(";")
 }
 
@@ -256,11 +275,16 @@ struct JsonDiff<'a> {
 
 #[derive(Serialize)]
 struct JsonStack<'a> {
-    frames: &'a [String],
+    frames: Names<'a>,
     old: Counts,
     new: Counts,
     change: Change,
 }
+
+/// A stack's frame names, as a JSON list.
+#[derive(Serialize)]
+#[serde(transparent)]
+struct Names<'a>(Vec<&'a str>);
 
 /// String table, functions and locations of the diff's pprof: one
 /// function and one location per distinct frame name.

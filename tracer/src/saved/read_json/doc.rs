@@ -1,5 +1,5 @@
 //! The JSON profile's shape as serde reads it, and how each part becomes
-//! the `Profile`'s: frame indices checked, names spent from the budget.
+//! the `Profile`'s: frame indices checked, references spent from the budget.
 
 use std::sync::Arc;
 
@@ -251,8 +251,10 @@ impl Doc {
     }
 }
 
-/// The frames that `indices` name in `table`, each index checked and its
-/// names spent from `budget` (a stack may repeat a long name).
+/// The frames that `indices` name in `table`, each index checked and each
+/// reference's renderer cost spent from `budget` (the pointer is in the
+/// count of the element it is read from, the table's names in the
+/// input's).
 fn frames(
     indices: &[u64],
     table: &[Arc<Frame>],
@@ -270,7 +272,7 @@ fn frames(
                         table.len()
                     )
                 })?;
-            budget.spend(limits::reference_cost(frame))?;
+            budget.spend(limits::RENDER_COST)?;
             Ok(Arc::clone(frame))
         })
         .collect()

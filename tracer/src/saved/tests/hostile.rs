@@ -244,19 +244,24 @@ fn json_that_would_expand_past_the_budget_is_refused_before_it_is_parsed() {
     let err = err_of(read_json::parse(doc.clone(), &mut Budget::new(64 << 20)));
     assert!(err.contains("more than 64 MiB of memory"), "{err}");
     read_json::parse(doc, &mut Budget::new(MAX_PROFILE_BYTES)).expect("fits the default");
-    // One long name, referenced 2 bytes at a time.
+    // One long name, referenced 2 bytes at a time: read (4 bytes per
+    // reference), but no flamegraph is drawn from the 600 MiB of text it
+    // would spell out.
     let mut doc = format!(
-        r#"{{"format":"memtrace-bpf/2","frames":[{{"function":"{}"}}],"stacks":[{{"frames":[0"#,
+        r#"{{"format":"memtrace-bpf/2","frames":[{{"function":"{}"}}],"stacks":[{{"inuse_bytes":1,"frames":[0"#,
         "x".repeat(1 << 20)
     );
     doc.push_str(&",0".repeat(600));
     doc.push_str("]}]}");
-    let err = err_of(read_json::parse(
-        doc.into_bytes(),
-        &mut Budget::new(256 << 20),
-    ));
+    let p = read_json::parse(doc.into_bytes(), &mut Budget::new(256 << 20)).expect("read");
+    let bytes = report::folded_text_bytes(&p, View::InuseSpace);
+    assert!(bytes > 600 << 20, "{bytes}");
+    let err = format!(
+        "{:#}",
+        limits::check_flamegraph_text(bytes).expect_err("too large")
+    );
     assert!(
-        err.contains("stack 0") && err.contains("MiB of memory"),
+        err.contains("601 MiB of folded stacks") && err.contains("--format collapsed"),
         "{err}"
     );
 }

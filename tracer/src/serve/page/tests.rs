@@ -392,3 +392,22 @@ fn the_inline_flamegraph_has_no_dead_controls_and_a_labelled_root() {
         );
     }
 }
+
+#[test]
+fn a_stack_leads_with_the_first_frame_outside_the_allocator() {
+    let mut p = no_history();
+    p.stacks[0].frames = vec![
+        frame("__rust_alloc"),
+        frame("alloc::raw_vec::RawVecInner<A>::finish_grow"),
+        frame("app::load_config"),
+        frame("main"),
+    ]
+    .into();
+    let page = render(&p, Flame::Inuse);
+    assert!(
+        page.contains("<summary><code>app::load_config ← main (+2 allocator frames)</code>"),
+        "{page}"
+    );
+    // The whole stack is still there on a click.
+    assert!(page.contains("<br><code>__rust_alloc</code>"), "{page}");
+}
