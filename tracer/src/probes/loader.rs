@@ -436,7 +436,21 @@ pub fn attach(
     pid: Option<u32>,
     opts: &AttachOptions,
 ) -> anyhow::Result<Vec<HookFact>> {
-    let host_path = object.host_path.as_path();
+    // The file parsed, whatever happens to its path while it is attached;
+    // errors name the file as the process sees it.
+    let pinned = super::pinned::Pinned::open(&object.host_path, object.id)?;
+    attach_at(loaded, object, &pinned.path(), pid, opts)
+        .with_context(|| format!("hooking {}", object.path.display()))
+}
+
+/// `attach`, with the object's file at `host_path`.
+fn attach_at(
+    loaded: &mut Loaded,
+    object: &Hooked,
+    host_path: &Path,
+    pid: Option<u32>,
+    opts: &AttachOptions,
+) -> anyhow::Result<Vec<HookFact>> {
     let module = object.path.to_string_lossy();
     let pid = pid.and_then(NonZeroU32::new);
     let planned = plan::plan(object, opts.placement)?;

@@ -11,6 +11,7 @@ pub mod map_count;
 mod object_maps;
 mod object_patch;
 mod options;
+mod pinned;
 pub mod placement;
 pub mod plan;
 pub mod preflight;

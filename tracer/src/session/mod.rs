@@ -39,7 +39,7 @@ use crate::{
     serve,
     session::{
         config::TraceConfig,
-        scope::{Scope, Start},
+        scope::Scope,
         settings::Settings,
         trace_loop::{Phase, Signals},
     },
@@ -152,10 +152,7 @@ impl<'a> Trace<'a> {
     ) -> anyhow::Result<Trace<'a>> {
         let config = settings.config;
         let features = KernelFeatures::probe()?;
-        let Start {
-            mut scope,
-            maps: initial_maps,
-        } = Scope::start(config)?;
+        let mut scope = Scope::start(config)?;
         let (mut loaded, mut maps) = loading::load(
             runtime,
             &mut signals,
@@ -182,9 +179,6 @@ impl<'a> Trace<'a> {
             modules.kernel = Some(crate::stacks::kernel_tables::KernelTables::new(Box::new(
                 unwind,
             )));
-        }
-        for m in initial_maps {
-            modules.set_maps(m.pid, m.files, m.jit);
         }
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;

@@ -11,11 +11,7 @@ use crate::{
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
     report::{Note, ProcessInfo},
-    session::{
-        binary::Binary,
-        cgroup::Cgroup,
-        single::{InitialMaps, Single},
-    },
+    session::{binary::Binary, cgroup::Cgroup, single::Single},
     tracee::{launch::Launched, liveness::PidFd, search::Program},
 };
 
@@ -29,33 +25,23 @@ pub enum Scope {
     SystemWide,
 }
 
-/// The scope and the maps of the processes known at the start.
-pub struct Start {
-    pub scope: Scope,
-    pub maps: Vec<InitialMaps>,
-}
-
 impl Scope {
-    pub fn start(config: &TraceConfig) -> anyhow::Result<Start> {
-        let (scope, maps) = match &config.target {
-            Target::Pid(pid) => {
-                let (single, maps) =
-                    Single::attach_to(*pid, config.follow_forks, config.exited_processes)?;
-                (Scope::Single(single), vec![maps])
-            }
-            Target::Command(args) => (
-                Scope::Single(Single::start(
-                    args,
-                    config.follow_forks,
-                    config.exited_processes,
-                )?),
-                Vec::new(),
-            ),
-            Target::Binary(binary) => (Scope::Binary(Binary::new(binary)?), Vec::new()),
-            Target::Cgroup(path) => (Scope::Cgroup(Cgroup::new(path)?), Vec::new()),
-            Target::SystemWide { .. } => (Scope::SystemWide, Vec::new()),
-        };
-        Ok(Start { scope, maps })
+    pub fn start(config: &TraceConfig) -> anyhow::Result<Scope> {
+        Ok(match &config.target {
+            Target::Pid(pid) => Scope::Single(Single::attach_to(
+                *pid,
+                config.follow_forks,
+                config.exited_processes,
+            )?),
+            Target::Command(args) => Scope::Single(Single::start(
+                args,
+                config.follow_forks,
+                config.exited_processes,
+            )?),
+            Target::Binary(binary) => Scope::Binary(Binary::new(binary)?),
+            Target::Cgroup(path) => Scope::Cgroup(Cgroup::new(path)?),
+            Target::SystemWide { .. } => Scope::SystemWide,
+        })
     }
 
     /// Attaches the allocators of the processes known now (or, for a
@@ -222,7 +208,7 @@ impl Scope {
         hooks: &mut Hooks,
     ) -> anyhow::Result<Vec<u32>> {
         match self {
-            Scope::Single(single) => single.begin().map(|()| Vec::new()),
+            Scope::Single(single) => single.begin(),
             Scope::SystemWide => {
                 loaded.add_filtered_pid(std::process::id())?;
                 if let Target::SystemWide { exclude, .. } = &config.target {

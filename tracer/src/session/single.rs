@@ -14,10 +14,14 @@ use crate::{
     tracee::{
         launch::Launched,
         liveness::PidFd,
-        process::{program_of, read_cmdline, Mapping, Process},
+        process::{program_of, read_cmdline, Process},
         search::Program,
     },
 };
+
+/// How many times `--pid` reads the process's image before it falls back
+/// to the loader's rules (see `Single::hook_current_image`).
+const IMAGE_ATTEMPTS: usize = 3;
 
 pub struct Single {
     pub pid: u32,
@@ -32,46 +36,26 @@ pub struct Single {
     launched: Option<(Launched, String)>,
 }
 
-/// A process's maps read at the start: its file mappings and its
-/// anonymous executable ones (JIT code, crossed by frame pointers).
-pub struct InitialMaps {
-    pub pid: u32,
-    pub files: Vec<Mapping>,
-    pub jit: Vec<std::ops::Range<u64>>,
-}
-
 impl Single {
     /// Started by the tracer (`-- CMD`), not attached to (`--pid`).
     pub fn is_launched(&self) -> bool {
         self.launched.is_some()
     }
 
-    /// `--pid`: the process and its maps as they are now (file mappings,
-    /// and anonymous executable ones: JIT code).
+    /// `--pid`: the process as it is now (its maps are read once its
+    /// probes are attached: see `begin`).
     /// `keep_exited`: --exited-processes, how many exited children keep
     /// their own entry (see `Forks`).
-    pub fn attach_to(
-        pid: u32,
-        follow_forks: bool,
-        keep_exited: usize,
-    ) -> anyhow::Result<(Single, InitialMaps)> {
+    pub fn attach_to(pid: u32, follow_forks: bool, keep_exited: usize) -> anyhow::Result<Single> {
         let process = Process::inspect(pid)?;
         let pidfd = PidFd::open(pid)?;
-        let single = Single {
+        Ok(Single {
             pid,
             pidfd,
             command: process.command,
             forks: Forks::new(follow_forks, keep_exited),
             launched: None,
-        };
-        Ok((
-            single,
-            InitialMaps {
-                pid,
-                files: process.mappings,
-                jit: process.jit,
-            },
-        ))
+        })
     }
 
     /// `-- CMD`: started, held before its first instruction.
@@ -105,7 +89,7 @@ impl Single {
         }
         let result = loaded
             .add_filtered_pid(pid)
-            .and_then(|()| hooks.hook(loaded, &Program::running(pid)?, Some(pid), attach_pid));
+            .and_then(|()| self.hook_current_image(loaded, hooks, attach_pid));
         match result {
             // perf_event_open fails with ESRCH, or /proc/PID is gone: say
             // what happened.
@@ -120,13 +104,54 @@ impl Single {
         Ok(())
     }
 
+    /// `--pid`: hooks the allocators of the image the process runs now.
+    /// An exec meanwhile fails an attempt (the /proc/PID/map_files/...
+    /// entries read vanish with the old image, and a new image's maps
+    /// lack its libraries until its loader maps them): the next attempt
+    /// reads the new image. Its pid is in the filter already, so an exec
+    /// after the last read is an event, handled as the trace runs. If the
+    /// attempts keep meeting execs, the loader's rules say what the image
+    /// loads, as for a process met during the trace.
+    fn hook_current_image(
+        &self,
+        loaded: &mut Loaded,
+        hooks: &mut Hooks,
+        attach_pid: Option<u32>,
+    ) -> anyhow::Result<()> {
+        let pid = self.pid;
+        let mut first_error = None;
+        for _ in 0..IMAGE_ATTEMPTS {
+            let attempt = Program::running(pid)
+                .map_err(anyhow::Error::from)
+                .and_then(|program| hooks.hook(loaded, &program, Some(pid), attach_pid));
+            match attempt {
+                Ok(()) => return Ok(()),
+                Err(e) if self.pidfd.has_exited() || is_gone(&e) => return Err(e),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        let by_loader = Program::just_executed(pid)
+            .map_err(anyhow::Error::from)
+            .and_then(|program| hooks.hook(loaded, &program, Some(pid), attach_pid));
+        match (by_loader, first_error) {
+            (Ok(()), _) => Ok(()),
+            // What its running image showed says more than the loader's
+            // rules: the error of the first attempt.
+            (Err(_), Some(e)) => Err(e),
+            (Err(e), None) => Err(e),
+        }
+    }
+
     /// After the probes are attached: a held command runs; a pid may have
-    /// exited meanwhile.
-    pub fn begin(&mut self) -> anyhow::Result<()> {
+    /// exited meanwhile. Returns the processes whose maps to read now:
+    /// an attached pid's, read once it is in the filter, so that any
+    /// exec after the read comes as an event (a read before could be of
+    /// an image it has left).
+    pub fn begin(&mut self) -> anyhow::Result<Vec<u32>> {
         match &mut self.launched {
-            Some((launched, _)) => launched.release(),
+            Some((launched, _)) => launched.release().map(|()| Vec::new()),
             None if self.pidfd.has_exited() => Err(TraceError::ExitedBeforeAttach(self.pid).into()),
-            None => Ok(()),
+            None => Ok(vec![self.pid]),
         }
     }
 
