@@ -122,8 +122,8 @@ pub const CONTROL_SESSION: u32 = 2;
 /// records only the tgids in the TRACED map (--binary); FILTER_ALL records
 /// every process except the tgids in TRACED, and only threads named COMM
 /// when COMM is set (system-wide); FILTER_CGROUP records every process
-/// whose cgroup v2 is CGROUP_ID or below it (its ancestor at CGROUP_LEVEL
-/// is CGROUP_ID), except the tgids in TRACED (--cgroup).
+/// whose cgroup v2 is the one in the CGROUP map or below it (its ancestor
+/// at CGROUP_LEVEL is that one), except the tgids in TRACED (--cgroup).
 pub const FILTER_NONE: u32 = 0;
 pub const FILTER_PIDS: u32 = 1;
 pub const FILTER_ALL: u32 = 2;

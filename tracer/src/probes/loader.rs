@@ -72,6 +72,8 @@ pub struct Loaded {
     pub session_error: Option<String>,
     /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL, FILTER_CGROUP).
     traced: aya::maps::HashMap<MapData, u32, u8>,
+    /// FILTER_CGROUP: the traced cgroup's id (0: none).
+    cgroup: Array<MapData, u64>,
     /// The unwind mode the programs were loaded for (a rejected one falls
     /// back to the next).
     unwind: UnwindMode,
@@ -106,6 +108,14 @@ impl Loaded {
         self.traced
             .insert(pid, 1, 0)
             .with_context(|| format!("adding pid {pid} to the process filter"))
+    }
+
+    /// --cgroup: the cgroup whose subtree is traced from now on, by its
+    /// id (0: none, as while the path given names no cgroup).
+    pub fn set_traced_cgroup(&mut self, id: u64) -> anyhow::Result<()> {
+        self.cgroup
+            .set(0, id, 0)
+            .context("setting the traced cgroup")
     }
 
     pub fn remove_filtered_pid(&mut self, pid: u32) -> anyhow::Result<()> {
@@ -277,7 +287,6 @@ fn load_mode(
         .override_global("SAMPLE_RATE", &limits.sample_rate, true)
         .override_global("FILTER", &limits.filter, true)
         .override_global("COMM", &limits.comm, true)
-        .override_global("CGROUP_ID", &limits.cgroup.id, true)
         .override_global("CGROUP_LEVEL", &limits.cgroup.level, true)
         .override_global("EXP_TABLE", table.as_slice(), true)
         .override_global("FOLLOW_FORKS", &forks.follow, true)
@@ -304,6 +313,7 @@ fn load_mode(
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
+    let cgroup = object_maps::traced_cgroup(&mut ebpf, limits.cgroup.id)?;
     let unwind_maps = object_maps::take_unwind(&mut ebpf, limits)?;
     let progs_fd = map_fds
         .get("PROGS")
@@ -327,6 +337,7 @@ fn load_mode(
             free_multi: None,
             session_error: None,
             traced,
+            cgroup,
             unwind,
             features: features.clone(),
             object: std::sync::Arc::clone(object),

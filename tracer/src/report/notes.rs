@@ -41,6 +41,11 @@ impl fmt::Display for Note {
                 f,
                 "process {pid} exec'ed another program and was no longer traced from then on"
             ),
+            Note::CgroupRemoved {
+                path,
+                removals,
+                more,
+            } => super::notes_cgroup::removed(f, path, removals, *more),
             Note::RootExited { pid, status } => root_exited(f, *pid, status.as_deref()),
             Note::ProcessesExited {
                 processes,

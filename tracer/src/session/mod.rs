@@ -317,6 +317,7 @@ impl<'a> Trace<'a> {
                 &self.loaded,
                 &self.hooks,
                 &self.collector,
+                self.started,
             ),
             root_exit_kept: self.scope.root().is_some(),
             traced_from_start: self.scope.traced_from_start(),

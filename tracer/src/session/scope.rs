@@ -281,11 +281,13 @@ impl Scope {
         }
     }
 
-    /// What the report must say about the scope itself.
-    pub fn notes(&self) -> Vec<Note> {
+    /// What the report must say about the scope itself (times from
+    /// `started`, the trace's start).
+    pub fn notes(&self, started: std::time::Instant) -> Vec<Note> {
         match self {
             Scope::Binary(binary) => binary.notes(),
-            Scope::Single(_) | Scope::Cgroup(_) | Scope::SystemWide => Vec::new(),
+            Scope::Cgroup(cgroup) => cgroup.notes(started),
+            Scope::Single(_) | Scope::SystemWide => Vec::new(),
         }
     }
 
