@@ -91,6 +91,12 @@ fn an_allocator_brought_by_exec_is_hooked() {
         },
     );
     assert!(stderr.contains("memtrace-bpf: hooked jemalloc"), "{stderr}");
+    // The new image's malloc is jemalloc's: glibc's probes, bound to this
+    // process alone, are detached.
+    assert!(
+        stderr.contains("memtrace-bpf: unhooked glibc ("),
+        "{stderr}"
+    );
     assert_exec_numbers(&report);
     let allocators = &report["processes"][0]["allocators"];
     assert_eq!(allocators[0]["kind"], "jemalloc", "{allocators}");
@@ -131,6 +137,14 @@ fn pid_follows_a_process_that_execs_while_probes_are_attached_and_after() {
     target.send("stop spinning");
     for n in 1..=IMAGES {
         target.wait_for(&format!("image {n} ready"));
+        if n % 2 == 0 {
+            // Exec'ed from a thread: the probes bound to the main task
+            // went with it, and are attached again for the new one.
+            tracer.stderr.wait_for(
+                "exec'ed from a thread other than its main one",
+                "the tracer attaches the probes again",
+            );
+        }
         target.send("go");
         target.wait_for(&format!("image {n} done"));
         // Named with this image's maps before the next replaces it.
@@ -149,6 +163,13 @@ fn pid_follows_a_process_that_execs_while_probes_are_attached_and_after() {
         Some(&[IMAGES * 1000, IMAGES, sum * 1000, sum]),
         "{got:#?}\n{}",
         out.stderr
+    );
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "process {pid} exec'ed from a thread other than its main one 3 times"
+        )),
+        "{notes}"
     );
     assert!(
         report["processes"][0]["command"]

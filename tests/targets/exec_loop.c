@@ -10,11 +10,15 @@
  * Image `exec_loop N` (N >= 1): prints "image N ready", waits for a line,
  * keeps N blocks of 1000 bytes (site_each_image), prints "image N done",
  * waits for a line and execs `exec_loop N+1`, whose exec drops those
- * blocks. At end of input it stays as it is until killed.
+ * blocks: from its main thread when N+1 is odd, from a thread it starts
+ * when N+1 is even (the kernel then gives that thread the process's pid,
+ * and the main thread's task is gone). At end of input it stays as it is
+ * until killed.
  *
  * stdin is read with read(2), one line at a time, never through stdio:
  * what a buffer held would be lost at the exec. */
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +54,15 @@ static void exec_as(char *argv0, const char *arg) {
     exit(2);
 }
 
+static char *next_argv0;
+static char next_arg[16];
+
+static void *exec_from_thread(void *unused) {
+    (void)unused;
+    exec_as(next_argv0, next_arg);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     char line[96];
     if (argc < 2) {
@@ -69,7 +82,14 @@ int main(int argc, char **argv) {
     snprintf(line, sizeof line, "image %d done\n", n);
     say(line);
     if (!read_line()) pause();
-    snprintf(line, sizeof line, "%d", n + 1);
-    exec_as(argv[0], line);
+    snprintf(next_arg, sizeof next_arg, "%d", n + 1);
+    if ((n + 1) % 2 == 1) exec_as(argv[0], next_arg);
+    next_argv0 = argv[0];
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, exec_from_thread, NULL) != 0) {
+        say("pthread_create failed\n");
+        return 2;
+    }
+    pause();
     return 0;
 }

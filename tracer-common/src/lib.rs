@@ -75,9 +75,13 @@ pub const EVENT_ALLOC_SAMPLE: u32 = 3;
 /// `FRAMES_RESUME`, `MAX_FRAMES` address slots and `stack_len` stack bytes).
 pub const EVENT_ALLOC_FRAMES: u32 = 7;
 /// A process that may be traced called exec: its old heap is gone and its
-/// new image has new mappings (`kind` and `pid` are set, and `addr` and
-/// `size` hold the new image's thread name, 16 bytes NUL-padded, in
-/// little-endian order: see `exec_comm`).
+/// new image has new mappings (`kind` and `pid` are set, `tid` is the
+/// thread that called exec, and `addr` and `size` hold the new image's
+/// thread name, 16 bytes NUL-padded, in little-endian order: see
+/// `exec_comm`). A `tid` other than `pid` is an exec from a thread other
+/// than the main one: the kernel gave that thread the process's pid, and
+/// the main thread's task (which probes for one process are bound to) is
+/// gone.
 pub const EVENT_EXEC: u32 = 4;
 /// `--follow-forks`: a traced process forked a child, which joined the
 /// traced set in the kernel (`pid` is the child, `tid` the parent's tgid).

@@ -20,4 +20,4 @@ pub mod stacks;
 mod state;
 pub mod unwind_notes;
 
-pub use changes::ProcessChange;
+pub use changes::{Exec, ProcessChange};

@@ -6,6 +6,7 @@ pub mod counters;
 pub mod hooks;
 pub mod kernel_btf;
 pub mod kernel_features;
+mod links;
 pub mod loader;
 pub mod map_count;
 mod object_maps;

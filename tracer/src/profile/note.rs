@@ -32,6 +32,10 @@ pub enum Note {
         path: String,
         max_pids: u32,
     },
+    /// --pid, -- CMD: the traced process exec'ed `execs` times from a
+    /// thread other than its main one; each time its probes were attached
+    /// again, and what its new image allocated before is not seen.
+    ExecsFromThreads { pid: u32, execs: u64 },
     /// --binary: process `pid` exec'ed another program.
     ExecedAway { pid: u32 },
     /// --cgroup: the cgroup at `path` (as given, resolved in the

@@ -3,7 +3,7 @@
 //! process of a cgroup v2 subtree (`Cgroup`), or every process on the
 //! machine.
 
-use crate::collect::ProcessChange;
+use crate::collect::{Exec, ProcessChange};
 use crate::session::config::{Target, TraceConfig};
 use tracer_common::{FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS};
 
@@ -59,10 +59,11 @@ impl Scope {
     /// Process `pid` called exec (see tracer-ebpf's process_exec): hook
     /// what its new image uses, and under --binary start or stop tracing it.
     /// True when its maps must be read now (it joined the traced set).
-    pub fn on_exec(&mut self, pid: u32, loaded: &mut Loaded, hooks: &mut Hooks) -> bool {
+    pub fn on_exec(&mut self, exec: Exec, loaded: &mut Loaded, hooks: &mut Hooks) -> bool {
+        let pid = exec.pid;
         match self {
             Scope::Single(single) => {
-                single.on_exec(pid, loaded, hooks);
+                single.on_exec(exec, loaded, hooks);
                 false
             }
             Scope::Binary(binary) => binary.on_exec(pid, loaded, hooks),
@@ -287,7 +288,8 @@ impl Scope {
         match self {
             Scope::Binary(binary) => binary.notes(),
             Scope::Cgroup(cgroup) => cgroup.notes(started),
-            Scope::Single(_) | Scope::SystemWide => Vec::new(),
+            Scope::Single(single) => single.notes(),
+            Scope::SystemWide => Vec::new(),
         }
     }
 

@@ -4,12 +4,13 @@
 
 use std::ffi::OsString;
 
-use crate::collect::ProcessChange;
+use crate::collect::{Exec, ProcessChange};
 use crate::{
+    console,
     error::TraceError,
     escape,
     probes::{hooks::Hooks, loader::Loaded},
-    report::ProcessInfo,
+    report::{Note, ProcessInfo},
     session::forks::Forks,
     tracee::{
         launch::Launched,
@@ -34,6 +35,8 @@ pub struct Single {
     /// `-- CMD`: the command started, and its argv with its exact bytes
     /// escaped, for stderr.
     launched: Option<(Launched, String)>,
+    /// Its execs from a thread other than its main one (see `on_exec`).
+    execs_from_threads: u64,
 }
 
 impl Single {
@@ -55,6 +58,7 @@ impl Single {
             command: process.command,
             forks: Forks::new(follow_forks, keep_exited),
             launched: None,
+            execs_from_threads: 0,
         })
     }
 
@@ -73,6 +77,7 @@ impl Single {
             command: crate::tracee::launch::report_command(command),
             forks: Forks::new(follow_forks, keep_exited),
             launched: Some((launched, argv_shown)),
+            execs_from_threads: 0,
         })
     }
 
@@ -155,8 +160,16 @@ impl Single {
         }
     }
 
-    /// Process `pid` called exec: hook what its new image uses.
-    pub fn on_exec(&mut self, pid: u32, loaded: &mut Loaded, hooks: &mut Hooks) {
+    /// A process called exec: hook what its new image uses.
+    ///
+    /// The probes of the traced process alone (no --follow-forks) are
+    /// bound to its main task: those on files its new image does not map
+    /// are detached, and after an exec from another thread, whose task
+    /// the process now is, all are attached again for it (what the new
+    /// image allocated until then is not seen: said on stderr and in the
+    /// report).
+    pub fn on_exec(&mut self, exec: Exec, loaded: &mut Loaded, hooks: &mut Hooks) {
+        let pid = exec.pid;
         if pid == self.pid {
             let now = read_cmdline(pid);
             // Kept as it was (the kernel's name for the new image, see
@@ -164,8 +177,23 @@ impl Single {
             if !now.is_empty() {
                 self.command = now;
             }
-            let attach_pid = (!self.forks.follow).then_some(pid);
+            let alone = !self.forks.follow;
+            let rebind = alone && exec.from_thread;
+            if rebind {
+                self.execs_from_threads += 1;
+                hooks.detach_all(loaded);
+            }
+            let attach_pid = alone.then_some(pid);
             hooks.hook_running(loaded, pid, Program::just_executed(pid), attach_pid);
+            if alone {
+                hooks.detach_unused(loaded, pid);
+            }
+            if rebind {
+                console::warn(format_args!(
+                    "pid {pid} exec'ed from a thread other than its main one: its probes were \
+                     attached again for its new image, whose allocations until then are not seen"
+                ));
+            }
         } else if self.forks.executed(pid) {
             // A followed child's new image may bring another allocator.
             hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
@@ -203,7 +231,17 @@ impl Single {
         }
     }
 
-    /// What is traced, for stderr: escaped already.
+    /// What the report says of the process itself.
+    pub fn notes(&self) -> Vec<Note> {
+        match self.execs_from_threads {
+            0 => Vec::new(),
+            execs => vec![Note::ExecsFromThreads {
+                pid: self.pid,
+                execs,
+            }],
+        }
+    }
+
     /// The program of a started command.
     pub fn command_path(&self) -> Option<&std::path::Path> {
         self.launched.as_ref().map(|(l, _)| l.path.as_path())
