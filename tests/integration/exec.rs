@@ -110,7 +110,7 @@ const IMAGES: u64 = 6;
 /// asked again until they are (the tracer drains its events on its own
 /// time). Panics, with what it saw last, if they never are.
 fn wait_for_inuse(addr: &str, site: &str, want: u64) {
-    let mut last = None;
+    let mut last = (None, Value::Null);
     for _ in 0..600 {
         let (status, body) = get_text(addr, "/profile.json");
         assert_eq!(status, 200, "{body}");
@@ -119,10 +119,14 @@ fn wait_for_inuse(addr: &str, site: &str, want: u64) {
         if got.is_some_and(|v| v[1] == want) {
             return;
         }
-        last = got;
+        last = (got, profile);
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    panic!("{site}: {want} blocks in use never served; last {last:?}");
+    let (got, profile) = last;
+    panic!(
+        "{site}: {want} blocks in use never served; last {got:?}\nstacks: {:#}\nnotes: {}",
+        profile["stacks"], profile["notes"]
+    );
 }
 
 #[test]
