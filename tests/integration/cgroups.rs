@@ -152,6 +152,53 @@ fn cgroup_traces_its_subtree_only_with_processes_moved_in_during_the_trace() {
     }
 }
 
+/// A service restarted, as systemd does it: its process killed, its
+/// cgroup removed, a cgroup made again at the same path and a new process
+/// started in it. The path is what is traced: the new process's numbers
+/// are exact, and stderr and the report say when the cgroup went and
+/// came back.
+#[test]
+fn a_cgroup_removed_and_made_again_is_traced_again_and_said() {
+    let top = V2Cgroup::new("restart");
+    let bin = sites_copy("cgroup-restart", "memtrace_cgre");
+    let service = top.child("service");
+    let path = service.path();
+    let mut first = Target::start(&bin, &[]);
+    service.add(first.pid());
+    let mut tracer = JsonTracer::start(
+        "cgroup-restart",
+        &["--ringbuf-mb", RINGBUF_MB, "--cgroup", &path],
+    );
+    first.run_sites();
+    let first_pid = first.pid();
+    drop(first);
+    // Removed once its process is gone (the drop waits for that).
+    drop(service);
+    tracer
+        .stderr
+        .wait_for("was removed", "the tracer sees the cgroup go");
+    let service = top.child("service");
+    tracer
+        .stderr
+        .wait_for("was made again", "the tracer sees the cgroup back");
+    let mut second = Target::start(&bin, &[]);
+    service.add(second.pid());
+    second.run_sites();
+    let (report, _) = tracer.stop();
+    assert_process_exact(&report, second.pid());
+    // The first process's blocks went with it; what it allocated stays.
+    let got = per_site(&crate::forks::only_pid(&report, u64::from(first_pid)));
+    for (site, per_thread) in EXPECTED_PER_THREAD {
+        let allocated = got.get(*site).map(|v| [v[2], v[3]]);
+        let want = [per_thread[2] * THREADS, per_thread[3] * THREADS];
+        assert_eq!(allocated, Some(want), "pid {first_pid}, {site}: {got:#?}");
+    }
+    let notes = report["notes"].to_string();
+    let said = format!("the cgroup {path} was removed during the trace: at ");
+    assert!(notes.contains(&said), "{notes}");
+    assert!(notes.contains(", made again at "), "{notes}");
+}
+
 #[test]
 fn system_wide_grouped_by_cgroup_gives_each_cgroup_its_own_numbers() {
     let _one_at_a_time = crate::harness::system_wide_lock();

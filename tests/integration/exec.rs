@@ -6,6 +6,8 @@ use serde_json::Value;
 
 use crate::harness::{
     compile_c,
+    http::{get_text, served_addr},
+    parse_report,
     sites::{assert_no_losses, per_calling_site, O2_FLAGS},
     JsonTracer, Target, Tracer,
 };
@@ -89,7 +91,95 @@ fn an_allocator_brought_by_exec_is_hooked() {
         },
     );
     assert!(stderr.contains("memtrace-bpf: hooked jemalloc"), "{stderr}");
+    // The new image's malloc is jemalloc's: glibc's probes, bound to this
+    // process alone, are detached.
+    assert!(
+        stderr.contains("memtrace-bpf: unhooked glibc ("),
+        "{stderr}"
+    );
     assert_exec_numbers(&report);
     let allocators = &report["processes"][0]["allocators"];
     assert_eq!(allocators[0]["kind"], "jemalloc", "{allocators}");
+}
+
+/// Images of exec_loop (`exec_loop N` keeps N blocks of 1000 bytes at
+/// site_each_image) traced after the spin.
+const IMAGES: u64 = 6;
+
+/// The served profile's in-use objects at `site`, once they are `want`:
+/// asked again until they are (the tracer drains its events on its own
+/// time). Panics, with what it saw last, if they never are.
+fn wait_for_inuse(addr: &str, site: &str, want: u64) {
+    let mut last = (None, Value::Null);
+    for _ in 0..600 {
+        let (status, body) = get_text(addr, "/profile.json");
+        assert_eq!(status, 200, "{body}");
+        let profile = parse_report(&body);
+        let got = per_calling_site(&profile).get(site).copied();
+        if got.is_some_and(|v| v[1] == want) {
+            return;
+        }
+        last = (got, profile);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (got, profile) = last;
+    panic!(
+        "{site}: {want} blocks in use never served; last {got:?}\nstacks: {:#}\nnotes: {}",
+        profile["stacks"], profile["notes"]
+    );
+}
+
+#[test]
+fn pid_follows_a_process_that_execs_while_probes_are_attached_and_after() {
+    let bin = compile_c("exec_loop", "exec-loop", O2_FLAGS);
+    // Spinning: a new image every millisecond or two while the tracer
+    // reads the process and attaches its probes.
+    let mut target = Target::start(&bin, &[]);
+    let pid = target.pid().to_string();
+    let mut tracer = JsonTracer::start("exec-loop", &["--pid", &pid, "--serve", "127.0.0.1:0"]);
+    let addr = served_addr(&mut tracer);
+    target.send("stop spinning");
+    for n in 1..=IMAGES {
+        target.wait_for(&format!("image {n} ready"));
+        if n % 2 == 0 {
+            // Exec'ed from a thread: the probes bound to the main task
+            // went with it, and are attached again for the new one.
+            tracer.stderr.wait_for(
+                "exec'ed from a thread other than its main one",
+                "the tracer attaches the probes again",
+            );
+        }
+        target.send("go");
+        target.wait_for(&format!("image {n} done"));
+        // Named with this image's maps before the next replaces it.
+        wait_for_inuse(&addr, "site_each_image", n);
+        if n < IMAGES {
+            target.send("next");
+        }
+    }
+    let (report, out) = tracer.stop();
+    let sum: u64 = (1..=IMAGES).sum();
+    let got = per_calling_site(&report);
+    // The last image's blocks are in use; the others' went with their
+    // image, at its exec.
+    assert_eq!(
+        got.get("site_each_image"),
+        Some(&[IMAGES * 1000, IMAGES, sum * 1000, sum]),
+        "{got:#?}\n{}",
+        out.stderr
+    );
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "process {pid} exec'ed from a thread other than its main one 3 times"
+        )),
+        "{notes}"
+    );
+    assert!(
+        report["processes"][0]["command"]
+            .as_str()
+            .is_some_and(|c| c.ends_with(&format!(" {IMAGES}"))),
+        "{}",
+        report["processes"]
+    );
 }

@@ -75,9 +75,13 @@ pub const EVENT_ALLOC_SAMPLE: u32 = 3;
 /// `FRAMES_RESUME`, `MAX_FRAMES` address slots and `stack_len` stack bytes).
 pub const EVENT_ALLOC_FRAMES: u32 = 7;
 /// A process that may be traced called exec: its old heap is gone and its
-/// new image has new mappings (`kind` and `pid` are set, and `addr` and
-/// `size` hold the new image's thread name, 16 bytes NUL-padded, in
-/// little-endian order: see `exec_comm`).
+/// new image has new mappings (`kind` and `pid` are set, `tid` is the
+/// thread that called exec, and `addr` and `size` hold the new image's
+/// thread name, 16 bytes NUL-padded, in little-endian order: see
+/// `exec_comm`). A `tid` other than `pid` is an exec from a thread other
+/// than the main one: the kernel gave that thread the process's pid, and
+/// the main thread's task (which probes for one process are bound to) is
+/// gone.
 pub const EVENT_EXEC: u32 = 4;
 /// `--follow-forks`: a traced process forked a child, which joined the
 /// traced set in the kernel (`pid` is the child, `tid` the parent's tgid).
@@ -122,8 +126,8 @@ pub const CONTROL_SESSION: u32 = 2;
 /// records only the tgids in the TRACED map (--binary); FILTER_ALL records
 /// every process except the tgids in TRACED, and only threads named COMM
 /// when COMM is set (system-wide); FILTER_CGROUP records every process
-/// whose cgroup v2 is CGROUP_ID or below it (its ancestor at CGROUP_LEVEL
-/// is CGROUP_ID), except the tgids in TRACED (--cgroup).
+/// whose cgroup v2 is the one in the CGROUP map or below it (its ancestor
+/// at CGROUP_LEVEL is that one), except the tgids in TRACED (--cgroup).
 pub const FILTER_NONE: u32 = 0;
 pub const FILTER_PIDS: u32 = 1;
 pub const FILTER_ALL: u32 = 2;

@@ -215,15 +215,18 @@ pub(crate) static FILTER: u32 = FILTER_NONE;
 /// FILTER_ALL: only threads with this name (NUL-padded), if not empty.
 #[unsafe(no_mangle)]
 pub(crate) static COMM: [u8; 16] = [0; 16];
-/// FILTER_CGROUP: the cgroup v2 id (its directory's inode) of the traced
-/// subtree's root, and its depth below the hierarchy's root (0 = the root).
-/// A task is traced when its own cgroup's ancestor at that depth is this
-/// one: cgroups made under it during the trace, and processes moved into
-/// it, are traced with no help from user space.
-#[unsafe(no_mangle)]
-pub(crate) static CGROUP_ID: u64 = 0;
+/// FILTER_CGROUP: the depth of the traced subtree's root below the
+/// hierarchy's root (0 = the root), and in CGROUP its cgroup v2 id (its
+/// directory's inode). A task is traced when its own cgroup's ancestor at
+/// that depth is this one: cgroups made under it during the trace, and
+/// processes moved into it, are traced with no help from user space.
 #[unsafe(no_mangle)]
 pub(crate) static CGROUP_LEVEL: u32 = 0;
+/// Index 0: the traced cgroup's id, written by user space before the
+/// probes are attached, and again when the cgroup at the path given is
+/// removed (0: nothing is traced) and made anew (a service restart).
+#[map]
+pub(crate) static CGROUP: Array<u64> = Array::with_max_entries(1, 0);
 /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL, FILTER_CGROUP), kept
 /// by user space.
 #[map]
@@ -282,14 +285,15 @@ pub(crate) fn is_target(pid: u32) -> bool {
     }
 }
 
-/// Whether the current task's cgroup v2 is CGROUP_ID or below it. The
+/// Whether the current task's cgroup v2 is CGROUP's or below it. The
 /// helper returns 0 for a level deeper than the task's own cgroup, which
-/// no cgroup id equals.
+/// is never the id wanted.
 #[inline(always)]
 pub(crate) fn in_traced_cgroup() -> bool {
+    let want = CGROUP.get(0).copied().unwrap_or(0);
     // SAFETY: helper without preconditions (any level is accepted).
     let id = unsafe { bpf_get_current_ancestor_cgroup_id(tunable(&CGROUP_LEVEL) as i32) };
-    id == tunable(&CGROUP_ID)
+    want != 0 && id == want
 }
 
 /// Mean bytes between recorded allocations (`--sample-rate`); 1 records

@@ -23,7 +23,7 @@ use crate::{code_gen, inflight};
 /// Sent from the exec'ing task before the new image runs, so it precedes
 /// that image's events in the ring buffer.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
-pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
+pub fn process_exec(ctx: RawTracePointContext) -> i32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
     code_gen::forget(pid);
@@ -57,10 +57,14 @@ pub fn process_exec(_ctx: RawTracePointContext) -> i32 {
         bytes.copy_from_slice(&comm[8 * i..8 * i + 8]);
         *word = u64::from_le_bytes(bytes);
     }
+    // Args: the task, the thread id it had before exec, the binprm. After
+    // exec it runs as the main thread: bpf_get_current_pid_tgid() gives
+    // the pid twice.
+    let old_tid = ctx.arg::<u64>(1) as u32;
     entry.write(event(
         EVENT_EXEC,
         pid,
-        pid_tgid as u32,
+        old_tid,
         0,
         name[0],
         name[1],

@@ -18,3 +18,12 @@ pub enum ProcessChange {
         pid: u32,
     },
 }
+
+/// An exec whose new image the session has not inspected yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exec {
+    pub pid: u32,
+    /// Called from a thread other than the main one: the process's main
+    /// task is now another (see tracer_common::EVENT_EXEC).
+    pub from_thread: bool,
+}

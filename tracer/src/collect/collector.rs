@@ -236,7 +236,7 @@ impl Collector {
     }
 
     /// The oldest exec whose new image the session has not inspected yet.
-    pub fn next_exec(&mut self) -> Option<u32> {
+    pub fn next_exec(&mut self) -> Option<crate::collect::Exec> {
         self.state.execs.pop_front()
     }
 

@@ -20,6 +20,6 @@ pub mod stacks;
 mod state;
 pub mod unwind_notes;
 
-pub use changes::ProcessChange;
+pub use changes::{Exec, ProcessChange};
 pub use meta::InUseFilter;
 pub use state::monotonic_ns;

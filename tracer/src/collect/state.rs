@@ -96,7 +96,7 @@ pub struct State {
     /// Events handled since the trace started, by any drain.
     pub(super) events: u64,
     /// Processes that called exec, not handled by the session yet.
-    pub(super) execs: std::collections::VecDeque<u32>,
+    pub(super) execs: std::collections::VecDeque<crate::collect::Exec>,
     /// Execs dropped from a full backlog (their new objects not inspected).
     pub(super) execs_skipped: u64,
     /// Processes that forked, exec'ed or exited since the session last
@@ -203,7 +203,10 @@ impl State {
             self.execs.pop_front();
             self.execs_skipped += 1;
         }
-        self.execs.push_back(ev.pid);
+        self.execs.push_back(crate::collect::Exec {
+            pid: ev.pid,
+            from_thread: ev.tid != ev.pid,
+        });
         self.process_changes
             .push(ProcessChange::Executed { pid: ev.pid, comm });
     }

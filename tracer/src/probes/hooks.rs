@@ -4,7 +4,7 @@
 //! attached then.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap},
     path::PathBuf,
     sync::Arc,
 };
@@ -22,8 +22,9 @@ pub struct Hooks {
     cache: ObjectCache,
     choice: Choice,
     opts: AttachOptions,
-    /// Files attached (for every process, or for the one traced pid).
-    attached: HashSet<FileId>,
+    /// Files attached (for every process, or for the one traced pid),
+    /// each described ("glibc (/usr/lib/...)").
+    attached: HashMap<FileId, String>,
     /// What became of each entry point of each attached file.
     lines: Vec<HookFact>,
     /// Objects hooked, described ("jemalloc (/usr/lib/...)"), in order.
@@ -49,7 +50,7 @@ impl Hooks {
             cache: ObjectCache::default(),
             choice,
             opts,
-            attached: HashSet::new(),
+            attached: HashMap::new(),
             lines: Vec::new(),
             objects: Vec::new(),
             per_process: BTreeMap::new(),
@@ -122,11 +123,11 @@ impl Hooks {
     ) -> anyhow::Result<()> {
         let objects = program.allocators(&mut self.cache, &self.choice)?;
         for object in &objects {
-            if self.attached.contains(&object.id) {
+            if self.attached.contains_key(&object.id) {
                 continue;
             }
             let lines = loader::attach(loaded, object, attach_pid, &self.opts)?;
-            self.attached.insert(object.id);
+            self.attached.insert(object.id, object.describe());
             if self.announce {
                 let whose = pid.map(|p| format!(" for pid {p}")).unwrap_or_default();
                 let object = crate::escape::text(&object.describe()).into_owned();
@@ -175,6 +176,51 @@ impl Hooks {
         if let Err(e) = result {
             if !vanished(pid) {
                 self.failures.push((pid, format!("{e:#}")));
+            }
+        }
+    }
+
+    /// Probes for one process (`--pid`), after its exec: the objects
+    /// attached that its new image does not use are detached, and said
+    /// on stderr. Nothing is when its new image could not be read (its
+    /// old list stands).
+    pub fn detach_unused(&mut self, loaded: &mut Loaded, pid: u32) {
+        let Some(uses) = self.per_process.get(&pid) else {
+            return;
+        };
+        let unused: Vec<FileId> = self
+            .attached
+            .keys()
+            .filter(|id| !uses.iter().any(|h| h.id == **id))
+            .copied()
+            .collect();
+        for id in unused {
+            if let Some(object) = self.detach(loaded, id) {
+                crate::console::say(format_args!(
+                    "unhooked {} for pid {pid}: its new image does not use it",
+                    crate::escape::text(&object)
+                ));
+            }
+        }
+    }
+
+    /// Detaches every object: the task its probes were bound to is gone
+    /// (an exec from another thread). `hook` attaches them again.
+    pub fn detach_all(&mut self, loaded: &mut Loaded) {
+        let all: Vec<FileId> = self.attached.keys().copied().collect();
+        for id in all {
+            self.detach(loaded, id);
+        }
+    }
+
+    /// Detaches `id`'s probes and returns its description. One that
+    /// cannot be stays attached (and known as such), said on stderr.
+    fn detach(&mut self, loaded: &mut Loaded, id: FileId) -> Option<String> {
+        match loaded.detach_object(id) {
+            Ok(()) => self.attached.remove(&id),
+            Err(e) => {
+                crate::console::warn(format_args!("{}", crate::escape::text(&format!("{e:#}"))));
+                None
             }
         }
     }

@@ -19,7 +19,7 @@ use crate::{
     probes::roles,
     probes::uprobe_session,
     probes::{Limits, ProbePlacement, UnwindMode},
-    tracee::allocators::Hooked,
+    tracee::{allocators::Hooked, elf::FileId},
 };
 
 /// The BPF object built by build.rs from tracer-ebpf.
@@ -71,9 +71,9 @@ pub struct Loaded {
     map_fds: HashMap<String, OwnedFd>,
     /// The dispatcher and the session copies it tail-calls.
     session_progs: Vec<OwnedFd>,
-    /// Uprobe session links, and free's uprobe_multi links; closing them
-    /// detaches.
-    session_links: Vec<OwnedFd>,
+    /// Each attached object's links (uprobe session, uprobe_multi and
+    /// perf-event ones), for detaching one object's probes.
+    links: super::links::Links,
     /// free's program loaded for uprobe_multi links (with the session
     /// copies), when the kernel took it.
     free_multi: Option<OwnedFd>,
@@ -85,6 +85,8 @@ pub struct Loaded {
     pub code_gen: Result<(bool, Option<String>), String>,
     /// Tgids traced (FILTER_PIDS) or excluded (FILTER_ALL, FILTER_CGROUP).
     traced: aya::maps::HashMap<MapData, u32, u8>,
+    /// FILTER_CGROUP: the traced cgroup's id (0: none).
+    cgroup: Array<MapData, u64>,
     /// The unwind mode the programs were loaded for (a rejected one falls
     /// back to the next).
     unwind: UnwindMode,
@@ -122,6 +124,23 @@ impl Loaded {
         self.traced
             .insert(pid, 1, 0)
             .with_context(|| format!("adding pid {pid} to the process filter"))
+    }
+
+    /// --cgroup: the cgroup whose subtree is traced from now on, by its
+    /// id (0: none, as while the path given names no cgroup).
+    pub fn set_traced_cgroup(&mut self, id: u64) -> anyhow::Result<()> {
+        self.cgroup
+            .set(0, id, 0)
+            .context("setting the traced cgroup")
+    }
+
+    /// Detaches every probe of the attached file `object` (none: nothing).
+    pub fn detach_object(&mut self, object: FileId) -> anyhow::Result<()> {
+        let ebpf = self
+            .ebpf
+            .as_mut()
+            .context("the probes are being detached")?;
+        self.links.detach(ebpf, object)
     }
 
     pub fn remove_filtered_pid(&mut self, pid: u32) -> anyhow::Result<()> {
@@ -303,7 +322,6 @@ fn load_mode(
         .override_global("SAMPLE_RATE", &limits.sample_rate, true)
         .override_global("FILTER", &limits.filter, true)
         .override_global("COMM", &limits.comm, true)
-        .override_global("CGROUP_ID", &limits.cgroup.id, true)
         .override_global("CGROUP_LEVEL", &limits.cgroup.level, true)
         .override_global("EXP_TABLE", table.as_slice(), true)
         .override_global("FOLLOW_FORKS", &forks.follow, true)
@@ -330,6 +348,7 @@ fn load_mode(
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
     let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
     let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
+    let cgroup = object_maps::traced_cgroup(&mut ebpf, limits.cgroup.id)?;
     let unwind_maps = object_maps::take_unwind(&mut ebpf, limits)?;
     let code_gens = crate::stacks::modules::BpfCodeGens::new(
         take(&mut ebpf, tracer_common::MAPS_GEN)?,
@@ -354,11 +373,12 @@ fn load_mode(
             progs_fd,
             map_fds,
             session_progs: Vec::new(),
-            session_links: Vec::new(),
+            links: super::links::Links::default(),
             free_multi: None,
             session_error: None,
             code_gen,
             traced,
+            cgroup,
             unwind,
             features: features.clone(),
             object: std::sync::Arc::clone(object),
@@ -513,14 +533,32 @@ pub fn attach(
     pid: Option<u32>,
     opts: &AttachOptions,
 ) -> anyhow::Result<Vec<HookFact>> {
-    let host_path = object.host_path.as_path();
+    // The file parsed, whatever happens to its path while it is attached;
+    // errors name the file as the process sees it.
+    let pinned = super::pinned::Pinned::open(&object.host_path, object.id)?;
+    let attached = attach_at(loaded, object, &pinned.path(), pid, opts);
+    if attached.is_err() {
+        // What was attached of it before the failure goes too.
+        let _ = loaded.detach_object(object.id);
+    }
+    attached.with_context(|| format!("hooking {}", object.path.display()))
+}
+
+/// `attach`, with the object's file at `host_path`.
+fn attach_at(
+    loaded: &mut Loaded,
+    object: &Hooked,
+    host_path: &Path,
+    pid: Option<u32>,
+    opts: &AttachOptions,
+) -> anyhow::Result<Vec<HookFact>> {
     let module = object.path.to_string_lossy();
     let pid = pid.and_then(NonZeroU32::new);
     let planned = plan::plan(object, opts.placement)?;
     let facts = |session: bool| planned.iter().map(|p| p.fact(&module, session)).collect();
     // Kernels before 6.13 have no uprobe sessions: not tried there.
     if opts.sessions && !opts.noop && loaded.features.uprobe_session {
-        match attach_sessions(loaded, &planned, host_path, pid) {
+        match attach_sessions(loaded, &planned, (object.id, host_path), pid) {
             Ok(()) => return Ok(facts(true)),
             Err(e) => loaded.session_error = Some(format!("{e:#}")),
         }
@@ -533,7 +571,13 @@ pub fn attach(
             } else {
                 RETURN_PROGRAM
             };
-            attach_one(loaded, ret, placed.plain.0, host_path, pid)?;
+            attach_one(
+                loaded,
+                ret,
+                placed.plain.0,
+                (Some(object.id), host_path),
+                pid,
+            )?;
         }
     }
     for (role, placed) in to_attach() {
@@ -542,17 +586,24 @@ pub fn attach(
         } else {
             roles::of(role).program
         };
-        attach_one(loaded, entry, placed.plain.0, host_path, pid)?;
+        attach_one(
+            loaded,
+            entry,
+            placed.plain.0,
+            (Some(object.id), host_path),
+            pid,
+        )?;
     }
     Ok(facts(false))
 }
 
 /// Attaches the allocating functions as one uprobe session link (see
-/// uprobe_session.rs) and free as a plain uprobe.
+/// uprobe_session.rs) and free as a plain uprobe, on `object`'s file at
+/// `path`.
 fn attach_sessions(
     loaded: &mut Loaded,
     planned: &[PlannedProbe],
-    path: &Path,
+    (object, path): (FileId, &Path),
     pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
     if loaded.session_progs.is_empty() {
@@ -600,8 +651,11 @@ fn attach_sessions(
                 .ok()
         });
         match multi {
-            Some(link) => loaded.session_links.push(link),
-            None => attach_one(loaded, roles::of(role).program, p.plain.0, path, pid)?,
+            Some(link) => loaded.links.add_fd(object, link),
+            None => {
+                let free = roles::of(role).program;
+                attach_one(loaded, free, p.plain.0, (Some(object), path), pid)?;
+            }
         }
     }
     let prog = loaded.session_progs.last().context("session program")?;
@@ -612,7 +666,7 @@ fn attach_sessions(
         &cookies,
         pid.map_or(0, NonZeroU32::get),
     )?;
-    loaded.session_links.push(link);
+    loaded.links.add_fd(object, link);
     loaded.set_control(CONTROL_SESSION)
 }
 
@@ -625,14 +679,17 @@ pub fn attach_binary_entry(loaded: &mut Loaded, path: &Path) -> anyhow::Result<(
         .with_context(|| format!("{} is not an ELF file", path.display()))?;
     let offset = crate::tracee::elf::vaddr_to_file_offset(&file, file.entry())
         .with_context(|| format!("{}: its entry point is in no segment", path.display()))?;
-    attach_one(loaded, "binary_entry", offset, path, None)
+    // Not an object's: attached until the trace ends.
+    attach_one(loaded, "binary_entry", offset, (None, path), None)
 }
 
+/// Attaches `program` at `offset` in the file at `path`, recording the
+/// link as `object`'s, if given.
 fn attach_one(
     loaded: &mut Loaded,
-    program: &str,
+    program: &'static str,
     offset: u64,
-    path: &Path,
+    (object, path): (Option<FileId>, &Path),
     pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
     let scope = match pid {
@@ -643,9 +700,12 @@ fn attach_one(
         .ebpf
         .as_mut()
         .context("the probes are being detached")?;
-    uprobe(ebpf, program)?
+    let link = uprobe(ebpf, program)?
         .attach(offset, path, scope)
         .with_context(|| format!("attaching {program} at {}+{offset:#x}", path.display()))?;
+    if let Some(object) = object {
+        loaded.links.add_perf(object, program, link);
+    }
     Ok(())
 }
 
@@ -668,7 +728,7 @@ impl Loaded {
     /// period on each uprobe link it removes (0.05-0.25 s each here, idle,
     /// not CPU): spent while the report is built, not after it.
     pub fn detach_in_background(&mut self) -> Detaching {
-        let links = std::mem::take(&mut self.session_links);
+        let links = self.links.take_fds();
         let progs = std::mem::take(&mut self.session_progs);
         let ebpf = self.ebpf.take();
         Detaching(std::thread::spawn(move || detach(links, progs, ebpf)))

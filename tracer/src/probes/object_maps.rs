@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::Context as _;
 use aya::{
-    maps::{Array, PerCpuArray, PerCpuValues},
+    maps::{Array, MapData, PerCpuArray, PerCpuValues},
     Ebpf,
 };
 
@@ -44,6 +44,15 @@ pub(super) fn take_unwind(
         aya::maps::LpmTrie::try_from(take(ebpf, "UNWIND_MAPPINGS")?)?,
         Array::try_from(take(ebpf, "STATE")?)?,
     )?))
+}
+
+/// FILTER_CGROUP: the CGROUP map, holding the traced cgroup's `id` (0
+/// without --cgroup); the session writes it again when the cgroup at the
+/// path given is removed and made anew.
+pub(super) fn traced_cgroup(ebpf: &mut Ebpf, id: u64) -> anyhow::Result<Array<MapData, u64>> {
+    let mut cgroup = Array::try_from(take(ebpf, "CGROUP")?)?;
+    cgroup.set(0, id, 0).context("setting the traced cgroup")?;
+    Ok(cgroup)
 }
 
 /// Each CPU starts with its own random distance to its first sample, so

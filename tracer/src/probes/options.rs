@@ -67,7 +67,7 @@ pub struct Limits {
 
 /// `--cgroup`: the cgroup v2 id of the subtree's root (its directory's
 /// inode number) and its depth below the hierarchy's root (tracer-ebpf's
-/// CGROUP_ID and CGROUP_LEVEL). Zero without --cgroup.
+/// CGROUP map and CGROUP_LEVEL). Zero without --cgroup.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CgroupFilter {
     pub id: u64,

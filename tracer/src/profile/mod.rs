@@ -11,7 +11,7 @@ mod frames;
 mod note;
 
 pub use frames::Frames;
-pub use note::Note;
+pub use note::{CgroupRemoval, Note};
 
 /// Everything a report shows. Built once at the end of a trace.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]

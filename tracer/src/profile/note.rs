@@ -35,8 +35,20 @@ pub enum Note {
     /// --snapshot-on-peak wrote its most snapshots (`written`); `skipped`
     /// later new highs were not written.
     PeakSnapshotsCapped { written: u32, skipped: u64 },
+    /// --pid, -- CMD: the traced process exec'ed `execs` times from a
+    /// thread other than its main one; each time its probes were attached
+    /// again, and what its new image allocated before is not seen.
+    ExecsFromThreads { pid: u32, execs: u64 },
     /// --binary: process `pid` exec'ed another program.
     ExecedAway { pid: u32 },
+    /// --cgroup: the cgroup at `path` (as given, resolved in the
+    /// hierarchy) was removed during the trace, each time as `removals`
+    /// says (the first ones, bounded), `more` times beyond those.
+    CgroupRemoved {
+        path: String,
+        removals: Vec<CgroupRemoval>,
+        more: u64,
+    },
     /// The process whose exit ended the trace; `status` as `ProcessInfo::exit_status`.
     RootExited { pid: u32, status: Option<String> },
     /// Other processes that exited during the trace, and what `unfreed` of
@@ -159,6 +171,15 @@ pub enum Note {
         failed: u64,
         dropped: u64,
     },
+}
+
+/// When the traced cgroup was removed, and when a cgroup was made again
+/// at its path (None: not by the end of the trace), from the trace's
+/// start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupRemoval {
+    pub removed: std::time::Duration,
+    pub made_again: Option<std::time::Duration>,
 }
 
 impl From<String> for Note {

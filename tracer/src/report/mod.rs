@@ -6,8 +6,9 @@ use serde::Serialize;
 // The profile's data, defined in crate::profile, named here too for the
 // renderers and their callers.
 pub use crate::profile::{
-    Counts, ExitStack, Frame, GroupBy, Hook, Identity, Losses, NotFreedAtExit, Note, Peak,
-    ProcessAllocator, ProcessInfo, Profile, SnapshotPoint, StackReport, Trend, MAX_EXIT_STACKS,
+    CgroupRemoval, Counts, ExitStack, Frame, GroupBy, Hook, Identity, Losses, NotFreedAtExit, Note,
+    Peak, ProcessAllocator, ProcessInfo, Profile, SnapshotPoint, StackReport, Trend,
+    MAX_EXIT_STACKS,
 };
 
 pub mod allocator_frames;
@@ -23,6 +24,7 @@ mod json;
 mod json_layout;
 mod losses;
 mod notes;
+mod notes_cgroup;
 mod otlp;
 pub mod output;
 mod pprof;

@@ -48,6 +48,18 @@ impl fmt::Display for Note {
                 f,
                 "process {pid} exec'ed another program and was no longer traced from then on"
             ),
+            Note::CgroupRemoved {
+                path,
+                removals,
+                more,
+            } => super::notes_cgroup::removed(f, path, removals, *more),
+            Note::ExecsFromThreads { pid, execs } => write!(
+                f,
+                "process {pid} exec'ed from a thread other than its main one {}: each time its \
+                 probes were attached again for its new image, whose allocations until then \
+                 are not in the report",
+                counted(*execs, "time", "times")
+            ),
             Note::RootExited { pid, status } => root_exited(f, *pid, status.as_deref()),
             Note::ProcessesExited {
                 processes,

@@ -6,19 +6,44 @@
 //! allocator objects those processes use are hooked: the subtree's
 //! processes at the start, each exec in it, and a look at the subtree
 //! every POLL_INTERVAL for processes moved in.
+//!
+//! The path given is what is traced: a cgroup removed and made again at
+//! it (a systemd service restarted) is a new cgroup, with a new id, and
+//! the same look every POLL_INTERVAL finds it, tells the BPF filter its
+//! id, and says on stderr and in the report when the cgroup went and
+//! came back.
 
-use std::{collections::BTreeSet, path::Path};
+use std::{
+    collections::BTreeSet,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use crate::{
+    console, escape,
     probes::{hooks::Hooks, loader::Loaded, CgroupFilter},
+    report::{CgroupRemoval, Note},
     tracee::{
         cgroup::{self, TracedCgroup},
         search::Program,
     },
 };
 
+/// Removals of the cgroup the report lists one by one; those beyond are
+/// counted (a service restarted every second for a day is one note).
+const REMOVALS_KEPT: usize = 8;
+
 pub struct Cgroup {
     pub cgroup: TracedCgroup,
+    /// The path as given, resolved again when a cgroup is made at it.
+    given: PathBuf,
+    /// The cgroup at the path was removed and none is there now.
+    gone: bool,
+    /// When it was removed and made again: the first REMOVALS_KEPT.
+    removals: Vec<(Instant, Option<Instant>)>,
+    /// Removals beyond those.
+    more_removals: u64,
     /// Processes of the subtree whose allocators were looked at: bounded by
     /// the processes in the subtree (those gone leave at the next poll).
     seen: BTreeSet<u32>,
@@ -29,6 +54,10 @@ impl Cgroup {
     pub fn new(given: &Path) -> anyhow::Result<Cgroup> {
         Ok(Cgroup {
             cgroup: cgroup::resolve(given)?,
+            given: given.to_path_buf(),
+            gone: false,
+            removals: Vec::new(),
+            more_removals: 0,
             seen: BTreeSet::new(),
         })
     }
@@ -63,6 +92,7 @@ impl Cgroup {
     /// there without exec): their allocators are hooked. Returns them,
     /// whose maps to read now.
     pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> Vec<u32> {
+        self.follow_path(loaded);
         let me = std::process::id();
         let now = self.cgroup.processes();
         self.seen.retain(|pid| now.binary_search(pid).is_ok());
@@ -77,6 +107,77 @@ impl Cgroup {
             found.push(pid);
         }
         found
+    }
+
+    /// Whether the path given still names the cgroup traced (its
+    /// directory's inode is its id). One removed is no longer traced; one
+    /// made at the path (removed and made again between two looks, or
+    /// since it was found gone) is traced from now on: the BPF filter
+    /// gets its id. Each is said on stderr and kept for the report.
+    fn follow_path(&mut self, loaded: &mut Loaded) {
+        let id = std::fs::metadata(&self.cgroup.dir).ok().map(|m| m.ino());
+        match (self.gone, id) {
+            (false, Some(id)) if id == self.cgroup.id => return,
+            (true, None) => return,
+            _ => {}
+        }
+        let path = escape::text(&self.cgroup.path).into_owned();
+        if !self.gone {
+            self.gone = true;
+            // Its id names no cgroup now: nothing matches it.
+            if let Err(e) = loaded.set_traced_cgroup(0) {
+                console::warn(format_args!("{}", escape::text(&format!("{e:#}"))));
+            }
+            if self.removals.len() < REMOVALS_KEPT {
+                self.removals.push((Instant::now(), None));
+            } else {
+                self.more_removals += 1;
+            }
+            console::warn(format_args!(
+                "the cgroup {path} was removed: its processes are no longer traced; a cgroup \
+                 made again at its path will be"
+            ));
+        }
+        // Made again: the same path, so the same depth, under a new id.
+        let Ok(made) = cgroup::resolve(&self.given) else {
+            return;
+        };
+        if made.level != self.cgroup.level {
+            return;
+        }
+        if let Err(e) = loaded.set_traced_cgroup(made.id) {
+            console::warn(format_args!("{}", escape::text(&format!("{e:#}"))));
+            return;
+        }
+        self.cgroup = made;
+        self.gone = false;
+        if let Some((_, back @ None)) = self.removals.last_mut() {
+            *back = Some(Instant::now());
+        }
+        console::say(format_args!(
+            "the cgroup {path} was made again: its processes are traced from now on"
+        ));
+    }
+
+    /// What the report says of the cgroup's removals, with times from
+    /// `started` (the trace's start).
+    pub fn notes(&self, started: Instant) -> Vec<Note> {
+        if self.removals.is_empty() {
+            return Vec::new();
+        }
+        let since = |t: Instant| t.saturating_duration_since(started);
+        vec![Note::CgroupRemoved {
+            path: self.cgroup.path.clone(),
+            removals: self
+                .removals
+                .iter()
+                .map(|&(removed, made_again)| CgroupRemoval {
+                    removed: since(removed),
+                    made_again: made_again.map(since),
+                })
+                .collect(),
+            more: self.more_removals,
+        }]
     }
 
     /// `cgroup /x/y`, for the report's target.

@@ -120,8 +120,9 @@ pub fn scope_notes(
     loaded: &Loaded,
     hooks: &Hooks,
     collector: &Collector,
+    started: std::time::Instant,
 ) -> Vec<Note> {
-    let mut notes = scope.notes();
+    let mut notes = scope.notes(started);
     notes.extend(scope.fork_notes(loaded));
     for (pid, why) in hooks.failures() {
         notes.push(Note::HookFailed {

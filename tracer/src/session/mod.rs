@@ -42,7 +42,7 @@ use crate::{
     session::{
         config::TraceConfig,
         peak_snapshots::PeakSnapshots,
-        scope::{Scope, Start},
+        scope::Scope,
         settings::Settings,
         trace_loop::{Phase, Signals},
     },
@@ -163,10 +163,7 @@ impl<'a> Trace<'a> {
         // A DEBUGINFOD_URLS that does not parse is said before anything is attached.
         let names = Names::new(crate::stacks::debuginfod::Debuginfod::from_env()?);
         let features = KernelFeatures::probe()?;
-        let Start {
-            mut scope,
-            maps: initial_maps,
-        } = Scope::start(config)?;
+        let mut scope = Scope::start(config)?;
         let (mut loaded, mut maps) = loading::load(
             runtime,
             &mut signals,
@@ -197,9 +194,6 @@ impl<'a> Trace<'a> {
             modules.kernel = Some(crate::stacks::kernel_tables::KernelTables::new(Box::new(
                 unwind,
             )));
-        }
-        for m in initial_maps {
-            modules.set_maps(m.pid, m.files, m.jit);
         }
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;
@@ -355,6 +349,7 @@ impl<'a> Trace<'a> {
                 &self.loaded,
                 &self.hooks,
                 &self.collector,
+                self.started,
             ),
             root_exit_kept: self.scope.root().is_some(),
             traced_from_start: self.scope.traced_from_start(),

@@ -3,7 +3,7 @@
 //! process of a cgroup v2 subtree (`Cgroup`), or every process on the
 //! machine.
 
-use crate::collect::ProcessChange;
+use crate::collect::{Exec, ProcessChange};
 use crate::session::config::{Target, TraceConfig};
 use tracer_common::{FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS};
 
@@ -11,11 +11,7 @@ use crate::{
     collect::processes::ProcessTable,
     probes::{hooks::Hooks, loader::Loaded},
     report::{Note, ProcessInfo},
-    session::{
-        binary::Binary,
-        cgroup::Cgroup,
-        single::{InitialMaps, Single},
-    },
+    session::{binary::Binary, cgroup::Cgroup, single::Single},
     tracee::{launch::Launched, liveness::PidFd, search::Program},
 };
 
@@ -29,33 +25,23 @@ pub enum Scope {
     SystemWide,
 }
 
-/// The scope and the maps of the processes known at the start.
-pub struct Start {
-    pub scope: Scope,
-    pub maps: Vec<InitialMaps>,
-}
-
 impl Scope {
-    pub fn start(config: &TraceConfig) -> anyhow::Result<Start> {
-        let (scope, maps) = match &config.target {
-            Target::Pid(pid) => {
-                let (single, maps) =
-                    Single::attach_to(*pid, config.follow_forks, config.exited_processes)?;
-                (Scope::Single(single), vec![maps])
-            }
-            Target::Command(args) => (
-                Scope::Single(Single::start(
-                    args,
-                    config.follow_forks,
-                    config.exited_processes,
-                )?),
-                Vec::new(),
-            ),
-            Target::Binary(binary) => (Scope::Binary(Binary::new(binary)?), Vec::new()),
-            Target::Cgroup(path) => (Scope::Cgroup(Cgroup::new(path)?), Vec::new()),
-            Target::SystemWide { .. } => (Scope::SystemWide, Vec::new()),
-        };
-        Ok(Start { scope, maps })
+    pub fn start(config: &TraceConfig) -> anyhow::Result<Scope> {
+        Ok(match &config.target {
+            Target::Pid(pid) => Scope::Single(Single::attach_to(
+                *pid,
+                config.follow_forks,
+                config.exited_processes,
+            )?),
+            Target::Command(args) => Scope::Single(Single::start(
+                args,
+                config.follow_forks,
+                config.exited_processes,
+            )?),
+            Target::Binary(binary) => Scope::Binary(Binary::new(binary)?),
+            Target::Cgroup(path) => Scope::Cgroup(Cgroup::new(path)?),
+            Target::SystemWide { .. } => Scope::SystemWide,
+        })
     }
 
     /// Attaches the allocators of the processes known now (or, for a
@@ -73,10 +59,11 @@ impl Scope {
     /// Process `pid` called exec (see tracer-ebpf's process_exec): hook
     /// what its new image uses, and under --binary start or stop tracing it.
     /// True when its maps must be read now (it joined the traced set).
-    pub fn on_exec(&mut self, pid: u32, loaded: &mut Loaded, hooks: &mut Hooks) -> bool {
+    pub fn on_exec(&mut self, exec: Exec, loaded: &mut Loaded, hooks: &mut Hooks) -> bool {
+        let pid = exec.pid;
         match self {
             Scope::Single(single) => {
-                single.on_exec(pid, loaded, hooks);
+                single.on_exec(exec, loaded, hooks);
                 false
             }
             Scope::Binary(binary) => binary.on_exec(pid, loaded, hooks),
@@ -222,7 +209,7 @@ impl Scope {
         hooks: &mut Hooks,
     ) -> anyhow::Result<Vec<u32>> {
         match self {
-            Scope::Single(single) => single.begin().map(|()| Vec::new()),
+            Scope::Single(single) => single.begin(),
             Scope::SystemWide => {
                 loaded.add_filtered_pid(std::process::id())?;
                 if let Target::SystemWide { exclude, .. } = &config.target {
@@ -295,11 +282,14 @@ impl Scope {
         }
     }
 
-    /// What the report must say about the scope itself.
-    pub fn notes(&self) -> Vec<Note> {
+    /// What the report must say about the scope itself (times from
+    /// `started`, the trace's start).
+    pub fn notes(&self, started: std::time::Instant) -> Vec<Note> {
         match self {
             Scope::Binary(binary) => binary.notes(),
-            Scope::Single(_) | Scope::Cgroup(_) | Scope::SystemWide => Vec::new(),
+            Scope::Cgroup(cgroup) => cgroup.notes(started),
+            Scope::Single(single) => single.notes(),
+            Scope::SystemWide => Vec::new(),
         }
     }
 

@@ -4,20 +4,25 @@
 
 use std::ffi::OsString;
 
-use crate::collect::ProcessChange;
+use crate::collect::{Exec, ProcessChange};
 use crate::{
+    console,
     error::TraceError,
     escape,
     probes::{hooks::Hooks, loader::Loaded},
-    report::ProcessInfo,
+    report::{Note, ProcessInfo},
     session::forks::Forks,
     tracee::{
         launch::Launched,
         liveness::PidFd,
-        process::{program_of, read_cmdline, Mapping, Process},
+        process::{program_of, read_cmdline, Process},
         search::Program,
     },
 };
+
+/// How many times `--pid` reads the process's image before it falls back
+/// to the loader's rules (see `Single::hook_current_image`).
+const IMAGE_ATTEMPTS: usize = 3;
 
 pub struct Single {
     pub pid: u32,
@@ -30,14 +35,8 @@ pub struct Single {
     /// `-- CMD`: the command started, and its argv with its exact bytes
     /// escaped, for stderr.
     launched: Option<(Launched, String)>,
-}
-
-/// A process's maps read at the start: its file mappings and its
-/// anonymous executable ones (JIT code, crossed by frame pointers).
-pub struct InitialMaps {
-    pub pid: u32,
-    pub files: Vec<Mapping>,
-    pub jit: Vec<std::ops::Range<u64>>,
+    /// Its execs from a thread other than its main one (see `on_exec`).
+    execs_from_threads: u64,
 }
 
 impl Single {
@@ -46,32 +45,21 @@ impl Single {
         self.launched.is_some()
     }
 
-    /// `--pid`: the process and its maps as they are now (file mappings,
-    /// and anonymous executable ones: JIT code).
+    /// `--pid`: the process as it is now (its maps are read once its
+    /// probes are attached: see `begin`).
     /// `keep_exited`: --exited-processes, how many exited children keep
     /// their own entry (see `Forks`).
-    pub fn attach_to(
-        pid: u32,
-        follow_forks: bool,
-        keep_exited: usize,
-    ) -> anyhow::Result<(Single, InitialMaps)> {
+    pub fn attach_to(pid: u32, follow_forks: bool, keep_exited: usize) -> anyhow::Result<Single> {
         let process = Process::inspect(pid)?;
         let pidfd = PidFd::open(pid)?;
-        let single = Single {
+        Ok(Single {
             pid,
             pidfd,
             command: process.command,
             forks: Forks::new(follow_forks, keep_exited),
             launched: None,
-        };
-        Ok((
-            single,
-            InitialMaps {
-                pid,
-                files: process.mappings,
-                jit: process.jit,
-            },
-        ))
+            execs_from_threads: 0,
+        })
     }
 
     /// `-- CMD`: started, held before its first instruction.
@@ -89,6 +77,7 @@ impl Single {
             command: crate::tracee::launch::report_command(command),
             forks: Forks::new(follow_forks, keep_exited),
             launched: Some((launched, argv_shown)),
+            execs_from_threads: 0,
         })
     }
 
@@ -105,7 +94,7 @@ impl Single {
         }
         let result = loaded
             .add_filtered_pid(pid)
-            .and_then(|()| hooks.hook(loaded, &Program::running(pid)?, Some(pid), attach_pid));
+            .and_then(|()| self.hook_current_image(loaded, hooks, attach_pid));
         match result {
             // perf_event_open fails with ESRCH, or /proc/PID is gone: say
             // what happened.
@@ -120,18 +109,67 @@ impl Single {
         Ok(())
     }
 
-    /// After the probes are attached: a held command runs; a pid may have
-    /// exited meanwhile.
-    pub fn begin(&mut self) -> anyhow::Result<()> {
-        match &mut self.launched {
-            Some((launched, _)) => launched.release(),
-            None if self.pidfd.has_exited() => Err(TraceError::ExitedBeforeAttach(self.pid).into()),
-            None => Ok(()),
+    /// `--pid`: hooks the allocators of the image the process runs now.
+    /// An exec meanwhile fails an attempt (the /proc/PID/map_files/...
+    /// entries read vanish with the old image, and a new image's maps
+    /// lack its libraries until its loader maps them): the next attempt
+    /// reads the new image. Its pid is in the filter already, so an exec
+    /// after the last read is an event, handled as the trace runs. If the
+    /// attempts keep meeting execs, the loader's rules say what the image
+    /// loads, as for a process met during the trace.
+    fn hook_current_image(
+        &self,
+        loaded: &mut Loaded,
+        hooks: &mut Hooks,
+        attach_pid: Option<u32>,
+    ) -> anyhow::Result<()> {
+        let pid = self.pid;
+        let mut first_error = None;
+        for _ in 0..IMAGE_ATTEMPTS {
+            let attempt = Program::running(pid)
+                .map_err(anyhow::Error::from)
+                .and_then(|program| hooks.hook(loaded, &program, Some(pid), attach_pid));
+            match attempt {
+                Ok(()) => return Ok(()),
+                Err(e) if self.pidfd.has_exited() || is_gone(&e) => return Err(e),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        let by_loader = Program::just_executed(pid)
+            .map_err(anyhow::Error::from)
+            .and_then(|program| hooks.hook(loaded, &program, Some(pid), attach_pid));
+        match (by_loader, first_error) {
+            (Ok(()), _) => Ok(()),
+            // What its running image showed says more than the loader's
+            // rules: the error of the first attempt.
+            (Err(_), Some(e)) => Err(e),
+            (Err(e), None) => Err(e),
         }
     }
 
-    /// Process `pid` called exec: hook what its new image uses.
-    pub fn on_exec(&mut self, pid: u32, loaded: &mut Loaded, hooks: &mut Hooks) {
+    /// After the probes are attached: a held command runs; a pid may have
+    /// exited meanwhile. Returns the processes whose maps to read now:
+    /// an attached pid's, read once it is in the filter, so that any
+    /// exec after the read comes as an event (a read before could be of
+    /// an image it has left).
+    pub fn begin(&mut self) -> anyhow::Result<Vec<u32>> {
+        match &mut self.launched {
+            Some((launched, _)) => launched.release().map(|()| Vec::new()),
+            None if self.pidfd.has_exited() => Err(TraceError::ExitedBeforeAttach(self.pid).into()),
+            None => Ok(vec![self.pid]),
+        }
+    }
+
+    /// A process called exec: hook what its new image uses.
+    ///
+    /// The probes of the traced process alone (no --follow-forks) are
+    /// bound to its main task: those on files its new image does not map
+    /// are detached, and after an exec from another thread, whose task
+    /// the process now is, all are attached again for it (what the new
+    /// image allocated until then is not seen: said on stderr and in the
+    /// report).
+    pub fn on_exec(&mut self, exec: Exec, loaded: &mut Loaded, hooks: &mut Hooks) {
+        let pid = exec.pid;
         if pid == self.pid {
             let now = read_cmdline(pid);
             // Kept as it was (the kernel's name for the new image, see
@@ -139,8 +177,23 @@ impl Single {
             if !now.is_empty() {
                 self.command = now;
             }
-            let attach_pid = (!self.forks.follow).then_some(pid);
+            let alone = !self.forks.follow;
+            let rebind = alone && exec.from_thread;
+            if rebind {
+                self.execs_from_threads += 1;
+                hooks.detach_all(loaded);
+            }
+            let attach_pid = alone.then_some(pid);
             hooks.hook_running(loaded, pid, Program::just_executed(pid), attach_pid);
+            if alone {
+                hooks.detach_unused(loaded, pid);
+            }
+            if rebind {
+                console::warn(format_args!(
+                    "pid {pid} exec'ed from a thread other than its main one: its probes were \
+                     attached again for its new image, whose allocations until then are not seen"
+                ));
+            }
         } else if self.forks.executed(pid) {
             // A followed child's new image may bring another allocator.
             hooks.hook_running(loaded, pid, Program::just_executed(pid), None);
@@ -178,7 +231,17 @@ impl Single {
         }
     }
 
-    /// What is traced, for stderr: escaped already.
+    /// What the report says of the process itself.
+    pub fn notes(&self) -> Vec<Note> {
+        match self.execs_from_threads {
+            0 => Vec::new(),
+            execs => vec![Note::ExecsFromThreads {
+                pid: self.pid,
+                execs,
+            }],
+        }
+    }
+
     /// The program of a started command.
     pub fn command_path(&self) -> Option<&std::path::Path> {
         self.launched.as_ref().map(|(l, _)| l.path.as_path())

@@ -307,12 +307,13 @@ impl Trace<'_> {
     pub fn handle_execs(&mut self, budget: Duration) {
         let start = Instant::now();
         while start.elapsed() < budget {
-            let Some(pid) = self.collector.next_exec() else {
+            let Some(exec) = self.collector.next_exec() else {
                 break;
             };
+            let pid = exec.pid;
             // Gone already: nothing left to read, and no failure to hook.
             if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok()
-                && self.scope.on_exec(pid, &mut self.loaded, &mut self.hooks)
+                && self.scope.on_exec(exec, &mut self.loaded, &mut self.hooks)
             {
                 self.collector.refresh_maps(pid);
             }
