@@ -41,6 +41,7 @@ mod peak_forks;
 mod pprof;
 mod privileges;
 mod progress;
+mod python_perf;
 mod redis;
 mod replaced_on_disk;
 mod ripgrep;

@@ -34,6 +34,7 @@ pub fn run() -> Result<()> {
     stress_ng(&mut apt)?;
     go(&mut apt)?;
     nodejs(&mut apt)?;
+    pythons(&mut apt)?;
     speedscope(&mut apt)?;
     chromium(&mut apt)?;
     otlp_proto(&mut apt)?;
@@ -316,6 +317,61 @@ fn nodejs(apt: &mut Apt) -> Result<()> {
     }
     println!("installing: nodejs (for the JIT-names test)");
     apt.ensure(&["nodejs", "npm"])
+}
+
+/// The CPython versions the `-X perf` test traces (their perf
+/// trampolines: 11-byte copies in 3.12, 16 in 3.13).
+const PYTHONS: &[&str] = &["3.12.1", "3.13.0"];
+
+/// tests/integration/python_perf.rs runs pyenv's CPython 3.12 and 3.13
+/// (the newest patch release of each under `$PYENV_ROOT/versions`, or
+/// ~/.pyenv). Debian 12 has neither, and none of the package registries
+/// this project reaches ships a prebuilt CPython; machines of this kind
+/// come with them. Where one is missing, `pyenv install` builds it from
+/// python.org's source (a few minutes each on 2 cores).
+fn pythons(apt: &mut Apt) -> Result<()> {
+    let root = std::env::var_os("PYENV_ROOT").map_or_else(
+        || std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".pyenv"),
+        std::path::PathBuf::from,
+    );
+    for version in PYTHONS {
+        let minor = version.rsplit_once('.').map_or(*version, |(m, _)| m);
+        let present = std::fs::read_dir(root.join("versions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.strip_prefix(minor)
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .is_some_and(|patch| patch.parse::<u32>().is_ok())
+            })
+            .any(|e| e.path().join(format!("bin/python{minor}")).is_file());
+        if present {
+            println!("ok: CPython {minor} (pyenv, {})", root.display());
+            continue;
+        }
+        if first_line("pyenv", "--version").is_none() {
+            bail!(
+                "CPython {minor} is missing under {}/versions and pyenv is not installed: \
+                 the -X perf test needs it; install pyenv and run `pyenv install {version}`",
+                root.display()
+            );
+        }
+        println!("installing: CPython {version} with pyenv (for the -X perf test; minutes)");
+        apt.ensure(&[
+            "libssl-dev",
+            "zlib1g-dev",
+            "libffi-dev",
+            "libbz2-dev",
+            "libreadline-dev",
+            "libsqlite3-dev",
+            "liblzma-dev",
+        ])?;
+        run_cmd(Command::new("pyenv").args(["install", "--skip-existing", version]))?;
+    }
+    Ok(())
 }
 
 /// The speedscope test validates our file against the schema shipped in the

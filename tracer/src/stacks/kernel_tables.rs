@@ -19,21 +19,25 @@
 //! for is left out (the walk hands that frame to user space,
 //! `mappings_full`).
 //!
+//! Anonymous executable memory (JIT code) is walked by the frame-pointer
+//! chain, except CPython's perf trampolines, which have rows of their own
+//! (`trampolines.rs`).
+//!
 //! Held here: per file mapped by a live process or kept, a `FileTable`
 //! (about 130 bytes, its PT_LOAD list, a hash slot); per process, its trie
 //! entries (key and value, about 40 bytes each, typically 30 to 60) and
-//! the set of files it uses; all of a process's go at `drop_process`.
+//! the sets of files and trampoline shapes it uses; all of a process's go
+//! at `drop_process`.
 //!
 //! ```ignore
 //! let mut tables = KernelTables::new(Box::new(bpf_maps));
 //! tables.prepare(Path::new("/usr/bin/program")); // before it runs: built once
-//! tables.sync(pid, &maps, &objects, |object| Some((file_id_of(object), path_of(object))));
+//! tables.sync(pid, &maps, &objects, &jit, |object| Some((file_id_of(object), path_of(object))));
 //! tables.drop_process(pid);
 //! ```
 
 use std::{
     collections::{BTreeSet, HashMap},
-    ops::Range,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     time::Instant,
@@ -43,6 +47,7 @@ use tracer_common::{MappingKey, MappingValue, MAPPING_FP_ONLY, MAPPING_TABLE};
 
 use super::{
     cfi::load_bias,
+    trampolines::{JitCode, Shape},
     unwind_table::{Loads, UnwindTable, ROW_BYTES},
 };
 use crate::tracee::process::Mapping;
@@ -52,6 +57,7 @@ mod extents;
 mod kept;
 #[cfg(test)]
 mod tests;
+mod trampolines;
 
 pub use bpf::BpfUnwindMaps;
 use extents::Extents;
@@ -89,7 +95,8 @@ pub struct TableStats {
     /// Times a process began to use a file whose table could not be
     /// loaded for lack of rows (its frames in that file follow the
     /// frame-pointer chain instead): raise --unwind-rows. A file counts
-    /// once per process that maps it while it does not fit.
+    /// once per process that maps it while it does not fit; a trampoline
+    /// shape once per read of the maps that found no rows for it.
     pub rows_full: u64,
     /// Of `rows_full`: those that would have fit by evicting kept tables
     /// used in the last RECENTLY_USED (kept, so as not to thrash).
@@ -100,6 +107,9 @@ pub struct TableStats {
     /// Tables loaded for files already in use without one, once their
     /// rows could be had.
     pub loaded_late: u64,
+    /// Trampoline shapes with a table in UNWIND_ROWS now (their rows are
+    /// in `rows_used`).
+    pub trampoline_tables: u64,
     /// Files without a usable table: no CFI, malformed or oversized CFI.
     pub table_errors: u64,
     /// Mappings UNWIND_MAPPINGS had no room for.
@@ -150,12 +160,16 @@ struct ProcEntries {
     entries: HashMap<PrefixKey, MappingValue>,
     /// The files they use, once each.
     objects: BTreeSet<FileId>,
+    /// The trampoline shapes their JIT code uses, once each.
+    shapes: BTreeSet<Shape>,
 }
 
 pub struct KernelTables {
     maps: Box<dyn UnwindMaps>,
     /// One per file identity.
     files: HashMap<FileId, FileTable>,
+    /// Tables of CPython's perf trampolines, one per shape.
+    shapes: HashMap<Shape, trampolines::ShapeTable>,
     free: Extents,
     procs: HashMap<u32, ProcEntries>,
     /// Entries of `files` no process uses, and the release order's source.
@@ -176,6 +190,7 @@ impl KernelTables {
         KernelTables {
             maps,
             files: HashMap::new(),
+            shapes: HashMap::new(),
             free: Extents::new(capacity),
             procs: HashMap::new(),
             idle_files: 0,
@@ -192,22 +207,20 @@ impl KernelTables {
     /// Describes `pid`'s executable mappings to the walker: `maps` and
     /// `objects` as `Modules` holds them (same index), `open` gives an
     /// object's identity and a path to read it from (None: no table).
-    /// `jit`: anonymous executable ranges, walked by frame pointers.
+    /// `jit`: anonymous executable ranges, walked by frame pointers but
+    /// for the CPython trampolines found in them.
     pub fn sync(
         &mut self,
         pid: u32,
         maps: &[Mapping],
         objects: &[u32],
-        jit: &[Range<u64>],
+        jit: &JitCode,
         open: impl Fn(u32) -> Option<(FileId, PathBuf)>,
     ) {
         let mut want: HashMap<PrefixKey, MappingValue> = HashMap::new();
-        for r in jit.iter().filter(|r| r.start < r.end) {
-            for key in prefixes(pid, r.start, r.end) {
-                want.insert(key, fp_only());
-            }
-        }
         let old = self.procs.remove(&pid).unwrap_or_default();
+        let mut shapes = BTreeSet::new();
+        self.jit_entries(pid, jit, &mut shapes, &mut want);
         // Each file used is acquired (its users counted) as soon as it is
         // met, so that a table built later in this sync cannot evict it.
         let mut used = BTreeSet::new();
@@ -254,11 +267,15 @@ impl KernelTables {
         for object in old.objects {
             self.release(object);
         }
+        for shape in old.shapes {
+            self.release_shape(shape);
+        }
         self.procs.insert(
             pid,
             ProcEntries {
                 entries,
                 objects: used,
+                shapes,
             },
         );
     }
@@ -277,6 +294,9 @@ impl KernelTables {
         }
         for object in old.objects {
             self.release(object);
+        }
+        for shape in old.shapes {
+            self.release_shape(shape);
         }
     }
 

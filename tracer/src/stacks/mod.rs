@@ -11,5 +11,6 @@ pub mod shown_as;
 pub mod symbolize;
 mod symbolless;
 mod symtab;
+pub mod trampolines;
 pub mod unwind;
 pub(crate) mod unwind_table;

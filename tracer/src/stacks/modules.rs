@@ -11,6 +11,7 @@ use std::{
 };
 
 use super::jit::{JitNames, JitStats, JitSymbols};
+use super::trampolines::JitCode;
 use super::{
     debug_files::DebugInfo,
     roots::{open_in_root, open_mapped, path_in_root, Root, Roots},
@@ -73,8 +74,9 @@ struct Proc {
     /// Reads inside MIN_REREAD_INTERVAL so far (see `refresh`).
     quick_reads: u32,
     generation: u64,
-    /// Anonymous executable mappings (JIT code), for the kernel's walker.
-    jit: Vec<std::ops::Range<u64>>,
+    /// Anonymous executable mappings (JIT code) and the CPython
+    /// trampolines among them, for the walkers.
+    jit: JitCode,
     /// Names of its JIT code (perf map, jitdump), read when first needed.
     jit_symbols: JitSymbols,
     /// Reads that found an address range holding other code than before
@@ -98,7 +100,7 @@ impl Proc {
             last_read: None,
             quick_reads: 0,
             generation,
-            jit: Vec::new(),
+            jit: JitCode::default(),
             jit_symbols: JitSymbols::default(),
             remaps: 0,
             ended_at: HashSet::new(),
@@ -242,13 +244,25 @@ impl Modules {
         if !image_read {
             self.shown_as.note_process(pid);
         }
-        let jit = crate::tracee::process::parse_jit(&text);
-        if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.jit != jit) {
-            p.jit = jit;
-            self.describe_to_kernel(pid);
-        }
+        self.set_jit(pid, crate::tracee::process::parse_jit(&text));
         self.note_read(pid, code.as_ref());
         true
+    }
+
+    /// `pid`'s anonymous executable ranges as read now: the new ones are
+    /// read for CPython's trampolines (`trampolines.rs`); if anything
+    /// changed, they are described to the kernel's walker and the
+    /// process's generation changes (a user-space walk that stopped in
+    /// JIT code is done again).
+    fn set_jit(&mut self, pid: u32, jit: Vec<std::ops::Range<u64>>) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if p.jit.update(pid, jit) {
+            self.generations += 1;
+            p.generation = self.generations;
+            self.describe_to_kernel(pid);
+        }
     }
 
     /// /proc/PID/maps and the code generation they show: read again (at
@@ -693,8 +707,8 @@ impl Modules {
         (self.procs.len(), self.by_key.len())
     }
 
-    /// Changes each time `pid`'s maps are set (to rebuild what was built
-    /// from older ones).
+    /// Changes each time `pid`'s maps (files or JIT code) are set (to
+    /// rebuild what was built from older ones).
     pub fn generation(&self, pid: u32) -> u64 {
         self.procs.get(&pid).map_or(0, |p| p.generation)
     }
@@ -709,17 +723,16 @@ impl Modules {
         self.forget(pid);
         self.merge_maps(pid, maps);
         self.shown_as.note_process(pid);
-        if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.jit != jit) {
-            p.jit = jit;
-            self.describe_to_kernel(pid);
-        }
+        self.set_jit(pid, jit);
         let code = self.code_gens.as_ref().and_then(|g| g.current(pid));
         self.note_read(pid, code.as_ref());
     }
 
-    /// The process's anonymous executable mappings (JIT code) as last read.
-    pub fn jit(&self, pid: u32) -> &[std::ops::Range<u64>] {
-        self.procs.get(&pid).map_or(&[], |p| p.jit.as_slice())
+    /// The process's anonymous executable mappings (JIT code) as last
+    /// read, and the CPython trampolines among them.
+    pub fn jit(&self, pid: u32) -> &JitCode {
+        static NONE: JitCode = JitCode::EMPTY;
+        self.procs.get(&pid).map_or(&NONE, |p| &p.jit)
     }
 
     /// The process's file-backed mappings as last read.

@@ -13,6 +13,7 @@ use framehop::{
 };
 
 use super::cfi::{Data, FileKey, SectionCache, Sections};
+use super::trampolines::JitCode;
 use crate::tracee::process::Mapping;
 
 /// Frames beyond this many are dropped and the stack marked truncated (the
@@ -131,13 +132,14 @@ impl Unwinders {
 
     /// `jit`: the process's anonymous executable ranges (JIT code), which
     /// framehop crosses by the frame-pointer chain (V8, the JVM and .NET
-    /// keep frame pointers there). `file_of` is asked only when the
-    /// process's unwinder is (re)built.
+    /// keep frame pointers there), but for CPython's trampolines among
+    /// them, stepped by their known rule. `file_of` is asked only when
+    /// the process's unwinder is (re)built.
     pub fn unwind(
         &mut self,
         pid: u32,
         maps: &[Mapping],
-        jit: &[Range<u64>],
+        jit: &JitCode,
         sample: &Sample<'_>,
         file_of: FileOf<'_>,
     ) -> Unwound {
@@ -214,7 +216,7 @@ impl Unwinders {
 }
 
 /// Unwinds one sample; also returns how many stack bytes it read.
-fn walk(p: &mut ProcessUnwinder, jit: &[Range<u64>], s: &Sample<'_>) -> (Unwound, usize) {
+fn walk(p: &mut ProcessUnwinder, jit: &JitCode, s: &Sample<'_>) -> (Unwound, usize) {
     let mut depth = 0;
     let mut read_stack = |addr: u64| -> Result<u64, ()> {
         let off = usize::try_from(addr.checked_sub(s.sp).ok_or(())?).map_err(|_| ())?;
@@ -222,48 +224,62 @@ fn walk(p: &mut ProcessUnwinder, jit: &[Range<u64>], s: &Sample<'_>) -> (Unwound
         depth = depth.max(off + 8);
         Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
     };
-    let regs = UnwindRegsX86_64::new(s.ip, s.sp, s.bp);
-    let mut frames = p
-        .unwinder
-        .iter_frames(s.ip, regs, &mut p.cache, &mut read_stack);
-    let mut addrs = Vec::new();
-    let unwound = loop {
-        if addrs.len() == MAX_FRAMES {
-            break Unwound {
-                addrs,
-                truncated: true,
-            };
+    let mut regs = UnwindRegsX86_64::new(s.ip, s.sp, s.bp);
+    let mut frame = FrameAddress::from_instruction_pointer(s.ip);
+    let mut addrs = vec![s.ip];
+    let truncated = loop {
+        // framehop unwinds an address without a module by the frame-
+        // pointer chain: right in JIT code (anonymous executable memory),
+        // garbage elsewhere (the maps changed): stop there, unless a
+        // trampoline was there before (`JitCode::retired`).
+        let pc = frame.address().saturating_sub(1);
+        let known = |r: &Range<u64>| r.contains(&pc);
+        let mapped = p.covered.iter().any(known) || jit.ranges().iter().any(known);
+        let trampoline = if mapped {
+            jit.trampoline_at(pc)
+        } else {
+            jit.retired_at(pc)
+        };
+        if !mapped && trampoline.is_none() || addrs.len() == MAX_FRAMES {
+            break true;
         }
-        match frames.next() {
-            Ok(Some(frame)) => {
-                let addr = frame_address(frame);
-                addrs.push(addr);
-                // framehop unwinds an address without a module by the frame-
-                // pointer chain: right in JIT code (anonymous executable
-                // memory), garbage elsewhere (the maps changed): stop there.
-                let pc = addr.saturating_sub(1);
-                if !p.covered.iter().chain(jit).any(|r| r.contains(&pc)) {
-                    break Unwound {
-                        addrs,
-                        truncated: true,
-                    };
+        let next = match trampoline {
+            Some(t) => trampoline_step(
+                t.shape.cfa_offset(pc - t.range.start),
+                &mut regs,
+                &mut read_stack,
+            ),
+            None => p
+                .unwinder
+                .unwind_frame(frame, &mut regs, &mut p.cache, &mut read_stack)
+                .map_err(|_| ()),
+        };
+        match next {
+            Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                Some(f) => {
+                    addrs.push(ra);
+                    frame = f;
                 }
-            }
-            Ok(None) => {
-                break Unwound {
-                    addrs,
-                    truncated: false,
-                }
-            }
-            Err(_) => {
-                break Unwound {
-                    addrs,
-                    truncated: true,
-                }
-            }
+                None => break true,
+            },
+            Ok(None) => break false,
+            Err(()) => break true,
         }
     };
-    (unwound, depth)
+    (Unwound { addrs, truncated }, depth)
+}
+
+/// A step out of a CPython trampoline (`trampolines.rs`): the return
+/// address is at CFA - 8, the CFA is RSP + `cfa_offset`, RBP untouched.
+fn trampoline_step(
+    cfa_offset: u64,
+    regs: &mut UnwindRegsX86_64,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Result<Option<u64>, ()> {
+    let cfa = regs.sp().checked_add(cfa_offset).ok_or(())?;
+    let ra = read_stack(cfa - 8)?;
+    regs.set_sp(cfa);
+    Ok(Some(ra))
 }
 
 /// Writes one sample as a JSON line: the maps, registers, stack bytes (hex)
@@ -279,10 +295,6 @@ pub fn record_sample(out: &mut impl std::io::Write, maps: &[Mapping], s: &Sample
         "addrs": u.addrs, "truncated": u.truncated,
     });
     let _ = writeln!(out, "{line}");
-}
-
-fn frame_address(frame: FrameAddress) -> u64 {
-    frame.address()
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ mod encode;
 pub(crate) use elf::Loads;
 
 #[cfg(test)]
-use encode::decode_rule;
+pub(crate) use encode::decode_rule;
 use encode::encode_rule;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;

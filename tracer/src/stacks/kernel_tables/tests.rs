@@ -16,17 +16,17 @@ use super::{
     extents::Extents, kept::Evictable, prefixes, FileId, KernelTables, PrefixKey, UnwindMaps,
     RECENTLY_USED, UNUSED_TABLE_TTL,
 };
-use crate::tracee::process::Mapping;
+use crate::{stacks::trampolines::JitCode, tracee::process::Mapping};
 
 #[derive(Default)]
-struct Fake {
-    rows: Vec<u64>,
-    mappings: HashMap<PrefixKey, MappingValue>,
+pub(super) struct Fake {
+    pub(super) rows: Vec<u64>,
+    pub(super) mappings: HashMap<PrefixKey, MappingValue>,
     max_mappings: usize,
 }
 
 #[derive(Clone)]
-struct Shared(Rc<RefCell<Fake>>);
+pub(super) struct Shared(pub(super) Rc<RefCell<Fake>>);
 
 impl UnwindMaps for Shared {
     fn rows_capacity(&self) -> u32 {
@@ -52,7 +52,7 @@ impl UnwindMaps for Shared {
     }
 }
 
-fn fake(rows: usize, max_mappings: usize) -> (Shared, KernelTables) {
+pub(super) fn fake(rows: usize, max_mappings: usize) -> (Shared, KernelTables) {
     let shared = Shared(Rc::new(RefCell::new(Fake {
         rows: vec![0; rows],
         mappings: HashMap::new(),
@@ -89,7 +89,7 @@ fn own_text(shift: u64) -> (Mapping, PathBuf) {
 }
 
 /// The walker's lookup: the longest prefix covering (pid, addr).
-fn lookup(f: &Fake, pid: u32, addr: u64) -> Option<MappingValue> {
+pub(super) fn lookup(f: &Fake, pid: u32, addr: u64) -> Option<MappingValue> {
     (0..=96u32).rev().find_map(|len| {
         let mut bits = u128::from(pid) << 64 | u128::from(addr);
         bits &= !0u128 << (96 - len) & ((1u128 << 96) - 1);
@@ -129,10 +129,10 @@ fn a_file_mapped_by_two_processes_is_loaded_once_and_kept_after_the_last() {
     let (a, path) = own_text(0);
     let (b, _) = own_text(0x1000_0000);
     let open = |_| Some(((1, 1), path.clone()));
-    tables.sync(1, std::slice::from_ref(&a), &[5], &[], open);
+    tables.sync(1, std::slice::from_ref(&a), &[5], &JitCode::EMPTY, open);
     let rows = tables.stats.rows_used;
     assert!(rows > 100, "the test binary has CFI: {rows} rows");
-    tables.sync(2, std::slice::from_ref(&b), &[5], &[], open);
+    tables.sync(2, std::slice::from_ref(&b), &[5], &JitCode::EMPTY, open);
     assert_eq!(tables.stats.rows_used, rows, "shared, not loaded twice");
     assert_eq!(tables.stats.files, 1);
     {
@@ -163,7 +163,7 @@ fn a_file_mapped_by_two_processes_is_loaded_once_and_kept_after_the_last() {
 fn a_table_too_large_for_the_rows_is_counted_and_its_frames_use_frame_pointers() {
     let (shared, mut tables) = fake(16, 1 << 16);
     let (a, path) = own_text(0);
-    tables.sync(1, std::slice::from_ref(&a), &[0], &[], |_| {
+    tables.sync(1, std::slice::from_ref(&a), &[0], &JitCode::EMPTY, |_| {
         Some(((1, 1), path.clone()))
     });
     assert_eq!(tables.stats.rows_full, 1);
@@ -177,7 +177,7 @@ fn a_table_too_large_for_the_rows_is_counted_and_its_frames_use_frame_pointers()
 fn mappings_the_trie_has_no_room_for_are_counted() {
     let (_, mut tables) = fake(1 << 20, 1);
     let (a, path) = own_text(0x1234_5000);
-    tables.sync(1, std::slice::from_ref(&a), &[0], &[], |_| {
+    tables.sync(1, std::slice::from_ref(&a), &[0], &JitCode::EMPTY, |_| {
         Some(((1, 1), path.clone()))
     });
     assert!(tables.stats.mappings_full > 0);
@@ -188,9 +188,9 @@ fn a_resync_changes_only_what_changed_and_exec_drops_everything() {
     let (shared, mut tables) = fake(1 << 20, 1 << 16);
     let (a, path) = own_text(0);
     let open = |_| Some(((1, 1), path.clone()));
-    tables.sync(1, std::slice::from_ref(&a), &[0], &[], open);
+    tables.sync(1, std::slice::from_ref(&a), &[0], &JitCode::EMPTY, open);
     let before = shared.0.borrow().mappings.len();
-    tables.sync(1, std::slice::from_ref(&a), &[0], &[], open);
+    tables.sync(1, std::slice::from_ref(&a), &[0], &JitCode::EMPTY, open);
     assert_eq!(shared.0.borrow().mappings.len(), before);
     assert_eq!(
         tables.stats.rows_written, tables.stats.rows_used,
@@ -199,7 +199,7 @@ fn a_resync_changes_only_what_changed_and_exec_drops_everything() {
     // A file that cannot be read: described as frame-pointer only.
     let (b, _) = own_text(0x4000_0000);
     let missing = std::path::PathBuf::from("/nonexistent/file");
-    tables.sync(1, &[a.clone(), b.clone()], &[0, 1], &[], |o| {
+    tables.sync(1, &[a.clone(), b.clone()], &[0, 1], &JitCode::EMPTY, |o| {
         Some(if o == 0 {
             ((1, 1), path.clone())
         } else {
@@ -225,9 +225,9 @@ fn a_prepared_table_is_built_once_kept_until_used_and_kept_after() {
     );
     tables.prepare(&path);
     assert_eq!(tables.stats.files, 1);
-    tables.sync(9, &[], &[], &[], |_| None);
+    tables.sync(9, &[], &[], &JitCode::EMPTY, |_| None);
     assert_eq!(tables.stats.files, 1, "kept while unused");
-    tables.sync(1, std::slice::from_ref(&a), &[0], &[], |_| {
+    tables.sync(1, std::slice::from_ref(&a), &[0], &JitCode::EMPTY, |_| {
         Some((id, path.clone()))
     });
     assert_eq!(
@@ -268,7 +268,7 @@ fn own_rows() -> u32 {
 /// Runs process `pid` mapping file `id` (this binary) at its own address.
 fn run(tables: &mut KernelTables, pid: u32, id: FileId) {
     let (a, path) = own_text(0);
-    tables.sync(pid, std::slice::from_ref(&a), &[0], &[], |_| {
+    tables.sync(pid, std::slice::from_ref(&a), &[0], &JitCode::EMPTY, |_| {
         Some((id, path.clone()))
     });
 }
@@ -533,7 +533,7 @@ fn a_kept_table_is_not_reused_for_another_file_with_the_same_identity() {
     tables.drop_process(1);
     let (a, _) = own_text(0);
     let other = PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6");
-    tables.sync(2, std::slice::from_ref(&a), &[0], &[], |_| {
+    tables.sync(2, std::slice::from_ref(&a), &[0], &JitCode::EMPTY, |_| {
         Some(((1, 1), other.clone()))
     });
     assert_eq!(tables.stats.tables_built, 2, "built again");

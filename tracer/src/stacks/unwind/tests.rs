@@ -94,7 +94,7 @@ fn unwind(f: &Fixture, stack: &[u8]) -> Unwound {
         bp: f.bp,
         stack,
     };
-    u.unwind(1, &f.maps, &[], &sample, &fixture_file)
+    u.unwind(1, &f.maps, &JitCode::EMPTY, &sample, &fixture_file)
 }
 
 #[test]
@@ -125,8 +125,8 @@ fn processes_mapping_one_file_share_its_parsed_sections() {
         bp: f.bp,
         stack: &f.stack,
     };
-    let first = u.unwind(1, &f.maps, &[], &sample, &fixture_file);
-    let second = u.unwind(2, &f.maps, &[], &sample, &fixture_file);
+    let first = u.unwind(1, &f.maps, &JitCode::EMPTY, &sample, &fixture_file);
+    let second = u.unwind(2, &f.maps, &JitCode::EMPTY, &sample, &fixture_file);
     assert_eq!(first, second);
     // Only the fixture binary exists here (its libc does not).
     assert_eq!(u.held(), (2, 1), "two unwinders, one parsed file");
@@ -156,4 +156,47 @@ fn an_ip_outside_every_module_gives_a_truncated_one_frame_stack() {
     let got = unwind(&f, &stack);
     assert!(got.truncated);
     assert_eq!(got.addrs.first(), Some(&0x10));
+}
+
+/// CPython's trampolines (`trampolines.rs`) are stepped by their rule, not
+/// by the frame-pointer chain (RBP here is garbage, as in Python's eval
+/// loop), also after the maps stopped showing them (Python unmaps its
+/// arenas as it exits, before late samples are unwound).
+#[test]
+fn trampolines_are_stepped_by_their_rule_also_once_unmapped() {
+    use crate::stacks::trampolines::{Shape, TrampolineSpan};
+    const BASE: u64 = 0x7f00_0000_0000;
+    let span = TrampolineSpan {
+        range: BASE..BASE + 0x10000,
+        shape: Shape {
+            endbr: false,
+            stride: 11,
+        },
+    };
+    let sp = 0x7ffc_0000_1000u64;
+    // The stack at `sp`: in the first copy's frame (RSP + 16 at its call)
+    // the return address into the second copy, then in its frame one into
+    // code nothing maps.
+    let words: [u64; 4] = [0, BASE + 11 + 6, 0, 0x1234];
+    let stack: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let sample = Sample {
+        ip: BASE + 6,
+        sp,
+        bp: 0xdead_beef,
+        stack: &stack,
+    };
+    let mut jit = JitCode::with(vec![span.range.clone()], vec![span]);
+    let want = Unwound {
+        addrs: vec![BASE + 6, BASE + 17, 0x1234],
+        truncated: true,
+    };
+    let mut u = Unwinders::default();
+    assert_eq!(u.unwind(1, &[], &jit, &sample, &|_| None), want);
+    assert!(jit.update_with(Vec::new(), |_| Vec::new()));
+    assert_eq!(u.unwind(1, &[], &jit, &sample, &|_| None), want);
+    // Without them the walk ends at the first trampoline.
+    assert_eq!(
+        u.unwind(1, &[], &JitCode::EMPTY, &sample, &|_| None).addrs,
+        vec![BASE + 6]
+    );
 }
