@@ -11,7 +11,7 @@ use std::{
 
 use axum::{http::StatusCode, response::Response};
 
-use super::routes::{error, pprof, App, MinAge, MAX_DELTAS, MAX_DELTA_SECS};
+use super::app::{error, pprof, App, MinAge, MAX_DELTAS, MAX_DELTA_SECS};
 use crate::report::{Counts, Note, Profile, StackReport, View};
 
 /// Answers `?seconds=TEXT`: waits the window out on the server's event

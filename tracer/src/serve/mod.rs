@@ -7,8 +7,9 @@
 //! hands back an `Arc<Profile>`, and the server renders it. A slow, stuck
 //! or malformed client therefore costs the loop nothing; the only work the
 //! loop does for HTTP is one snapshot at a time, and recent ones are
-//! shared by every request (see `routes::App::snapshot`).
+//! shared by every request (see `app::App::snapshot`).
 
+mod app;
 mod chart;
 mod conns;
 mod delta;
@@ -28,7 +29,7 @@ use crate::{report::Profile, trace_stats::TraceStats};
 /// Longest a connection lives, whatever it does: a delta profile's window
 /// plus time to build and send it.
 const CONNECTION_TIME: Duration =
-    Duration::from_secs(routes::MAX_DELTA_SECS + routes::REQUEST_SLACK_SECS);
+    Duration::from_secs(app::MAX_DELTA_SECS + app::REQUEST_SLACK_SECS);
 /// Largest request head read (hyper's smallest buffer allowed is 8 KiB).
 const MAX_REQUEST_HEAD: usize = 16 * 1024;
 
@@ -124,7 +125,7 @@ impl Bound {
         // between all its requests.
         let (requests, receiver) = mpsc::channel(1);
         let (stop, stopped) = oneshot::channel();
-        let app = Arc::new(routes::App::new(requests, target));
+        let app = Arc::new(app::App::new(requests, target));
         let listener = self.listener;
         let thread = std::thread::Builder::new()
             .name("memtrace-serve".into())
@@ -176,7 +177,7 @@ impl Drop for Server {
 
 fn serve_thread(
     listener: std::net::TcpListener,
-    app: Arc<routes::App>,
+    app: Arc<app::App>,
     stopped: oneshot::Receiver<()>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -203,7 +204,7 @@ fn serve_thread(
 /// stop; then ends the app's requests and drains the connections.
 async fn accept_loop(
     listener: std::net::TcpListener,
-    app: Arc<routes::App>,
+    app: Arc<app::App>,
     mut stopped: oneshot::Receiver<()>,
 ) -> anyhow::Result<()> {
     let listener =
