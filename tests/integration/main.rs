@@ -57,4 +57,5 @@ mod speedscope;
 mod tables;
 mod tables_tokio;
 mod temporary;
+mod traced_server;
 mod unwind;
