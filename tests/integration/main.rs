@@ -60,4 +60,5 @@ mod speedscope;
 mod tables;
 mod tables_tokio;
 mod temporary;
+mod traced_server;
 mod unwind;
