@@ -1,26 +1,34 @@
 //! `cargo xtask dist`: target/dist/memtrace-bpf_VERSION_amd64.deb, built
-//! with dpkg-deb from
+//! by cargo-deb from `[package.metadata.deb]` in tracer/Cargo.toml:
 //!
 //! - the release binary (the BPF object is inside it: tracer/build.rs
 //!   builds it and probes/loader.rs embeds it with `include_bytes_aligned!`),
-//!   its debug info stripped;
+//!   stripped as Debian ships binaries (the BPF object is data in .rodata
+//!   and stays);
 //! - man pages and bash, zsh and fish completions generated from the clap
 //!   definition by tracer/examples/dist_assets.rs;
 //! - docs/*.md in /usr/share/doc/memtrace-bpf, where --help's and the man
-//!   pages' docs/NAME.md pointers lead;
+//!   pages' docs/NAME.md pointers lead, with dist/copyright and
+//!   dist/changelog (a native package's changelog.gz);
 //! - dist/memtrace-bpf.service (a system-wide sampled trace served on
 //!   127.0.0.1:6060) and dist/memtrace-bpf.default, installed as
 //!   /etc/default/memtrace-bpf and marked a conffile (dpkg keeps the
-//!   administrator's edits across upgrades).
+//!   administrator's edits across upgrades);
+//! - maintainer scripts: dh_installsystemd's fragments (the unit is not
+//!   enabled or started on install, is stopped on remove, restarted on
+//!   upgrade if it ran; its enable links go on purge) and
+//!   dist/debian/postrm, which removes /var/lib/memtrace-bpf on purge.
 //!
 //! `Depends:` comes from dpkg-shlibdeps (the libc6 and libgcc-s1 versions
 //! the binary's symbol versions need); `Version:` is memtrace-bpf's version
-//! in Cargo.toml. The last line on stdout is the package's path.
+//! in Cargo.toml, without a Debian revision. The last line on stdout is the
+//! package's path.
 //!
 //! `--dev` packages the dev-profile binary into target/dist-dev instead:
 //! the same package from the build the tests already make (the package
 //! test and `cargo xtask test` use it; the release build takes 5-12
-//! minutes more on two cores).
+//! minutes more on two cores). cargo-deb 3.8 warns that it may refuse the
+//! dev profile in a future release; its version is pinned in setup.rs.
 
 use std::{fs, path::Path, process::Command, time::Instant};
 
@@ -29,30 +37,7 @@ use anyhow::{bail, Context, Result};
 use crate::cmd::{cargo, describe, output_timeout, repo_root, run, target_dir};
 
 const PACKAGE: &str = "memtrace-bpf";
-const ARCH: &str = "amd64";
-/// Where the package's files go; the unit names /usr/bin/memtrace-bpf.
-const BIN_PATH: &str = "usr/bin/memtrace-bpf";
-/// Debian 12 (bookworm) and older look for units here; with merged /usr it
-/// is /usr/lib/systemd/system too.
-const UNIT_PATH: &str = "lib/systemd/system/memtrace-bpf.service";
-const DEFAULT_PATH: &str = "etc/default/memtrace-bpf";
-const MAN_DIR: &str = "usr/share/man/man1";
-const DOC_DIR: &str = "usr/share/doc/memtrace-bpf";
-/// (file written by dist_assets under completions/, where the shell looks).
-const COMPLETIONS: &[(&str, &str)] = &[
-    (
-        "memtrace-bpf.bash",
-        "usr/share/bash-completion/completions/memtrace-bpf",
-    ),
-    (
-        "_memtrace-bpf",
-        "usr/share/zsh/vendor-completions/_memtrace-bpf",
-    ),
-    (
-        "memtrace-bpf.fish",
-        "usr/share/fish/vendor_completions.d/memtrace-bpf.fish",
-    ),
-];
+/// Written by dist_assets; installed gzipped, as Debian installs man pages.
 const MAN_PAGES: &[&str] = &[
     "memtrace-bpf.1",
     "memtrace-bpf-report.1",
@@ -69,215 +54,80 @@ pub fn run_dist(dev: bool) -> Result<()> {
     }
     crate::setup::for_dist()?;
     let root = repo_root();
-    let mut build = cargo();
-    build.current_dir(&root).arg("build");
-    if !dev {
-        build.arg("--release");
-    }
-    run(build.args(["-p", PACKAGE, "--bin", PACKAGE, "--example", "dist_assets"]))?;
-    let (release, out) = match dev {
-        false => (target_dir().join("release"), target_dir().join("dist")),
-        true => (target_dir().join("debug"), target_dir().join("dist-dev")),
+    let (profile, profile_dir, out) = match dev {
+        false => ("release", "release", target_dir().join("dist")),
+        true => ("dev", "debug", target_dir().join("dist-dev")),
     };
-    let stage = out.join("root");
-    if stage.exists() {
-        fs::remove_dir_all(&stage).with_context(|| format!("removing {}", stage.display()))?;
+    run(cargo().current_dir(&root).args([
+        "build",
+        "--profile",
+        profile,
+        "-p",
+        PACKAGE,
+        "--bin",
+        PACKAGE,
+        "--example",
+        "dist_assets",
+    ]))?;
+    let built = target_dir().join(profile_dir);
+    // Where the assets in [package.metadata.deb] say (target/release/
+    // there stands for the packaged profile's directory).
+    let assets = built.join("dist-assets");
+    if assets.exists() {
+        fs::remove_dir_all(&assets).with_context(|| format!("removing {}", assets.display()))?;
     }
-    let assets = out.join("assets");
-    run(Command::new(release.join("examples/dist_assets")).arg(&assets))?;
-
-    let bin = stage.join(BIN_PATH);
-    make_parent(&bin)?;
-    // Debian ships binaries without debug info; the symbol table stays (for
-    // backtraces). The BPF object is data in .rodata and is kept.
-    run(Command::new("objcopy")
-        .arg("--strip-debug")
-        .arg(release.join(PACKAGE))
-        .arg(&bin))?;
+    run(Command::new(built.join("examples/dist_assets")).arg(&assets))?;
     for page in MAN_PAGES {
-        let dest = stage.join(MAN_DIR).join(format!("{page}.gz"));
-        gzip_to(&assets.join(page), &dest)?;
+        gzip(&assets.join(page))?;
     }
-    for (file, dest) in COMPLETIONS {
-        install(&assets.join("completions").join(file), &stage.join(dest))?;
+    if out.exists() {
+        fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
-    let dist = root.join("dist");
-    install(&dist.join("memtrace-bpf.service"), &stage.join(UNIT_PATH))?;
-    install(
-        &dist.join("memtrace-bpf.default"),
-        &stage.join(DEFAULT_PATH),
-    )?;
-    install(
-        &dist.join("copyright"),
-        &stage.join(DOC_DIR).join("copyright"),
-    )?;
-    // The documents --help and the man pages name as docs/NAME.md (the
-    // man pages' FILES section says where they are).
-    for entry in fs::read_dir(root.join("docs")).context("reading docs/")? {
-        let path = entry?.path();
-        if let Some(name) = path
-            .file_name()
-            .filter(|_| path.extension() == Some("md".as_ref()))
-        {
-            install(&path, &stage.join(DOC_DIR).join(name))?;
-        }
-    }
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
 
-    let version = package_version()?;
-    let depends = shlib_depends(&bin, &out)?;
-    let debian = stage.join("DEBIAN");
-    fs::create_dir_all(&debian)?;
-    fs::write(
-        debian.join("control"),
-        control(&version, &depends, installed_kib(&stage)?),
-    )?;
-    // debhelper would list every file under /etc; built by hand, the
-    // package lists its one conffile itself.
-    fs::write(debian.join("conffiles"), format!("/{DEFAULT_PATH}\n"))?;
-
-    let deb = out.join(format!("{PACKAGE}_{version}_{ARCH}.deb"));
-    run(Command::new("dpkg-deb")
-        .args(["--root-owner-group", "--build"])
-        .arg(&stage)
-        .arg(&deb))?;
-    eprintln!(
-        "xtask: dist took {:.0} s; install with `apt install {}` (or dpkg -i)",
-        started.elapsed().as_secs_f64(),
-        deb.display()
-    );
-    println!("{}", deb.display());
-    Ok(())
-}
-
-/// memtrace-bpf's version as Cargo.toml gives it (`cargo metadata`).
-fn package_version() -> Result<String> {
-    let out = output_timeout(
-        cargo()
-            .current_dir(repo_root())
-            .args(["metadata", "--no-deps", "--format-version", "1"]),
-        std::time::Duration::from_secs(120),
-    )?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let version = meta["packages"]
-        .as_array()
-        .and_then(|p| p.iter().find(|p| p["name"] == PACKAGE))
-        .and_then(|p| p["version"].as_str())
-        .context("cargo metadata lists no memtrace-bpf package with a version")?;
-    // Debian versions may not contain `-` without a Debian revision; a
-    // Cargo pre-release (0.2.0-rc.1) sorts before its release with `~`.
-    Ok(version.replacen('-', "~", 1))
-}
-
-/// `Depends:` for `bin` from dpkg-shlibdeps, which reads the shared
-/// libraries it needs and the symbol versions it uses. It insists on a
-/// debian/control, so it runs in a scratch directory holding a minimal one.
-fn shlib_depends(bin: &Path, out: &Path) -> Result<String> {
-    let work = out.join("shlibdeps");
-    fs::create_dir_all(work.join("debian"))?;
-    fs::write(
-        work.join("debian/control"),
-        format!("Source: {PACKAGE}\n\nPackage: {PACKAGE}\nArchitecture: {ARCH}\n"),
-    )?;
-    let mut cmd = Command::new("dpkg-shlibdeps");
-    cmd.current_dir(&work).arg("-O").arg(bin);
-    let result = output_timeout(&mut cmd, std::time::Duration::from_secs(120))?;
-    let _ = fs::remove_dir_all(&work);
+    let mut deb = cargo();
+    deb.current_dir(&root)
+        .args(["deb", "-p", PACKAGE, "--no-build", "--profile", profile])
+        // Stripped in the package; no -dbgsym package beside it.
+        .args(["--strip", "--no-separate-debug-symbols", "--no-dbgsym"])
+        .arg("--output")
+        .arg(&out);
+    let result = output_timeout(&mut deb, std::time::Duration::from_secs(600))?;
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    eprint!("{stderr}");
     if !result.status.success() {
-        bail!(
-            "`{}` failed: {}",
-            describe(&cmd),
-            String::from_utf8_lossy(&result.stderr)
-        );
+        bail!("`{}` failed ({}): {stdout}", describe(&deb), result.status);
     }
-    let text = String::from_utf8_lossy(&result.stdout);
-    let depends = text
+    // cargo-deb prints the package's path as its last line.
+    let path = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("shlibs:Depends="))
-        .with_context(|| format!("dpkg-shlibdeps printed no shlibs:Depends line: {text}"))?;
-    if !depends.contains("libc6") {
-        bail!("dpkg-shlibdeps found no libc6 dependency ({depends}): is the binary static?");
-    }
-    Ok(depends.trim().to_owned())
-}
-
-fn control(version: &str, depends: &str, installed_kib: u64) -> String {
-    format!(
-        "Package: {PACKAGE}\n\
-         Version: {version}\n\
-         Architecture: {ARCH}\n\
-         Maintainer: memtrace-bpf developers <memtrace-bpf@localhost>\n\
-         Installed-Size: {installed_kib}\n\
-         Depends: {depends}\n\
-         Section: devel\n\
-         Priority: optional\n\
-         Description: trace live heap allocations of running processes with eBPF\n \
-         memtrace-bpf attaches uprobes to the allocator functions (glibc, jemalloc,\n \
-         tcmalloc, mimalloc) of running processes, samples allocations with their\n \
-         call stacks and reports where the outstanding memory was allocated: text,\n \
-         collapsed stacks, flamegraph SVG, JSON, pprof, speedscope, or over HTTP\n \
-         for go tool pprof, Pyroscope, Parca and Prometheus.\n \
-         .\n \
-         The memtrace-bpf service (not enabled on install) traces every process\n \
-         with sampled allocations and serves the live profile on 127.0.0.1:6060;\n \
-         its flags are in /etc/default/memtrace-bpf. Needs a kernel with uprobes\n \
-         and BTF; runs as root.\n"
-    )
-}
-
-/// The staged files' size in KiB, as dpkg expects in `Installed-Size`.
-fn installed_kib(stage: &Path) -> Result<u64> {
-    fn walk(dir: &Path, total: &mut u64) -> Result<()> {
-        for entry in fs::read_dir(dir)? {
-            let entry = entry?;
-            let meta = entry.metadata()?;
-            if meta.is_dir() {
-                walk(&entry.path(), total)?;
-            } else {
-                *total += meta.len().div_ceil(1024);
-            }
-        }
-        Ok(())
-    }
-    let mut total = 0;
-    walk(stage, &mut total)?;
-    Ok(total)
-}
-
-fn make_parent(path: &Path) -> Result<()> {
-    let parent = path.parent().context("a path inside the staging tree")?;
-    fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))
-}
-
-/// Copies `from` to `to` with mode 0644 (the repository's modes do not
-/// matter; the package's do).
-fn install(from: &Path, to: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    make_parent(to)?;
-    fs::copy(from, to)
-        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
-    fs::set_permissions(to, fs::Permissions::from_mode(0o644))?;
+        .last()
+        .filter(|l| Path::new(l).extension() == Some("deb".as_ref()))
+        .with_context(|| format!("`{}` printed no .deb path: {stdout}", describe(&deb)))?;
+    eprintln!(
+        "xtask: dist took {:.0} s; install with `apt install {path}` (or dpkg -i)",
+        started.elapsed().as_secs_f64(),
+    );
+    println!("{path}");
     Ok(())
 }
 
 /// `gzip -9n` (no name or time stamp: the same input gives the same bytes)
-/// of `from` into `to`, as Debian installs man pages.
-fn gzip_to(from: &Path, to: &Path) -> Result<()> {
-    make_parent(to)?;
-    let file = fs::File::create(to).with_context(|| format!("creating {}", to.display()))?;
+/// of `path` into `path.gz`.
+fn gzip(path: &Path) -> Result<()> {
+    let mut to = path.as_os_str().to_owned();
+    to.push(".gz");
+    let to = std::path::PathBuf::from(to);
+    let file = fs::File::create(&to).with_context(|| format!("creating {}", to.display()))?;
     let status = Command::new("gzip")
         .args(["-9n", "-c"])
-        .arg(from)
+        .arg(path)
         .stdout(file)
         .status()
         .context("running gzip")?;
     if !status.success() {
-        bail!("gzip {} failed ({status})", from.display());
+        bail!("gzip {} failed ({status})", path.display());
     }
     Ok(())
 }

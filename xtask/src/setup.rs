@@ -15,6 +15,10 @@ const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 /// 0.13 is the series known to build with stable 1.95 and LLVM 22.
 const BPF_LINKER_VERSION: &str = "~0.13";
+/// `cargo xtask dist` builds the package with it; the version whose
+/// systemd fragments and options (`--no-build --profile`, `revision = ""`)
+/// dist.rs and the package test were written against.
+const CARGO_DEB_VERSION: &str = "3.8.0";
 
 pub fn run() -> Result<()> {
     let mut apt = Apt::default();
@@ -82,13 +86,12 @@ pub fn for_dist() -> Result<()> {
     packaging(&mut apt)
 }
 
-/// `cargo xtask dist`: dpkg-deb (dpkg), dpkg-shlibdeps (dpkg-dev), objcopy
-/// (binutils) and gzip.
+/// `cargo xtask dist`: cargo-deb, and what it runs: dpkg-shlibdeps
+/// (dpkg-dev) for `Depends:` and strip (binutils); gzip for the man pages.
 fn packaging(apt: &mut Apt) -> Result<()> {
     for (program, package) in [
-        ("dpkg-deb", "dpkg"),
         ("dpkg-shlibdeps", "dpkg-dev"),
-        ("objcopy", "binutils"),
+        ("strip", "binutils"),
         ("gzip", "gzip"),
     ] {
         if let Some(v) = first_line(program, "--version") {
@@ -98,15 +101,43 @@ fn packaging(apt: &mut Apt) -> Result<()> {
         println!("installing: {package} (for `{program}` in `cargo xtask dist`)");
         apt.ensure(&[package])?;
     }
+    cargo_deb()
+}
+
+fn cargo_deb() -> Result<()> {
+    let wanted = format!("cargo-deb {CARGO_DEB_VERSION}");
+    match first_line("cargo-deb", "--version") {
+        Some(v) if v == wanted => {
+            println!("ok: {v}");
+            return Ok(());
+        }
+        Some(v) => println!("installing: {wanted} (for `cargo xtask dist`; found {v})"),
+        None => println!("installing: {wanted} (for `cargo xtask dist`, about two minutes)"),
+    }
+    run_cmd(cargo().args([
+        "install",
+        "cargo-deb",
+        "--version",
+        &format!("={CARGO_DEB_VERSION}"),
+        "--locked",
+        "--force",
+    ]))?;
+    let v = first_line("cargo-deb", "--version")
+        .context("cargo-deb was installed but does not run: is ~/.cargo/bin on PATH?")?;
+    println!("ok: {v}");
     Ok(())
 }
 
 /// The package test checks what it installs with the programs that will
 /// read it: `systemd-analyze verify` (systemd) for the unit, groff and
-/// `man` (man-db) for the man pages, bash, zsh and fish for the completions.
+/// `man` (man-db) for the man pages, bash, zsh and fish for the completions,
+/// lintian for the whole, and systemd-nspawn (systemd-container) boots a
+/// systemd to install, run and remove the service under.
 fn package_checkers(apt: &mut Apt) -> Result<()> {
     for (program, arg, package) in [
         ("systemd-analyze", "--version", "systemd"),
+        ("lintian", "--version", "lintian"),
+        ("systemd-nspawn", "--version", "systemd-container"),
         ("groff", "--version", "groff"),
         ("man", "--version", "man-db"),
         ("zsh", "--version", "zsh"),
