@@ -17,9 +17,10 @@
 //! described: it sends the stack from the leaf for user space to unwind
 //! after it has read the maps again.
 //!
-//! Both maps hold at most MAPS_GEN_ENTRIES processes; an entry goes at the
-//! process's exit and exec (process.rs), and with user space's read of a
-//! process that is gone. A process without a MAPS_READ entry (the map was
+//! A traced process that execs gets a MAPS_READ entry of 0 at once, so
+//! that its mappings count before user space reads its maps. Both maps
+//! hold at most MAPS_GEN_ENTRIES processes; an entry goes at the process's
+//! exit and exec (process.rs), and when user space drops a process. A process without a MAPS_READ entry (the map was
 //! full) keeps generation 0, as before this existed.
 
 use aya_ebpf::{
@@ -154,6 +155,13 @@ pub(crate) fn code_gen(pid: u32) -> (u32, bool) {
     // SAFETY: as above.
     let read = unsafe { MAPS_READ.get(pid) }.copied();
     (gen, read != Some(gen))
+}
+
+/// A traced process exec'ed: its generations count from 0, as if user
+/// space had read its maps before the new image mapped anything.
+#[inline(always)]
+pub(crate) fn track_from_exec(pid: u32) {
+    let _ = MAPS_READ.insert(pid, 0, 0);
 }
 
 /// The process exited or exec'ed: its maps are to be read anew.

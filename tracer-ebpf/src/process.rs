@@ -44,6 +44,10 @@ pub fn process_exec(ctx: RawTracePointContext) -> i32 {
     if !wanted || stopped() {
         return 0;
     }
+    // The new image's executable mappings count from here, before user
+    // space reads its maps: a library loaded and replaced before that
+    // read is known to have been.
+    code_gen::track_from_exec(pid);
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         count(counter::RINGBUF_FULL);
         return 0;
