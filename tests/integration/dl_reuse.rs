@@ -149,34 +149,36 @@ fn assert_a_never_named_from_b(report: &Value) {
     assert!(notes.contains("loaded in its place"), "{all}");
 }
 
-/// Attached by pid once A is loaded (the maps read at attach show A).
-fn by_pid_loaded_first(tag: &str, extra: &[&str]) {
+/// Attached by pid and traced through the sequence; returns the report.
+/// `loaded_first`: A is loaded before the attach, so the maps read then
+/// show it; else A comes and goes in one go after the attach.
+fn by_pid_report(tag: &str, extra: &[&str], loaded_first: bool) -> Value {
     let (bin, a, b) = build(tag);
     let state = scratch(&format!("{tag}.state"));
     let _ = std::fs::remove_file(&state);
-    let mut target = Target::start(&bin, &[utf8(&a), utf8(&b), utf8(&state), "loaded-first"]);
+    let mut target_args = vec![utf8(&a), utf8(&b), utf8(&state)];
+    if loaded_first {
+        target_args.push("loaded-first");
+    }
+    let mut target = Target::start(&bin, &target_args);
     let pid = target.pid().to_string();
     let args = [&["--pid", pid.as_str(), "--sample-rate", "1"], extra].concat();
     let tracer = JsonTracer::start(tag, &args);
     target.run_sites();
     assert_same_base(&state);
-    let (report, _) = tracer.stop();
+    tracer.stop().0
+}
+
+/// Attached by pid once A is loaded: both named from their own library.
+fn by_pid_loaded_first(tag: &str, extra: &[&str]) {
+    let report = by_pid_report(tag, extra, true);
     assert_a_named_from_a(&report);
     assert_b_named_from_b(&report);
 }
 
 /// Attached by pid before the first dlopen: A comes and goes in one go.
 fn by_pid(tag: &str, extra: &[&str]) {
-    let (bin, a, b) = build(tag);
-    let state = scratch(&format!("{tag}.state"));
-    let _ = std::fs::remove_file(&state);
-    let mut target = Target::start(&bin, &[utf8(&a), utf8(&b), utf8(&state)]);
-    let pid = target.pid().to_string();
-    let args = [&["--pid", pid.as_str(), "--sample-rate", "1"], extra].concat();
-    let tracer = JsonTracer::start(tag, &args);
-    target.run_sites();
-    assert_same_base(&state);
-    let (report, _) = tracer.stop();
+    let report = by_pid_report(tag, extra, false);
     assert_a_never_named_from_b(&report);
     assert_b_named_from_b(&report);
 }
