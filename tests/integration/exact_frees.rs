@@ -5,7 +5,11 @@
 
 use serde_json::Value;
 
-use crate::harness::{compile_c, inuse_from, sites::FP_FLAGS, JsonTracer, Target};
+use crate::harness::{
+    compile_c, inuse_from,
+    sites::{assert_no_losses, FP_FLAGS},
+    JsonTracer, Target,
+};
 
 fn total(report: &Value, field: &str) -> u64 {
     report["stacks"]
@@ -29,11 +33,7 @@ fn exact_mode_counts_frees_of_blocks_from_before_the_trace_and_keeps_in_use_exac
     let (report, _) = tracer.stop();
     let losses = &report["losses"];
     assert_eq!(losses["unknown_frees"], 500, "{losses}");
-    for (name, count) in losses.as_object().expect("losses") {
-        if name != "unknown_frees" && name != "return_without_entry" {
-            assert_eq!(count, 0, "{name} in {losses}");
-        }
-    }
+    assert_no_losses(&report);
     assert_eq!(inuse_from(&report, "keep_new"), (3, 3 * 4242));
     assert_eq!(total(&report, "inuse_objects"), 3, "{}", report["stacks"]);
     let notes = report["notes"].to_string();

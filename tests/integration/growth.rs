@@ -257,3 +257,47 @@ fn serve_alone_records_the_history_every_5_s_for_the_live_profile() {
         .collect();
     assert!(inuse.windows(2).all(|w| w[0] >= w[1]), "{inuse:?}");
 }
+
+/// full_cache.c's replacements, attached after its cache filled: the
+/// entries they free are blocks the trace never saw allocated, whose sizes
+/// glibc's chunk headers give.
+#[test]
+fn a_full_cache_attached_later_is_replacing_and_a_leak_beside_it_growing() {
+    let bin = compile_c("full_cache", "full-cache", FP_FLAGS);
+    let target = Target::start(&bin, &["60"]);
+    let pid = target.pid().to_string();
+    let args = ["--pid", &pid, "--interval", "0.5", "-d", "8"];
+    let (report, _) = JsonTracer::start("full-cache", &args).finish();
+    assert_no_losses(&report);
+    let stacks = by_function(&report);
+    let trend = |f: &str| {
+        let stack = stacks
+            .get(f)
+            .unwrap_or_else(|| panic!("no {f} stack: {report}"));
+        (stack["trend"].clone(), stack["alloc_objects"].as_u64())
+    };
+    let (replace, replaced) = trend("replace_entry");
+    assert_eq!(replace, "replacing", "{report}");
+    assert_eq!(trend("leak_slow").0, "growing", "{report}");
+    // Each replacement freed one 2048-byte entry from before the trace:
+    // a glibc chunk of 2064 bytes, 2056 of them usable. The kernel reads
+    // the size of each free SEEN clears; the few whose SEEN slot a
+    // reported block shares go to user space, which knows no size.
+    let losses = &report["losses"];
+    let (frees, bytes) = (
+        losses["unknown_frees"].as_u64().expect("count"),
+        losses["unknown_free_bytes"].as_u64().expect("bytes"),
+    );
+    let sized = bytes / 2056;
+    assert_eq!(bytes % 2056, 0, "{losses}");
+    assert!(sized <= frees && frees <= sized + 5, "{losses}");
+    let replaced = replaced.expect("allocations");
+    assert!(replaced >= 500 && frees + 1 >= replaced, "{losses}");
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("(glibc's chunk sizes)"), "{notes}");
+    // Sampled, the sizes are not read: the cache reads as growing, and the
+    // losses say no bytes.
+    let (sampled, _) = JsonTracer::start_sampling("full-cache-sampled", &args).finish();
+    assert_eq!(sampled["losses"]["unknown_free_bytes"], 0);
+    drop(target);
+}

@@ -314,8 +314,6 @@ fn assert_redis_traced_without_losses(report: &Value, pid: u32) -> String {
             )
         });
     assert_eq!(process["exited"], false, "{process}");
-    // Every counter of missing data: all but unknown_frees and
-    // return_without_entry.
     assert_no_losses(report);
     let notes = report["notes"].to_string();
     assert!(

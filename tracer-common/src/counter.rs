@@ -65,5 +65,10 @@ pub const RETURN_RUNS: u32 = 19;
 /// every process mapping the file): none but calls entered while the
 /// session link was being set up. Information, not a loss.
 pub const RETURN_RUNS_UNTRACED: u32 = 20;
+/// Bytes the frees counted in UNKNOWN_FREE handed back, where the
+/// allocator's block header tells a block's size (glibc: the chunk
+/// header's size, less the header). Information, not a loss: with the
+/// traced in-use bytes it tells whether the heap as a whole grows.
+pub const UNKNOWN_FREE_BYTES: u32 = 21;
 /// Number of counters.
-pub const COUNT: u32 = 21;
+pub const COUNT: u32 = 22;

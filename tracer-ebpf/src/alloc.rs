@@ -12,7 +12,7 @@ use tracer_common::{
 };
 
 use crate::{
-    free::emit_free,
+    free::{emit_free, BlockSizes},
     inflight,
     maps::{count, is_target, no_return_needed, state, stopped, traced, LIVE},
     sampling::{sampling, should_record},
@@ -114,7 +114,7 @@ pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
         if ret < call.size || call.ptr_arg == 0 {
             return 0;
         }
-        emit_free(pid, tid, call.ptr_arg, role);
+        emit_free(pid, tid, call.ptr_arg, role, BlockSizes::Unknown);
         if call.record != 0 {
             let size = if ret < call.size_max {
                 ret
@@ -130,7 +130,7 @@ pub(crate) fn on_alloc_return(ctx: &RetProbeContext) -> u32 {
         // realloc(p, 0) frees p and returns NULL. A failed realloc (NULL for
         // a non-zero size) leaves the old block alive.
         if addr != 0 || call.size == 0 {
-            emit_free(pid, tid, call.ptr_arg, role);
+            emit_free(pid, tid, call.ptr_arg, role, BlockSizes::Unknown);
         }
     }
     if addr == 0 || call.record == 0 {

@@ -4,7 +4,10 @@
 //! hold, without a LIVE operation: user space matches it to its block.
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid, macros::map, maps::Array, programs::ProbeContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    macros::map,
+    maps::Array,
+    programs::ProbeContext,
 };
 use tracer_common::{
     counter, Event, LiveKey, Role, EVENT_FREE, SEEN_PAGE, SEEN_PAGES, STATE_UNREPORTED,
@@ -12,7 +15,7 @@ use tracer_common::{
 
 use crate::{
     args::arg,
-    maps::{count, state, stopped, traced, wakeup_flags, EVENTS, LIVE},
+    maps::{count, count_by, state, stopped, traced, wakeup_flags, EVENTS, LIVE},
     sampling::sampling,
 };
 
@@ -54,12 +57,45 @@ fn maybe_seen(addr: u64) -> bool {
         .is_none_or(|p| p[byte & (SEEN_PAGE - 1)] != 0)
 }
 
+/// What a free probe can tell of the size of a block it never saw
+/// allocated.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlockSizes {
+    Unknown,
+    /// glibc: the 8 bytes before a block are its chunk's size field.
+    GlibcChunks,
+}
+
+/// glibc's chunk-size field: the low 3 bits are flags, 0x2 marks a chunk
+/// of its own mapping (whose header takes 16 bytes, not 8).
+const CHUNK_FLAGS: u64 = 0x7;
+const CHUNK_MMAPPED: u64 = 0x2;
+/// A size field outside [32 B, 1 TiB) or not a multiple of 16 is not a
+/// glibc chunk's (the process wrote over it, or it is not glibc's block):
+/// not counted.
+const CHUNK_MIN: u64 = 32;
+const CHUNK_MAX: u64 = 1 << 40;
+
+/// The usable size of the glibc block at `addr`, from its chunk header
+/// (read from the process's memory: a value it controls, bounded here).
+#[inline(always)]
+fn glibc_block_size(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+    let field = unsafe { bpf_probe_read_user(addr.wrapping_sub(8) as *const u64) }.ok()?;
+    let chunk = field & !CHUNK_FLAGS;
+    if !(CHUNK_MIN..CHUNK_MAX).contains(&chunk) || !chunk.is_multiple_of(16) {
+        return None;
+    }
+    let header = if field & CHUNK_MMAPPED != 0 { 16 } else { 8 };
+    Some(chunk - header)
+}
+
 /// Frees `addr` if it may be a recorded block, and tells user space.
 /// Returns false when it was not recorded (sampling: not in LIVE; exact
 /// mode: SEEN says no block was reported there, counted as unknown; else
 /// user space decides).
 #[inline(always)]
-pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) -> bool {
+pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role, sizes: BlockSizes) -> bool {
     if !sampling() {
         // Exact mode: LIVE holds only blocks whose ALLOC was dropped;
         // every other free goes to user space, which holds the live set
@@ -71,6 +107,11 @@ pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role) -> bool {
         }
         if !maybe_seen(addr) {
             count(counter::UNKNOWN_FREE);
+            if sizes == BlockSizes::GlibcChunks {
+                if let Some(size) = glibc_block_size(addr) {
+                    count_by(counter::UNKNOWN_FREE_BYTES, size);
+                }
+            }
             return false;
         }
     } else if LIVE.remove(LiveKey::reported(pid, addr)).is_err() {
@@ -113,7 +154,7 @@ fn free_unreported(pid: u32, addr: u64) -> bool {
 }
 
 #[inline(always)]
-pub(crate) fn on_free(ctx: &ProbeContext) -> u32 {
+pub(crate) fn on_free(ctx: &ProbeContext, sizes: BlockSizes) -> u32 {
     let addr = arg(ctx, 0);
     // free(NULL) is a no-op.
     if addr == 0 {
@@ -130,6 +171,6 @@ pub(crate) fn on_free(ctx: &ProbeContext) -> u32 {
     // When sampling, nearly every free is of a block that was not recorded:
     // one hash operation decides that, and nothing else is done. In exact
     // mode SEEN or user space tells the unknown ones.
-    emit_free(pid, pid_tgid as u32, addr, Role::Free);
+    emit_free(pid, pid_tgid as u32, addr, Role::Free, sizes);
     0
 }

@@ -49,7 +49,7 @@ use tracer_common::Role;
 use crate::{
     alloc::{on_alloc_enter, on_alloc_enter_max, on_alloc_return},
     args::Args,
-    free::on_free,
+    free::{on_free, BlockSizes},
 };
 
 /// An allocating function's entry program: `#[uprobe]` with the body's
@@ -136,7 +136,14 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
 
 #[uprobe]
 pub fn free_enter(ctx: ProbeContext) -> u32 {
-    scratch::not_preempted(|| on_free(&ctx))
+    scratch::not_preempted(|| on_free(&ctx, BlockSizes::Unknown))
+}
+
+/// glibc's free: as `free_enter`, and the size of a block the trace never
+/// saw allocated is read from its chunk header.
+#[uprobe]
+pub fn free_glibc_enter(ctx: ProbeContext) -> u32 {
+    scratch::not_preempted(|| on_free(&ctx, BlockSizes::GlibcChunks))
 }
 
 /// Benchmark floors (`--noop-probes`): probes that do nothing, to measure

@@ -349,10 +349,15 @@ pub(crate) fn wakeup_flags() -> u64 {
 
 #[inline(always)]
 pub(crate) fn count(index: u32) {
+    count_by(index, 1);
+}
+
+#[inline(always)]
+pub(crate) fn count_by(index: u32, n: u64) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: per-CPU slot; BPF programs do not migrate CPUs mid-run and
         // uprobe programs do not nest on one CPU.
-        unsafe { *slot += 1 };
+        unsafe { *slot += n };
     }
 }
 

@@ -125,9 +125,10 @@ impl Collector {
         &self.state.heap
     }
 
-    /// Records the heap's per-stack sums as a history point at `secs`.
-    pub fn tick_history(&mut self, secs: f64) {
-        self.state.tick_history(secs);
+    /// Records the heap's per-stack sums as a history point at `secs`,
+    /// with what frees of blocks never seen allocated handed back so far.
+    pub fn tick_history(&mut self, secs: f64, unknown_free_bytes: u64) {
+        self.state.tick_history(secs, unknown_free_bytes);
     }
 
     /// `--unwind tables`, a started command held at its exec stop: its

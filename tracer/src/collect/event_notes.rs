@@ -12,6 +12,7 @@ pub(super) fn event_notes(meta: &Meta, collector: &Collector, losses: &Losses) -
     if losses.unknown_frees > 0 {
         notes.push(Note::UnknownFrees {
             frees: losses.unknown_frees,
+            bytes: losses.unknown_free_bytes,
             traced_from_start: meta.traced_from_start,
             live_map_full: losses.live_map_full > 0,
         });

@@ -42,10 +42,10 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         let key = record_key(p.pid, p.start_time, p.folded, &p.program);
         p.peak = records.get(&key).and_then(|&i| process_peak(state, i));
     }
-    let timeline = state
-        .history
-        .as_ref()
-        .map(|h| Timeline::new(h, meta.duration.as_secs_f64()));
+    let timeline = state.history.as_ref().map(|h| {
+        let now = (state.heap.inuse_bytes(), losses.unknown_free_bytes);
+        Timeline::new(h, meta.duration.as_secs_f64(), now)
+    });
     let mut unnamed = Unnamed::default();
     let mut unfiltered = Counts::default();
     let stacks = stack_reports(
@@ -259,6 +259,10 @@ struct Timeline<'a> {
     history: &'a History,
     now: Option<f64>,
     secs: Vec<f64>,
+    /// Bytes per second: the traced heap's in-use bytes, and what frees of
+    /// blocks the trace never saw allocated handed back (None: no slope).
+    heap_rate: Option<f64>,
+    unknown_rate: Option<f64>,
 }
 
 #[derive(Default)]
@@ -269,14 +273,31 @@ struct Growth {
 }
 
 impl<'a> Timeline<'a> {
-    fn new(history: &'a History, now: f64) -> Timeline<'a> {
-        let mut secs: Vec<f64> = history.points().iter().map(|p| p.secs).collect();
+    /// `heap_now`: the heap's in-use bytes and the unknown frees' bytes
+    /// now, the point for now if there is one.
+    fn new(history: &'a History, now: f64, heap_now: (u64, u64)) -> Timeline<'a> {
+        let points = history.points();
+        let mut secs: Vec<f64> = points.iter().map(|p| p.secs).collect();
         let now = match secs.last() {
             Some(&last) if last >= now => None,
             _ => Some(now),
         };
         secs.extend(now);
-        Timeline { history, now, secs }
+        let (mut heap, mut unknown): (Vec<u64>, Vec<u64>) = points
+            .iter()
+            .map(|p| (p.inuse_bytes, p.unknown_free_bytes))
+            .unzip();
+        if now.is_some() {
+            heap.push(heap_now.0);
+            unknown.push(heap_now.1);
+        }
+        Timeline {
+            history,
+            now,
+            heap_rate: trend::slope(&secs, &heap),
+            unknown_rate: trend::slope(&secs, &unknown),
+            secs,
+        }
     }
 
     /// A stack's series, slope and trend; nothing for a stack without a
@@ -289,10 +310,21 @@ impl<'a> Timeline<'a> {
         if self.now.is_some() {
             series.push(counts.inuse_bytes);
         }
+        let per_sec = trend::slope(&self.secs, &series);
+        let mut trend = trend::classify(&self.secs, &series, counts, sample_rate);
+        if trend == Some(Trend::Growing) {
+            if let (Some(stack), Some(heap), Some(unknown)) =
+                (per_sec, self.heap_rate, self.unknown_rate)
+            {
+                if trend::replacing(stack, unknown, heap) {
+                    trend = Some(Trend::Replacing);
+                }
+            }
+        }
         Growth {
-            per_sec: trend::slope(&self.secs, &series),
-            trend: trend::classify(&self.secs, &series, counts, sample_rate),
             series,
+            per_sec,
+            trend,
         }
     }
 

@@ -343,8 +343,11 @@ impl State {
 
     /// A history tick at `secs` since the trace started: the heap's
     /// per-stack sums now (no symbolization).
-    pub fn tick_history(&mut self, secs: f64) {
+    /// `unknown_free_bytes`: what frees of blocks the trace never saw
+    /// allocated handed back so far.
+    pub fn tick_history(&mut self, secs: f64, unknown_free_bytes: u64) {
         let history = self.history.get_or_insert_with(History::default);
+        history.set_unknown_free_bytes(unknown_free_bytes);
         history.tick(secs, self.heap.stacks());
     }
 

@@ -25,11 +25,16 @@ pub struct Point {
     pub inuse_bytes: u64,
     pub inuse_objects: u64,
     pub alloc_bytes: u64,
+    /// Bytes handed back by frees of blocks the trace never saw
+    /// allocated, since the trace started (where the allocator tells).
+    pub unknown_free_bytes: u64,
 }
 
 #[derive(Debug)]
 pub struct History {
     points: Vec<Point>,
+    /// `Point::unknown_free_bytes` for the next point.
+    unknown_free_bytes: u64,
     /// In-use bytes per point (same length as `points`), per stack.
     series: HashMap<StackHandle, Vec<u64>>,
     /// Stacks in the heap without a series at the last recorded point (the
@@ -53,6 +58,7 @@ impl History {
     pub fn with_limits(max_points: usize, max_stacks: usize) -> History {
         History {
             points: Vec::new(),
+            unknown_free_bytes: 0,
             series: HashMap::new(),
             untracked: HashSet::new(),
             stride: 1,
@@ -76,6 +82,12 @@ impl History {
         self.series.len()
     }
 
+    /// The bytes frees of blocks the trace never saw allocated have handed
+    /// back so far, for the next points.
+    pub fn set_unknown_free_bytes(&mut self, bytes: u64) {
+        self.unknown_free_bytes = bytes;
+    }
+
     /// A tick at `secs`, with the heap's per-stack totals now.
     pub fn tick(&mut self, secs: f64, stacks: impl Iterator<Item = (StackHandle, Counts)>) {
         self.ticks += 1;
@@ -89,6 +101,7 @@ impl History {
     fn record(&mut self, secs: f64, now: Vec<(StackHandle, Counts)>) {
         let mut point = Point {
             secs,
+            unknown_free_bytes: self.unknown_free_bytes,
             ..Point::default()
         };
         for (_, c) in &now {

@@ -125,9 +125,38 @@ pub fn classify(secs: &[f64], values: &[u64], counts: &Counts, sample_rate: u64)
     Some(Trend::Stable)
 }
 
+/// Whether a stack classed growing at `stack` bytes per second is a full
+/// cache replacing entries it held before the trace: frees of blocks the
+/// trace never saw allocated handed back at least half its rate
+/// (`unknown`, bytes per second) and the heap as a whole (the traced
+/// in-use bytes, `heap`, less those frees) rose by less than half its rate.
+/// A leak beside such a cache keeps the heap rising at its own rate, so it
+/// stays growing.
+pub fn replacing(stack: f64, unknown: f64, heap: f64) -> bool {
+    stack > 0.0 && unknown >= REPLACED_SHARE * stack && heap - unknown < REPLACED_SHARE * stack
+}
+
+/// See `replacing`.
+const REPLACED_SHARE: f64 = 0.5;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_cache_replacing_older_entries_is_told_from_a_leak_beside_it() {
+        // full_cache.c: 204,800 B/s of replacements, 20,480 B/s leaked, the
+        // replaced entries (2,056 usable bytes for 2,048 asked) from before.
+        let unknown = 205_600.0;
+        let heap = 204_800.0 + 20_480.0;
+        assert!(replacing(204_800.0, unknown, heap));
+        assert!(!replacing(20_480.0, unknown, heap));
+        // Traced from the start (no older blocks) or sampled: unknown 0.
+        assert!(!replacing(204_800.0, 0.0, heap));
+        // Older blocks freed, but the heap grows as fast as the stack.
+        assert!(!replacing(204_800.0, unknown, heap + 204_800.0));
+        assert!(!replacing(0.0, unknown, heap));
+    }
 
     #[test]
     fn slope_is_the_least_squares_rate() {

@@ -74,9 +74,10 @@ pub struct Loaded {
     /// Each attached object's links (uprobe session, uprobe_multi and
     /// perf-event ones), for detaching one object's probes.
     links: super::links::Links,
-    /// free's program loaded for uprobe_multi links (with the session
-    /// copies), when the kernel took it.
-    free_multi: Option<OwnedFd>,
+    /// free's programs (the plain one and glibc's) loaded for
+    /// uprobe_multi links (with the session copies), by name, when the
+    /// kernel took them.
+    free_multi: HashMap<String, OwnedFd>,
     /// Why uprobe sessions are not used, when they were wanted.
     pub session_error: Option<String>,
     /// How code generations are kept: `Ok(true)` by the fexit program,
@@ -374,7 +375,7 @@ fn load_mode(
             map_fds,
             session_progs: Vec::new(),
             links: super::links::Links::default(),
-            free_multi: None,
+            free_multi: HashMap::new(),
             session_error: None,
             code_gen,
             traced,
@@ -558,7 +559,7 @@ fn attach_at(
     let facts = |session: bool| planned.iter().map(|p| p.fact(&module, session)).collect();
     // Kernels before 6.13 have no uprobe sessions: not tried there.
     if opts.sessions && !opts.noop && loaded.features.uprobe_session {
-        match attach_sessions(loaded, &planned, (object.id, host_path), pid) {
+        match attach_sessions(loaded, &planned, object, host_path, pid) {
             Ok(()) => return Ok(facts(true)),
             Err(e) => loaded.session_error = Some(format!("{e:#}")),
         }
@@ -581,10 +582,10 @@ fn attach_at(
         }
     }
     for (role, placed) in to_attach() {
-        let entry = if opts.noop {
-            "noop_enter"
-        } else {
-            roles::of(role).program
+        let entry = match (opts.noop, role) {
+            (true, _) => "noop_enter",
+            (false, Role::Free) => roles::free_program(object.kind),
+            (false, _) => roles::of(role).program,
         };
         attach_one(
             loaded,
@@ -603,9 +604,11 @@ fn attach_at(
 fn attach_sessions(
     loaded: &mut Loaded,
     planned: &[PlannedProbe],
-    (object, path): (FileId, &Path),
+    hooked: &Hooked,
+    path: &Path,
     pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
+    let object = hooked.id;
     if loaded.session_progs.is_empty() {
         // The kernel lets a session program tail-call only programs of the
         // same attach type: load session copies of the real programs.
@@ -631,11 +634,10 @@ fn attach_sessions(
         // free as a uprobe_multi link where the kernel takes one (it has
         // sessions, so it should): cheaper per call than a perf-event
         // uprobe (uprobe_session.rs). If not, a plain uprobe.
-        let free = roles::of(Role::Free).program;
+        let frees = [roles::of(Role::Free).program, roles::FREE_GLIBC_PROGRAM];
         loaded.free_multi =
-            uprobe_session::load_copies(&loaded.object, &[free], &loaded.map_fds, false)
-                .ok()
-                .and_then(|mut copies| copies.remove(free));
+            uprobe_session::load_copies(&loaded.object, &frees, &loaded.map_fds, false)
+                .unwrap_or_default();
     }
 
     let placed = || planned.iter().filter_map(|p| Some((p.role, p.placed()?)));
@@ -645,17 +647,15 @@ fn attach_sessions(
         .unzip();
     // free first: a block recorded before free is hooked would have its
     // free missed, stay "live" and be replaced when its address is reused.
-    for (role, p) in placed().filter(|(role, _)| *role == Role::Free) {
-        let multi = loaded.free_multi.as_ref().and_then(|prog| {
+    let free = roles::free_program(hooked.kind);
+    for (_, p) in placed().filter(|(role, _)| *role == Role::Free) {
+        let multi = loaded.free_multi.get(free).and_then(|prog| {
             uprobe_session::attach_multi(prog, path, &[p.plain.0], pid.map_or(0, NonZeroU32::get))
                 .ok()
         });
         match multi {
             Some(link) => loaded.links.add_fd(object, link),
-            None => {
-                let free = roles::of(role).program;
-                attach_one(loaded, free, p.plain.0, (Some(object), path), pid)?;
-            }
+            None => attach_one(loaded, free, p.plain.0, (Some(object), path), pid)?,
         }
     }
     let prog = loaded.session_progs.last().context("session program")?;

@@ -65,6 +65,19 @@ const fn row(
     }
 }
 
+/// free's entry program for an object of allocator `kind` (see
+/// `tracee::allocators::Hooked::kind`): glibc's also reads the size of a
+/// block the trace never saw allocated from its chunk header.
+pub fn free_program(kind: &str) -> &'static str {
+    match kind {
+        "glibc" => FREE_GLIBC_PROGRAM,
+        _ => of(Role::Free).program,
+    }
+}
+
+/// glibc's free program in tracer-ebpf.
+pub const FREE_GLIBC_PROGRAM: &str = "free_glibc_enter";
+
 /// The row of `role`.
 pub fn of(role: Role) -> &'static RoleProbe {
     &ROLES[role as usize]

@@ -126,6 +126,10 @@ pub enum Trend {
     /// Allocates much more than it keeps, with no trend.
     Churn,
     Stable,
+    /// Rises, but frees of blocks allocated before the trace handed back
+    /// as much while the heap as a whole stayed flat: a full cache
+    /// replacing entries it held before the trace (not a leak).
+    Replacing,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -353,6 +357,9 @@ pub struct Losses {
     pub live_map_full: u64,
     pub stack_lost: u64,
     pub unknown_frees: u64,
+    /// Bytes those frees handed back, where the allocator tells a block's
+    /// size (glibc in exact mode; 0 otherwise).
+    pub unknown_free_bytes: u64,
     pub return_without_entry: u64,
     pub inflight_full: u64,
     pub read_failed: u64,

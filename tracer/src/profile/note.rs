@@ -66,6 +66,8 @@ pub enum Note {
     /// Frees of blocks the trace never saw allocated (`Losses::unknown_frees`).
     UnknownFrees {
         frees: u64,
+        /// What they handed back, where the allocator tells (0: unknown).
+        bytes: u64,
         traced_from_start: bool,
         live_map_full: bool,
     },

@@ -259,6 +259,7 @@ pub(super) fn two_processes() -> Profile {
             live_map_full: 0,
             stack_lost: 1,
             unknown_frees: 40,
+            unknown_free_bytes: 0,
             return_without_entry: 0,
             inflight_full: 2,
             read_failed: 0,

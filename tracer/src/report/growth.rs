@@ -48,6 +48,7 @@ impl Trend {
             Trend::Plateau => "plateau",
             Trend::Churn => "churn",
             Trend::Stable => "stable",
+            Trend::Replacing => "replacing",
         }
     }
 }

@@ -43,7 +43,7 @@ macro_rules! row {
 }
 
 /// Every loss counter, in the order reports print them.
-pub const COUNTERS: [LossCounter; 11] = [
+pub const COUNTERS: [LossCounter; 12] = [
     row!(ringbuf_full, counter::RINGBUF_FULL,
         "events dropped because the ring buffer was full",
         is_loss: true, remedy: Some("raise --ringbuf-mb")),
@@ -73,6 +73,9 @@ pub const COUNTERS: [LossCounter; 11] = [
         is_loss: false, remedy: None),
     row!(unknown_frees, counter::UNKNOWN_FREE,
         "frees of blocks the trace never saw allocated (not a loss; see notes)",
+        is_loss: false, remedy: None),
+    row!(unknown_free_bytes, counter::UNKNOWN_FREE_BYTES,
+        "bytes those frees handed back (glibc's chunk sizes, exact mode; 0 where unknown)",
         is_loss: false, remedy: None),
     row!(return_without_entry, counter::RETURN_WITHOUT_ENTRY,
         "returns of calls begun while probes were being attached (not a loss)",
@@ -220,6 +223,7 @@ mod tests {
         assert_eq!(losses.live_map_full, 1 << counter::LIVE_MAP_FULL);
         assert_eq!(losses.stack_lost, 1 << counter::STACK_LOST);
         assert_eq!(losses.unknown_frees, 1 << counter::UNKNOWN_FREE);
+        assert_eq!(losses.unknown_free_bytes, 1 << counter::UNKNOWN_FREE_BYTES);
         assert_eq!(
             losses.return_without_entry,
             1 << counter::RETURN_WITHOUT_ENTRY

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{counted, plural, Note};
+use super::{counted, human_bytes, plural, Note};
 
 impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -71,9 +71,10 @@ impl fmt::Display for Note {
             Note::Sampled { rate } => sampled(f, *rate),
             Note::UnknownFrees {
                 frees,
+                bytes,
                 traced_from_start,
                 live_map_full,
-            } => unknown_frees(f, *frees, *traced_from_start, *live_map_full),
+            } => unknown_frees(f, (*frees, *bytes), *traced_from_start, *live_map_full),
             Note::RingbufFull {
                 dropped,
                 frees_dropped,
@@ -400,7 +401,7 @@ fn processes_exited(
 /// every block still in it, which the program had freed already.
 fn unknown_frees(
     f: &mut fmt::Formatter<'_>,
-    n: u64,
+    (n, bytes): (u64, u64),
     traced_from_start: bool,
     live_map_full: bool,
 ) -> fmt::Result {
@@ -422,7 +423,18 @@ fn unknown_frees(
          had freed already){untracked}",
         counted(n, "free", "frees"),
         plural(n, "was", "were")
-    )
+    )?;
+    if bytes > 0 {
+        write!(
+            f,
+            "; they handed back {} (glibc's chunk sizes), which the in-use bytes above do not \
+             subtract: with --interval, a stack whose rise these frees match while the heap as \
+             a whole stays flat is classed replacing (a full cache replacing entries from before \
+             the trace), not growing",
+            human_bytes(bytes)
+        )?;
+    }
+    Ok(())
 }
 
 /// What a full ring buffer did to the numbers (raise --ringbuf-mb).

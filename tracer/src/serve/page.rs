@@ -126,12 +126,7 @@ fn write_growing(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
          <th>stack</th></tr>"
     )?;
     for (s, rate) in growing {
-        let trend = s.trend.map_or("", |t| match t {
-            report::Trend::Growing => "growing",
-            report::Trend::Plateau => "plateau",
-            report::Trend::Churn => "churn",
-            report::Trend::Stable => "stable",
-        });
+        let trend = s.trend.map_or("", report::Trend::name);
         writeln!(
             w,
             "<tr><td class=\"n\">{}</td><td>{trend}</td><td class=\"n\">{}</td><td>{}</td>\

@@ -370,7 +370,11 @@ impl<'a> Trace<'a> {
     fn history_tick(&mut self) {
         self.snapshots += 1;
         let elapsed = self.started.elapsed();
-        self.collector.tick_history(elapsed.as_secs_f64());
+        let unknown = crate::probes::counters::read_counter(
+            &self.loaded.counters,
+            tracer_common::counter::UNKNOWN_FREE_BYTES,
+        );
+        self.collector.tick_history(elapsed.as_secs_f64(), unknown);
         if self.settings.numbered() {
             self.write_snapshot("the trace went on");
         }

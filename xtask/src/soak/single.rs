@@ -23,7 +23,11 @@ use crate::cmd::{repo_root, target_dir};
 const LEAK_TOLERANCE: f64 = 0.15;
 /// Counters sampling explains: frees of blocks allocated before the trace
 /// or not sampled, and returns whose entry came before the attach.
-const EXPLAINED: &[&str] = &["unknown_frees", "return_without_entry"];
+const EXPLAINED: &[&str] = &[
+    "unknown_frees",
+    "unknown_free_bytes",
+    "return_without_entry",
+];
 
 pub fn soak(args: &SoakArgs, bin: &Path) -> Result<Verdict> {
     let name = "single";
