@@ -410,34 +410,12 @@ impl Cli {
                     .into(),
             );
         }
-        if self.format == Format::Flamegraph && self.output.is_none() {
-            use std::io::IsTerminal;
-            if std::io::stdout().is_terminal() {
-                return Err(
-                    "--format flamegraph writes SVG: add -o FILE.svg or redirect stdout".into(),
-                );
-            }
-        }
-        if self.format == Format::Speedscope && self.output.is_none() {
-            use std::io::IsTerminal;
-            if std::io::stdout().is_terminal() {
-                return Err(
-                    "--format speedscope writes a file for speedscope: add -o FILE.speedscope.json \
-                     or redirect stdout"
-                        .into(),
-                );
-            }
-        }
-        if self.format == Format::Pprof && self.output.is_none() {
-            use std::io::IsTerminal;
-            if std::io::stdout().is_terminal() {
-                return Err(
-                    "--format pprof writes gzip-compressed protobuf: add -o FILE.pb.gz \
-                            or redirect stdout"
-                        .into(),
-                );
-            }
-        }
+        use std::io::IsTerminal;
+        crate::report::check_destination(
+            self.format,
+            self.output.is_some(),
+            std::io::stdout().is_terminal(),
+        )?;
         Ok(())
     }
 }

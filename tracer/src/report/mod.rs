@@ -47,7 +47,7 @@ pub use otlp::{
 };
 pub use output::Output;
 pub use pprof::{sample_type_name, write_pprof};
-pub use render::{losses_for_stderr, render, Format, RenderOptions};
+pub use render::{check_destination, losses_for_stderr, render, Format, RenderOptions};
 pub use speedscope::write_speedscope;
 pub use text::{write_text, write_text_by};
 // For saved profiles (crate::saved): reading pprof, naming folded frames.

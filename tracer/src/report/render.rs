@@ -32,6 +32,47 @@ impl Format {
     pub fn has_room_for_losses(self) -> bool {
         matches!(self, Format::Text | Format::Json)
     }
+
+    /// Its `--format` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Collapsed => "collapsed",
+            Format::Flamegraph => "flamegraph",
+            Format::Json => "json",
+            Format::Pprof => "pprof",
+            Format::Speedscope => "speedscope",
+        }
+    }
+
+    /// What its output is and a file name for it, for the formats that
+    /// are no text for a terminal (None: text, collapsed and JSON are).
+    pub fn file_kind(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Format::Flamegraph => Some(("SVG", "FILE.svg")),
+            Format::Pprof => Some(("gzip-compressed protobuf", "FILE.pb.gz")),
+            Format::Speedscope => Some(("a file for speedscope", "FILE.speedscope.json")),
+            Format::Text | Format::Collapsed | Format::Json => None,
+        }
+    }
+}
+
+/// Whether a report in `format` may go where it goes: a format that is
+/// no text for a terminal is refused when no `-o` is given and stdout is a
+/// terminal, with what to do. The one place the trace, `report` and
+/// `diff` decide it.
+pub fn check_destination(
+    format: Format,
+    has_output: bool,
+    stdout_is_terminal: bool,
+) -> Result<(), String> {
+    match format.file_kind() {
+        Some((what, file)) if !has_output && stdout_is_terminal => Err(format!(
+            "--format {} writes {what}: add -o {file} or redirect stdout",
+            format.name()
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// How a profile is rendered: what the command line (or a request) asked.
@@ -77,4 +118,34 @@ pub fn losses_for_stderr(p: &Profile, format: Format) -> Option<String> {
     // Writing to memory cannot fail.
     let _ = super::write_losses(&p.losses, &mut text);
     Some(String::from_utf8_lossy(&text).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_file_formats_are_refused_and_only_on_a_terminal_without_o() {
+        use clap::ValueEnum;
+        for &format in Format::value_variants() {
+            let refused = check_destination(format, false, true);
+            assert_eq!(refused.is_err(), format.file_kind().is_some(), "{format:?}");
+            assert_eq!(check_destination(format, true, true), Ok(()));
+            assert_eq!(check_destination(format, false, false), Ok(()));
+            let name = format
+                .to_possible_value()
+                .expect("a value")
+                .get_name()
+                .to_owned();
+            assert_eq!(format.name(), name);
+        }
+        assert_eq!(
+            check_destination(Format::Pprof, false, true),
+            Err(
+                "--format pprof writes gzip-compressed protobuf: add -o FILE.pb.gz or redirect \
+                 stdout"
+                    .into()
+            )
+        );
+    }
 }

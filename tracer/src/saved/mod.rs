@@ -157,11 +157,7 @@ pub fn main(args: Vec<OsString>) -> std::process::ExitCode {
 }
 
 fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
-    let binary = matches!(
-        a.format,
-        Format::Pprof | Format::Flamegraph | Format::Speedscope
-    );
-    let output = prepare_output(a.output.as_deref(), binary, format_name(a.format))?;
+    let output = prepare_output(a.output.as_deref(), a.format)?;
     let mut profile = load(&a.file)?;
     if let Some(group_by) = a.group_by {
         profile.group_by = group_by;
@@ -182,12 +178,14 @@ fn run_report(a: &ReportArgs) -> anyhow::Result<()> {
 }
 
 fn run_diff(a: &DiffArgs) -> anyhow::Result<()> {
-    let binary = matches!(a.format, DiffFormat::Pprof | DiffFormat::Flamegraph);
-    let name = match a.format {
-        DiffFormat::Pprof => "pprof",
-        _ => "flamegraph",
+    let as_report = match a.format {
+        DiffFormat::Text => Format::Text,
+        DiffFormat::Collapsed => Format::Collapsed,
+        DiffFormat::Flamegraph => Format::Flamegraph,
+        DiffFormat::Json => Format::Json,
+        DiffFormat::Pprof => Format::Pprof,
     };
-    let output = prepare_output(a.output.as_deref(), binary, name)?;
+    let output = prepare_output(a.output.as_deref(), as_report)?;
     let old = load(&a.old)?;
     let new = load(&a.new)?;
     let d = Diff::new(
@@ -206,28 +204,14 @@ fn run_diff(a: &DiffArgs) -> anyhow::Result<()> {
     })
 }
 
-fn format_name(f: Format) -> &'static str {
-    match f {
-        Format::Pprof => "pprof",
-        Format::Speedscope => "speedscope",
-        _ => "flamegraph",
-    }
-}
-
-/// Checks `-o` before any file is read, and refuses to write a binary or
-/// SVG format to a terminal, as a trace does.
-fn prepare_output(path: Option<&Path>, binary: bool, name: &str) -> anyhow::Result<Option<Output>> {
+/// Checks `-o` before any file is read, and refuses to write a format
+/// that is no text for a terminal to one, as a trace does.
+fn prepare_output(path: Option<&Path>, format: Format) -> anyhow::Result<Option<Output>> {
     if let Some(path) = path {
         return Output::prepare(path).map(Some);
     }
-    if binary && std::io::stdout().is_terminal() {
-        let file = match name {
-            "pprof" => "FILE.pb.gz",
-            "speedscope" => "FILE.speedscope.json",
-            _ => "FILE.svg",
-        };
-        bail!("--format {name} writes a file, not text for a terminal: add -o {file} or redirect stdout");
-    }
+    report::check_destination(format, false, std::io::stdout().is_terminal())
+        .map_err(anyhow::Error::msg)?;
     Ok(None)
 }
 
