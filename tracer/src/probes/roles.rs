@@ -5,6 +5,8 @@
 use iced_x86::Register::{self, RDI, RDX, RSI};
 use tracer_common::Role;
 
+use crate::tracee::entry_points::AllocatorKind;
+
 /// How one role is probed.
 pub struct RoleProbe {
     pub role: Role,
@@ -65,12 +67,12 @@ const fn row(
     }
 }
 
-/// free's entry program for an object of allocator `kind` (see
-/// `tracee::allocators::Hooked::kind`): glibc's also reads the size of a
-/// block the trace never saw allocated from its chunk header.
-pub fn free_program(kind: &str) -> &'static str {
+/// free's entry program for an object of allocator `kind`: glibc's also
+/// reads the size of a block the trace never saw allocated from its chunk
+/// header.
+pub fn free_program(kind: AllocatorKind) -> &'static str {
     match kind {
-        "glibc" => FREE_GLIBC_PROGRAM,
+        AllocatorKind::Glibc => FREE_GLIBC_PROGRAM,
         _ => of(Role::Free).program,
     }
 }

@@ -29,7 +29,7 @@ pub fn process_allocators(objects: &[Hooked]) -> Vec<ProcessAllocator> {
     objects
         .iter()
         .map(|o| ProcessAllocator {
-            kind: o.kind.to_string(),
+            kind: o.kind.name().to_string(),
             path: o.path.to_string_lossy().into_owned(),
             resolves_malloc: o.resolves_malloc,
             functions: o.entry_points.iter().map(|e| e.name.clone()).collect(),

@@ -21,7 +21,7 @@ use std::{path::PathBuf, sync::Arc};
 
 use super::{
     elf::{file_id, FileId, ObjectCache, ObjectInfo},
-    entry_points::{EntryPoint, ENTRY_POINTS},
+    entry_points::{AllocatorKind, EntryPoint, ENTRY_POINTS},
     search::{Candidate, Program},
 };
 use crate::error::TraceError;
@@ -30,8 +30,8 @@ use crate::error::TraceError;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Choice {
     Auto,
-    /// "glibc", "jemalloc", "tcmalloc", "mimalloc": the object of that kind.
-    Kind(String),
+    /// The object of that kind.
+    Kind(AllocatorKind),
     /// This file (as the process sees it).
     Path(PathBuf),
 }
@@ -40,8 +40,10 @@ impl Choice {
     pub fn parse(s: &str) -> Choice {
         match s {
             "auto" => Choice::Auto,
-            "glibc" | "jemalloc" | "tcmalloc" | "mimalloc" => Choice::Kind(s.to_string()),
-            path => Choice::Path(PathBuf::from(path)),
+            name => match AllocatorKind::parse(name) {
+                Some(kind) => Choice::Kind(kind),
+                None => Choice::Path(PathBuf::from(name)),
+            },
         }
     }
 }
@@ -55,9 +57,7 @@ pub struct Hooked {
     /// process: the very file it maps, even when deleted or replaced since).
     pub host_path: PathBuf,
     pub id: FileId,
-    /// "glibc", "jemalloc", "tcmalloc", "mimalloc", "interposer" (a
-    /// preload library wrapping the next malloc: heaptrack's) or "own".
-    pub kind: &'static str,
+    pub kind: AllocatorKind,
     /// The object the standard names resolve to.
     pub resolves_malloc: bool,
     /// Whether it is the executable itself.
@@ -72,10 +72,10 @@ impl Hooked {
     /// "jemalloc (/usr/lib/x86_64-linux-gnu/libjemalloc.so.2)".
     pub fn describe(&self) -> String {
         let kind = match (self.kind, self.is_executable) {
-            ("own", true) => "the executable's own allocator",
-            ("own", false) => "a library's own allocator",
-            ("interposer", _) => "malloc interposer",
-            (k, _) => k,
+            (AllocatorKind::Own, true) => "the executable's own allocator",
+            (AllocatorKind::Own, false) => "a library's own allocator",
+            (AllocatorKind::Interposer, _) => "malloc interposer",
+            (k, _) => k.name(),
         };
         format!("{kind} ({})", self.path.display())
     }
@@ -106,7 +106,7 @@ impl Program {
         };
         let chosen = match choice {
             Choice::Auto => order.iter().find(|c| c.info.defines_malloc_and_free()),
-            Choice::Kind(kind) => order.iter().find(|c| c.info.kind(&c.path) == kind),
+            Choice::Kind(kind) => order.iter().find(|c| c.info.kind(&c.path) == *kind),
             Choice::Path(path) => {
                 let id = file_id(&self.host(path));
                 order.iter().find(|c| Some(c.id) == id || c.path == *path)
@@ -136,13 +136,13 @@ impl Program {
         let objects: Vec<String> = order
             .iter()
             .filter(|c| !c.info.defined.is_empty())
-            .map(|c| format!("{} ({})", c.path.display(), c.info.kind(&c.path)))
+            .map(|c| format!("{} ({})", c.path.display(), c.info.kind(&c.path).name()))
             .collect();
         let allocator = match choice {
             // Nothing to choose from: say why, as without --allocator.
             _ if objects.is_empty() => return self.no_allocator(cache),
             Choice::Auto => return self.no_allocator(cache),
-            Choice::Kind(k) => k.clone(),
+            Choice::Kind(k) => k.name().to_string(),
             Choice::Path(p) => p.display().to_string(),
         };
         TraceError::AllocatorNotFound {
@@ -183,7 +183,7 @@ mod tests {
         let me = Program::running(std::process::id()).expect("inspect self");
         let hooked = me.allocators(&mut cache, &Choice::Auto).expect("glibc");
         let libc = &hooked[0];
-        assert_eq!(libc.kind, "glibc");
+        assert_eq!(libc.kind, AllocatorKind::Glibc);
         let info = ObjectInfo::parse(&libc.host_path).expect("read libc");
         assert_ne!(info.defined["malloc"], info.defined["free"]);
         assert!(!info.defined.contains_key("mallocx"));
@@ -200,7 +200,7 @@ mod tests {
             .allocators(&mut cache, &Choice::Auto)
             .expect("sh uses glibc");
         assert_eq!(hooked.len(), 1, "{hooked:?}");
-        assert_eq!(hooked[0].kind, "glibc");
+        assert_eq!(hooked[0].kind, AllocatorKind::Glibc);
         assert!(hooked[0].resolves_malloc);
         let names: Vec<&str> = hooked[0]
             .entry_points
@@ -220,7 +220,7 @@ mod tests {
         let mut p = program("/bin/sh");
         p.ld_preload = vec![jemalloc.into()];
         let hooked = p.allocators(&mut cache, &Choice::Auto).expect("resolve");
-        assert_eq!(hooked[0].kind, "jemalloc");
+        assert_eq!(hooked[0].kind, AllocatorKind::Jemalloc);
         let names: Vec<&str> = hooked[0]
             .entry_points
             .iter()
@@ -235,10 +235,10 @@ mod tests {
         assert_eq!(hooked.len(), 1, "{hooked:?}");
         // Overriding picks glibc instead.
         let forced = p
-            .allocators(&mut cache, &Choice::Kind("glibc".into()))
+            .allocators(&mut cache, &Choice::Kind(AllocatorKind::Glibc))
             .expect("glibc is there");
-        assert_eq!((forced.len(), forced[0].kind), (1, "glibc"));
-        let missing = p.allocators(&mut cache, &Choice::Kind("mimalloc".into()));
+        assert_eq!((forced.len(), forced[0].kind), (1, AllocatorKind::Glibc));
+        let missing = p.allocators(&mut cache, &Choice::Kind(AllocatorKind::Mimalloc));
         assert!(missing.is_err());
     }
 
@@ -256,13 +256,13 @@ mod tests {
         let mut p = program("/bin/sh");
         p.ld_preload = vec![heaptrack.into()];
         let hooked = p.allocators(&mut cache, &Choice::Auto).expect("resolve");
-        assert_eq!(hooked[0].kind, "interposer");
+        assert_eq!(hooked[0].kind, AllocatorKind::Interposer);
         assert_eq!(
             hooked[0].describe(),
             format!("malloc interposer ({heaptrack})")
         );
         p.ld_preload = vec![mimalloc.into()];
         let hooked = p.allocators(&mut cache, &Choice::Auto).expect("resolve");
-        assert_eq!(hooked[0].kind, "mimalloc");
+        assert_eq!(hooked[0].kind, AllocatorKind::Mimalloc);
     }
 }

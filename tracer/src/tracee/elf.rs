@@ -16,7 +16,7 @@ use object::{
     read::elf::ElfFile64, Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _,
 };
 
-use super::entry_points::ENTRY_POINTS;
+use super::entry_points::{AllocatorKind, ENTRY_POINTS, FAMILIES};
 
 /// What one ELF file offers: the entry points it defines (name to file
 /// offset) and what the loader needs to find its dependencies. Names of
@@ -44,9 +44,9 @@ pub struct ObjectInfo {
     pub(super) symbols: bool,
     /// Defines glibc's internal `__libc_malloc` (libc, or a static binary).
     glibc: bool,
-    /// Defines mimalloc's own API beyond the malloc family (`mi_version`,
-    /// `mi_heap_new`): mimalloc itself, not a wrapper of `mi_malloc`.
-    mimalloc_api: bool,
+    /// The families (`entry_points::FAMILIES`, by index) one of whose
+    /// `confirms` functions it defines.
+    confirmed: u32,
     /// Imports `dlsym`: a library defining malloc and free that looks up
     /// the next definition is an interposer (heaptrack's preload library,
     /// which also wraps `mi_malloc`), not an allocator.
@@ -100,7 +100,11 @@ impl ObjectInfo {
             }
             let Ok(name) = sym.name() else { continue };
             info.glibc |= name == "__libc_malloc";
-            info.mimalloc_api |= matches!(name, "mi_version" | "mi_heap_new");
+            for (i, family) in FAMILIES.iter().enumerate() {
+                if family.confirms.contains(&name) {
+                    info.confirmed |= 1 << i;
+                }
+            }
             if !wanted.contains(name) || info.defined.contains_key(name) {
                 continue;
             }
@@ -185,23 +189,19 @@ impl ObjectInfo {
     }
 
     /// The allocator this object is, from what it defines.
-    pub(super) fn kind(&self, path: &Path) -> &'static str {
-        let has = |n: &str| self.defined.contains_key(n);
-        if ["mallocx", "_rjem_mallocx", "je_mallocx"]
-            .iter()
-            .any(|n| has(n))
-        {
-            "jemalloc"
-        } else if has("tc_malloc") {
-            "tcmalloc"
-        } else if has("mi_malloc") && self.mimalloc_api {
-            "mimalloc"
+    pub(super) fn kind(&self, path: &Path) -> AllocatorKind {
+        let has = |n: &&str| self.defined.contains_key(*n);
+        let family = FAMILIES.iter().enumerate().find(|(i, f)| {
+            f.marks.iter().any(has) && (f.confirms.is_empty() || self.confirmed & (1 << i) != 0)
+        });
+        if let Some((_, f)) = family {
+            f.kind
         } else if is_libc(path) || self.glibc {
-            "glibc"
+            AllocatorKind::Glibc
         } else if self.defines_malloc_and_free() && self.imports_dlsym {
-            "interposer"
+            AllocatorKind::Interposer
         } else {
-            "own"
+            AllocatorKind::Own
         }
     }
 }

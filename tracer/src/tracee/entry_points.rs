@@ -1,11 +1,97 @@
-//! The allocator entry points that can be hooked, by name and role: the
-//! C, POSIX and C++ names that every allocator defines, and the names of
-//! jemalloc (with its prefixed builds), tcmalloc and mimalloc. In which
-//! objects of a process each is hooked is decided in `allocators.rs`.
+//! The allocators told apart and the entry points that can be hooked, by
+//! name and role: the C, POSIX and C++ names that every allocator defines,
+//! and one row per allocator with an API of its own (`FAMILIES`: jemalloc
+//! with its prefixed builds, tcmalloc, mimalloc), which also says how an
+//! object is known to be it. In which objects of a process each is hooked
+//! is decided in `allocators.rs`.
 
 use std::sync::LazyLock;
 
 use tracer_common::Role;
+
+/// The kinds of allocator objects told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AllocatorKind {
+    Glibc,
+    Jemalloc,
+    Tcmalloc,
+    Mimalloc,
+    /// A preload library wrapping the next malloc (heaptrack's).
+    Interposer,
+    /// An object defining malloc and free that is none of the above.
+    Own,
+}
+
+impl AllocatorKind {
+    /// Its name in reports and for `--allocator`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocatorKind::Glibc => "glibc",
+            AllocatorKind::Jemalloc => "jemalloc",
+            AllocatorKind::Tcmalloc => "tcmalloc",
+            AllocatorKind::Mimalloc => "mimalloc",
+            AllocatorKind::Interposer => "interposer",
+            AllocatorKind::Own => "own",
+        }
+    }
+
+    /// The kinds `--allocator` may name: glibc and each family.
+    pub fn choosable() -> impl Iterator<Item = AllocatorKind> {
+        std::iter::once(AllocatorKind::Glibc).chain(FAMILIES.iter().map(|f| f.kind))
+    }
+
+    /// The kind `--allocator NAME` names, if any.
+    pub fn parse(name: &str) -> Option<AllocatorKind> {
+        AllocatorKind::choosable().find(|k| k.name() == name)
+    }
+}
+
+/// An allocator with an API of its own: what marks an object as it, and
+/// the entry points it adds to the standard ones.
+pub struct Family {
+    pub kind: AllocatorKind,
+    /// An object defining any of these functions is of this family...
+    pub marks: &'static [&'static str],
+    /// ...when it also defines one of these (none: no more is needed).
+    pub confirms: &'static [&'static str],
+    /// Its own entry points.
+    pub api: &'static [(&'static str, Role)],
+    /// Prefixes of builds configured with one: `api` and `prefixed_c` are
+    /// also defined with each prefix.
+    pub prefixes: &'static [&'static str],
+    pub prefixed_c: &'static [(&'static str, Role)],
+}
+
+/// One row per allocator with an API of its own, in the order an object
+/// is tested against them.
+pub const FAMILIES: [Family; 3] = [
+    Family {
+        kind: AllocatorKind::Jemalloc,
+        marks: &["mallocx", "_rjem_mallocx", "je_mallocx"],
+        confirms: &[],
+        api: JEMALLOC_API,
+        prefixes: JEMALLOC_PREFIXES,
+        prefixed_c: JEMALLOC_PREFIXED_C,
+    },
+    Family {
+        kind: AllocatorKind::Tcmalloc,
+        marks: &["tc_malloc"],
+        confirms: &[],
+        api: TCMALLOC_API,
+        prefixes: &[],
+        prefixed_c: &[],
+    },
+    // A library wrapping `mi_malloc` (heaptrack's) defines it too: mimalloc
+    // itself also defines its API beyond the malloc family.
+    Family {
+        kind: AllocatorKind::Mimalloc,
+        marks: &["mi_malloc"],
+        confirms: &["mi_version", "mi_heap_new"],
+        api: MIMALLOC_API,
+        prefixes: &[],
+        prefixed_c: &[],
+    },
+];
 
 /// One entry point that can be hooked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,12 +263,16 @@ pub static ENTRY_POINTS: LazyLock<Vec<EntryPoint>> = LazyLock::new(|| {
         .chain(&[("cfree", Role::Free)])
         .map(|&(n, r)| entry(n.to_string(), r, true))
         .collect();
-    for &(n, r) in JEMALLOC_API.iter().chain(TCMALLOC_API).chain(MIMALLOC_API) {
-        all.push(entry(n.to_string(), r, false));
+    for family in &FAMILIES {
+        for &(n, r) in family.api {
+            all.push(entry(n.to_string(), r, false));
+        }
     }
-    for prefix in JEMALLOC_PREFIXES {
-        for &(n, r) in JEMALLOC_PREFIXED_C.iter().chain(JEMALLOC_API) {
-            all.push(entry(format!("{prefix}{n}"), r, false));
+    for family in &FAMILIES {
+        for prefix in family.prefixes {
+            for &(n, r) in family.prefixed_c.iter().chain(family.api) {
+                all.push(entry(format!("{prefix}{n}"), r, false));
+            }
         }
     }
     all
@@ -200,5 +290,21 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), n);
         assert!(names.contains(&"_rjem_sdallocx") && names.contains(&"je_mallocx"));
+    }
+
+    #[test]
+    fn every_family_is_known_by_entry_points_and_chosen_by_its_name() {
+        let names: Vec<&str> = ENTRY_POINTS.iter().map(|e| e.name.as_str()).collect();
+        for family in &FAMILIES {
+            assert!(
+                family.marks.iter().all(|m| names.contains(m)),
+                "{:?}: its marks are entry points (read from the object)",
+                family.kind
+            );
+            assert_eq!(AllocatorKind::parse(family.kind.name()), Some(family.kind));
+        }
+        assert_eq!(AllocatorKind::parse("glibc"), Some(AllocatorKind::Glibc));
+        assert_eq!(AllocatorKind::parse("own"), None);
+        assert_eq!(AllocatorKind::parse("auto"), None);
     }
 }

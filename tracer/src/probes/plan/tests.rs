@@ -3,14 +3,17 @@
 use std::{path::Path, sync::Arc};
 
 use super::*;
-use crate::tracee::{elf::file_id, entry_points::ENTRY_POINTS};
+use crate::tracee::{
+    elf::file_id,
+    entry_points::{AllocatorKind, ENTRY_POINTS},
+};
 
 const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 
 /// `path` as `Program::allocators` would list it: the standard names only
 /// where malloc resolves.
-fn hooked(path: &str, kind: &'static str, resolves_malloc: bool) -> Hooked {
+fn hooked(path: &str, kind: AllocatorKind, resolves_malloc: bool) -> Hooked {
     let info = Arc::new(ObjectInfo::parse(Path::new(path)).expect("parse object"));
     let entry_points = ENTRY_POINTS
         .iter()
@@ -42,7 +45,7 @@ fn skip(plan: &[PlannedProbe], function: &str) -> Option<Skip> {
 
 #[test]
 fn glibc_probes_malloc_and_free_and_counts_aliases_once() {
-    let libc = hooked(LIBC, "glibc", true);
+    let libc = hooked(LIBC, AllocatorKind::Glibc, true);
     let plan = plan(&libc, ProbePlacement::Emulated).expect("plan glibc");
     for f in ["malloc", "free", "calloc", "realloc", "aligned_alloc"] {
         let probe = find(&plan, f);
@@ -66,7 +69,7 @@ fn glibc_probes_malloc_and_free_and_counts_aliases_once() {
 
 #[test]
 fn entry_placement_puts_probes_on_the_symbol() {
-    let libc = hooked(LIBC, "glibc", true);
+    let libc = hooked(LIBC, AllocatorKind::Glibc, true);
     let plan = plan(&libc, ProbePlacement::Entry).expect("plan glibc");
     let malloc = find(&plan, "malloc");
     let placed = malloc.placed().expect("malloc probed");
@@ -80,7 +83,7 @@ fn jemalloc_thunks_are_counted_where_they_jump() {
     if !Path::new(JEMALLOC).exists() {
         return; // cargo xtask setup installs it; the integration tests require it
     }
-    let jemalloc = hooked(JEMALLOC, "jemalloc", true);
+    let jemalloc = hooked(JEMALLOC, AllocatorKind::Jemalloc, true);
     let plan = plan(&jemalloc, ProbePlacement::Emulated).expect("plan jemalloc");
     for f in ["malloc", "free", "mallocx", "xallocx", "_Znwm"] {
         assert!(find(&plan, f).placed().is_some(), "{f} probed");
@@ -111,7 +114,7 @@ fn a_plt_thunk_is_probed_where_malloc_does_not_resolve() {
     // free@plt then reaches another object's free, not hooked here: only
     // the allocator-specific names are listed, none skipped as a thunk
     // into the standard ones.
-    let jemalloc = hooked(JEMALLOC, "jemalloc", false);
+    let jemalloc = hooked(JEMALLOC, AllocatorKind::Jemalloc, false);
     let plan = plan(&jemalloc, ProbePlacement::Emulated).expect("plan jemalloc");
     assert!(plan
         .iter()
@@ -127,7 +130,7 @@ fn the_malloc_object_lists_the_c_functions_it_lacks() {
     let mut info = ObjectInfo::default();
     info.defined.insert("malloc".into(), 0x1000);
     info.defined.insert("free".into(), 0x2000);
-    let mut object = hooked(LIBC, "own", true);
+    let mut object = hooked(LIBC, AllocatorKind::Own, true);
     object
         .entry_points
         .retain(|e| e.name == "malloc" || e.name == "free");
@@ -144,7 +147,7 @@ fn the_malloc_object_must_define_malloc_and_free() {
     for (defined, missing) in [("malloc", "free"), ("free", "malloc")] {
         let mut info = ObjectInfo::default();
         info.defined.insert(defined.into(), 0x1000);
-        let mut object = hooked(LIBC, "own", true);
+        let mut object = hooked(LIBC, AllocatorKind::Own, true);
         object.entry_points.retain(|e| e.name == defined);
         object.info = Arc::new(info);
         let err = plan(&object, ProbePlacement::Entry).expect_err("required missing");
@@ -197,7 +200,7 @@ fn statuses_read_as_the_report_has_always_written_them() {
 
 #[test]
 fn facts_take_the_session_placement_except_for_free() {
-    let libc = hooked(LIBC, "glibc", true);
+    let libc = hooked(LIBC, AllocatorKind::Glibc, true);
     let plan = plan(&libc, ProbePlacement::Emulated).expect("plan glibc");
     let malloc = find(&plan, "malloc");
     let fact = malloc.fact(LIBC, true);
