@@ -8,7 +8,11 @@ use aya::maps::MapData;
 
 use crate::{
     collect::{
-        processes::ProcessTable, reader::Reader, stacks::StackInterner, state::State, ProcessChange,
+        processes::ProcessTable,
+        reader::Reader,
+        stacks::StackInterner,
+        state::{State, StateSetup},
+        ProcessChange,
     },
     model::{heap::Heap, peak_trigger::PeakTrigger},
     probes::loader::EventMaps,
@@ -27,8 +31,7 @@ pub struct Collector {
 
 /// How a collector is set up, once, at construction.
 pub struct CollectorOptions {
-    /// Mean sampling interval in bytes; 1 = every allocation.
-    pub sample_rate: u64,
+    pub sampling: crate::model::sampling::Sampling,
     /// --max-live: in exact mode, the most blocks the heap model tracks.
     pub max_live: u32,
     /// The process whose exit ends the trace (--pid, -- CMD).
@@ -57,7 +60,7 @@ impl Collector {
         options: CollectorOptions,
     ) -> anyhow::Result<Self> {
         let CollectorOptions {
-            sample_rate,
+            sampling,
             max_live,
             trace_root,
             keep_exited,
@@ -72,22 +75,24 @@ impl Collector {
             unwind: _,
             code_gens: _,
         } = maps;
-        let maps_at_exec = program_hint.is_none();
-        let mut collector = Collector {
+        let setup = StateSetup {
+            sampling,
+            trace_root,
+            keep_exited,
+            max_live: max_live as usize,
+            maps_at_exec: program_hint.is_none(),
+            peak_trigger: snapshot_on_peak.map(PeakTrigger::new),
+        };
+        let collector = Collector {
             events: Reader::start(events)?,
             state: State::new(
                 StackInterner::new(stack_map),
                 (live_map, live_count),
                 modules,
                 ProcessTable::new(program_hint),
-                sample_rate,
-                trace_root,
-                keep_exited,
+                setup,
             ),
         };
-        collector.state.maps_at_exec = maps_at_exec;
-        collector.state.max_live = max_live as usize;
-        collector.state.heap.peak_trigger = snapshot_on_peak.map(PeakTrigger::new);
         Ok(collector)
     }
 

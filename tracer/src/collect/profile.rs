@@ -16,6 +16,7 @@ use crate::{
     model::{
         heap::{StackHandle, Unfreed},
         history::{self, History},
+        sampling::Sampling,
         trend,
     },
     profile::{
@@ -77,7 +78,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         duration_secs: meta.duration.as_secs_f64(),
         start_unix_ns: meta.started_unix_ns,
         end_reason: meta.end_reason,
-        sample_rate: meta.sample_rate,
+        sample_rate: meta.sampling.rate(),
         unwind: meta.unwind.name().into(),
         processes: meta.processes,
         hooks: meta.hooks,
@@ -167,7 +168,7 @@ fn stack_reports(
                 // History and growth follow the whole heap: --min-age filters
                 // only what the report counts as in use now.
                 let growth = timeline
-                    .map(|t| t.growth(h, &counts, meta.sample_rate))
+                    .map(|t| t.growth(h, &counts, meta.sampling))
                     .unwrap_or_default();
                 add(unfiltered, &counts);
                 if let Some(aged) = &aged {
@@ -302,7 +303,7 @@ impl<'a> Timeline<'a> {
 
     /// A stack's series, slope and trend; nothing for a stack without a
     /// series (beyond `history::MAX_STACKS`).
-    fn growth(&self, h: StackHandle, counts: &Counts, sample_rate: u64) -> Growth {
+    fn growth(&self, h: StackHandle, counts: &Counts, sampling: Sampling) -> Growth {
         let Some(past) = self.history.series(h) else {
             return Growth::default();
         };
@@ -311,7 +312,7 @@ impl<'a> Timeline<'a> {
             series.push(counts.inuse_bytes);
         }
         let per_sec = trend::slope(&self.secs, &series);
-        let mut trend = trend::classify(&self.secs, &series, counts, sample_rate);
+        let mut trend = trend::classify(&self.secs, &series, counts, sampling);
         if trend == Some(Trend::Growing) {
             if let (Some(stack), Some(heap), Some(unknown)) =
                 (per_sec, self.heap_rate, self.unknown_rate)

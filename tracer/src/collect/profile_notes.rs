@@ -48,10 +48,8 @@ pub(super) fn notes(
             mode: meta.unwind.name().into(),
         });
     }
-    if meta.sample_rate > 1 {
-        notes.push(Note::Sampled {
-            rate: meta.sample_rate,
-        });
+    if let crate::model::sampling::Sampling::Bytes(rate) = meta.sampling {
+        notes.push(Note::Sampled { rate });
     }
     notes.extend(super::event_notes::event_notes(meta, collector, losses));
     let (jit, unnamed_frames) = collector.jit_stats();

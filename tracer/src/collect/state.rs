@@ -25,6 +25,8 @@ use crate::{
         heap::{Heap, StackHandle},
         history::History,
         peak::ProcessPeak,
+        peak_trigger::PeakTrigger,
+        sampling::Sampling,
         temporary::Temporaries,
     },
     probes::map_count::MapCounter,
@@ -56,8 +58,7 @@ pub struct State {
     /// The interned stacks, and what turns events into them.
     pub stacks: StackInterner,
     pub modules: Modules,
-    /// Mean sampling interval in bytes; 1 = every allocation.
-    sample_rate: u64,
+    sampling: Sampling,
     /// --max-live. In exact mode BPF sends every free and keeps no LIVE
     /// entry of reported blocks: this bounds the heap model instead (set
     /// by the collector; unbounded until then).
@@ -120,6 +121,22 @@ pub struct State {
     pub temporaries: Option<Temporaries>,
 }
 
+/// What a trace's state is set up with, once.
+pub(super) struct StateSetup {
+    pub sampling: Sampling,
+    /// The process whose exit ends the trace (--pid, -- CMD).
+    pub trace_root: Option<u32>,
+    /// Exited processes whose stacks stay their own (--exited-processes).
+    pub keep_exited: usize,
+    /// --max-live (exact mode's bound on the heap model).
+    pub max_live: usize,
+    /// Whether a process's maps are read at its exec event (see
+    /// `State::maps_at_exec`).
+    pub maps_at_exec: bool,
+    /// --snapshot-on-peak's trigger.
+    pub peak_trigger: Option<PeakTrigger>,
+}
+
 impl State {
     pub(super) fn new(
         stacks: StackInterner,
@@ -127,21 +144,28 @@ impl State {
         (live_map, live_count): (aya::maps::HashMap<MapData, LiveKey, LiveValue>, MapCounter),
         modules: Modules,
         processes: ProcessTable,
-        sample_rate: u64,
-        trace_root: Option<u32>,
-        keep_exited: usize,
+        setup: StateSetup,
     ) -> State {
+        let StateSetup {
+            sampling,
+            trace_root,
+            keep_exited,
+            max_live,
+            maps_at_exec,
+            peak_trigger,
+        } = setup;
+        let heap = Heap::new(peak_trigger);
         State {
             live_map,
             live_count,
             stale_live: Vec::new(),
             purged_live: 0,
-            heap: Heap::default(),
+            heap,
             history: None,
             stacks,
             modules,
-            sample_rate,
-            max_live: usize::MAX,
+            sampling,
+            max_live,
             untracked_allocs: 0,
             unknown_frees: 0,
             free_events: 0,
@@ -157,11 +181,11 @@ impl State {
             execs: std::collections::VecDeque::new(),
             execs_skipped: 0,
             process_changes: Vec::new(),
-            maps_at_exec: true,
+            maps_at_exec,
             tracked: FastMap::default(),
             last_reap: Instant::now(),
             oom: OomKills::default(),
-            temporaries: (sample_rate == 1).then(Temporaries::default),
+            temporaries: sampling.is_exact().then(Temporaries::default),
         }
     }
 
@@ -309,7 +333,7 @@ impl State {
     /// (`EVENT_UNLESS_LIVE`), nor when the model holds --max-live blocks
     /// (counted). When sampling, BPF's LIVE map decided both.
     fn admit(&mut self, ev: &Event) -> bool {
-        if self.sample_rate != 1 {
+        if !self.sampling.is_exact() {
             return true;
         }
         let unless_live = ev.flags & EVENT_UNLESS_LIVE != 0;
@@ -334,7 +358,7 @@ impl State {
     /// counts it when sampling (free() only, not realloc's). When sampling
     /// it should not happen.
     fn unknown_free(&mut self, ev: &Event) {
-        if self.sample_rate != 1 {
+        if !self.sampling.is_exact() {
             self.unmatched_frees += 1;
         } else if ev.role == Role::Free as u32 {
             self.unknown_frees += 1;
@@ -402,7 +426,7 @@ impl State {
             t.forget_process(pid);
         }
         // In exact mode BPF keeps no LIVE entry of a reported block.
-        if self.sample_rate != 1 {
+        if !self.sampling.is_exact() {
             self.stale_live
                 .extend(addrs.into_iter().map(|addr| LiveKey::reported(pid, addr)));
         }
@@ -455,7 +479,7 @@ impl State {
     }
 
     fn record(&mut self, ev: &Event, stack: StackHandle) {
-        let weight = crate::model::sampling::weight(ev.size, self.sample_rate);
+        let weight = crate::model::sampling::weight(ev.size, self.sampling.rate());
         self.heap
             .alloc(ev.pid, ev.addr, ev.size, weight, stack, ev.timestamp_ns);
         if let Some(t) = &mut self.temporaries {

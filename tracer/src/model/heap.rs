@@ -134,6 +134,14 @@ pub struct Heap {
 }
 
 impl Heap {
+    /// An empty heap; `peak_trigger`: --snapshot-on-peak's.
+    pub fn new(peak_trigger: Option<PeakTrigger>) -> Heap {
+        Heap {
+            peak_trigger,
+            ..Heap::default()
+        }
+    }
+
     /// A recorded allocation that stands for `weight` allocations of `size`,
     /// made at `at_ns` (bpf_ktime_get_ns, CLOCK_MONOTONIC).
     pub fn alloc(

@@ -2,7 +2,10 @@
 //! in-use bytes over the snapshots' times, and its trend class (see
 //! docs/growth.md). Pure.
 
-use crate::profile::{Counts, Trend};
+use crate::{
+    model::sampling::Sampling,
+    profile::{Counts, Trend},
+};
 
 /// Least-squares slope of `values` over `secs`, in bytes per second; None
 /// with fewer than 2 points or no time between them.
@@ -75,8 +78,13 @@ const STEADY_SHARE: f64 = 2.0 / 3.0;
 const STEADY_MIN_POINTS: usize = 6;
 
 /// The trend of a series (see docs/growth.md): `counts` are
-/// the stack's, `sample_rate` 1 in exact mode.
-pub fn classify(secs: &[f64], values: &[u64], counts: &Counts, sample_rate: u64) -> Option<Trend> {
+/// the stack's.
+pub fn classify(
+    secs: &[f64],
+    values: &[u64],
+    counts: &Counts,
+    sampling: Sampling,
+) -> Option<Trend> {
     let n = secs.len().min(values.len());
     if n < MIN_TREND_POINTS {
         return None;
@@ -89,9 +97,9 @@ pub fn classify(secs: &[f64], values: &[u64], counts: &Counts, sample_rate: u64)
         0 => 0.0,
         n => counts.alloc_bytes as f64 / n as f64,
     };
-    let sampled = match sample_rate {
-        0 | 1 => 0.0,
-        r => r as f64,
+    let sampled = match sampling {
+        Sampling::Exact => 0.0,
+        Sampling::Bytes(r) => r as f64,
     };
     let floor = NOISE_BLOCKS * block.max(sampled);
     let alloc_bytes = counts.alloc_bytes;
@@ -189,19 +197,34 @@ mod tests {
         let flat = vec![5_000u64; 24];
         for rate in [1, 65536] {
             assert_eq!(
-                classify(&t, &leak, &alloc(2_400_000, 1200), rate),
+                classify(
+                    &t,
+                    &leak,
+                    &alloc(2_400_000, 1200),
+                    Sampling::from_rate(rate)
+                ),
                 Some(Trend::Growing)
             );
             assert_eq!(
-                classify(&t, &cache, &alloc(4_200_000, 1025), rate),
+                classify(
+                    &t,
+                    &cache,
+                    &alloc(4_200_000, 1025),
+                    Sampling::from_rate(rate)
+                ),
                 Some(Trend::Plateau)
             );
             assert_eq!(
-                classify(&t, &churn, &alloc(20_000_000, 20_000), rate),
+                classify(
+                    &t,
+                    &churn,
+                    &alloc(20_000_000, 20_000),
+                    Sampling::from_rate(rate)
+                ),
                 Some(Trend::Churn)
             );
             assert_eq!(
-                classify(&t, &flat, &alloc(5_000, 5), rate),
+                classify(&t, &flat, &alloc(5_000, 5), Sampling::from_rate(rate)),
                 Some(Trend::Stable)
             );
         }
@@ -213,7 +236,12 @@ mod tests {
         ];
         let sampled: Vec<u64> = samples.iter().map(|n| n * 65536).collect();
         assert_eq!(
-            classify(&t, &sampled, &alloc(25 << 16, 800), 65536),
+            classify(
+                &t,
+                &sampled,
+                &alloc(25 << 16, 800),
+                Sampling::from_rate(65536)
+            ),
             Some(Trend::Growing)
         );
         // Sampling noise: one 64 KiB sample live at the last point only is
@@ -221,7 +249,7 @@ mod tests {
         let mut blip = vec![0u64; 24];
         blip[23] = 65536;
         assert_eq!(
-            classify(&t, &blip, &alloc(5 << 20, 5000), 65536),
+            classify(&t, &blip, &alloc(5 << 20, 5000), Sampling::from_rate(65536)),
             Some(Trend::Churn)
         );
         // Exact mode: a churning stack caught between malloc and free at
@@ -230,9 +258,15 @@ mod tests {
         let churned = alloc(10 << 20, 10 << 10);
         for from in [7, 5] {
             let caught: Vec<u64> = (0..10).map(|i| if i >= from { 1024 } else { 0 }).collect();
-            assert_eq!(classify(&t[..10], &caught, &churned, 1), Some(Trend::Churn));
+            assert_eq!(
+                classify(&t[..10], &caught, &churned, Sampling::from_rate(1)),
+                Some(Trend::Churn)
+            );
         }
-        assert_eq!(classify(&t[..3], &leak[..3], &alloc(1, 1), 1), None);
+        assert_eq!(
+            classify(&t[..3], &leak[..3], &alloc(1, 1), Sampling::Exact),
+            None
+        );
     }
 
     /// A buffer that realloc grows by 10 KiB a tick, traced from when it
@@ -245,22 +279,28 @@ mod tests {
         let sizes: Vec<u64> = (1..=10u64).map(|i| 100 * 1024 + i * 10_240).collect();
         // One realloc per step: allocated the sum of the sizes.
         let allocated = alloc(sizes.iter().sum::<u64>(), 10);
-        assert_eq!(classify(&t, &sizes, &allocated, 1), Some(Trend::Growing));
         assert_eq!(
-            classify(&t, &sizes, &allocated, 16384),
+            classify(&t, &sizes, &allocated, Sampling::from_rate(1)),
+            Some(Trend::Growing)
+        );
+        assert_eq!(
+            classify(&t, &sizes, &allocated, Sampling::from_rate(16384)),
             Some(Trend::Growing)
         );
         // When sampling, a rise under a sample rate is not growth.
         assert_ne!(
-            classify(&t, &sizes, &allocated, 1 << 20),
+            classify(&t, &sizes, &allocated, Sampling::from_rate(1 << 20)),
             Some(Trend::Growing)
         );
         // Rising at one step in three only, under the floor: not growing.
         let stepped: Vec<u64> = (0..10u64).map(|i| 100 * 1024 + (i / 3) * 10_240).collect();
-        assert_ne!(classify(&t, &stepped, &allocated, 1), Some(Trend::Growing));
+        assert_ne!(
+            classify(&t, &stepped, &allocated, Sampling::from_rate(1)),
+            Some(Trend::Growing)
+        );
         // Too few points to call a steady rise.
         assert_ne!(
-            classify(&t[..5], &sizes[..5], &allocated, 1),
+            classify(&t[..5], &sizes[..5], &allocated, Sampling::from_rate(1)),
             Some(Trend::Growing)
         );
     }

@@ -312,7 +312,7 @@ fn load_mode(
         // process reported (8 MiB); a page when sampling, which uses LIVE.
         .map_max_entries(
             "SEEN",
-            if limits.sample_rate == 1 {
+            if limits.sampling.is_exact() {
                 tracer_common::SEEN_PAGES
             } else {
                 1
@@ -320,7 +320,7 @@ fn load_mode(
         )
         .override_global("UNWIND_MODE", &mode, true)
         .override_global("STACK_BYTES", &limits.stack_bytes, true)
-        .override_global("SAMPLE_RATE", &limits.sample_rate, true)
+        .override_global("SAMPLE_RATE", &limits.sampling.rate(), true)
         .override_global("FILTER", &limits.filter, true)
         .override_global("COMM", &limits.comm, true)
         .override_global("CGROUP_LEVEL", &limits.cgroup.level, true)
@@ -359,7 +359,7 @@ fn load_mode(
         .get("PROGS")
         .context("BPF object has no map PROGS")?
         .as_raw_fd();
-    seed_countdowns(&mut ebpf, limits.sample_rate, &table)?;
+    seed_countdowns(&mut ebpf, limits.sampling.rate(), &table)?;
     let verified = load_programs(&mut ebpf, &features.release, unwind.name())?;
     for (program, tracepoint) in TRACEPOINTS {
         attach_tracepoint(&mut ebpf, program, tracepoint)?;

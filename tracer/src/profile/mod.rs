@@ -114,6 +114,13 @@ pub struct SnapshotPoint {
     pub alloc_bytes: u64,
 }
 
+impl Profile {
+    /// What the trace recorded, from `sample_rate`.
+    pub fn sampling(&self) -> crate::model::sampling::Sampling {
+        crate::model::sampling::Sampling::from_rate(self.sample_rate)
+    }
+}
+
 /// How a stack's in-use bytes moved over the history (docs/growth.md has
 /// the rule and its thresholds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::model::sampling::Sampling;
+
 // The profile's data, defined in crate::profile, named here too for the
 // renderers and their callers.
 pub use crate::profile::{
@@ -239,15 +241,13 @@ impl Profile {
 
     /// How allocations were chosen, in words.
     pub fn sampling_description(&self) -> String {
-        // 0 is not a meaningful mean interval: show it like 1 rather than
-        // invent a rate.
-        if self.sample_rate <= 1 {
-            "every allocation (exact)".to_string()
-        } else {
-            format!(
-                "one sample per {} bytes allocated on average (numbers are estimates)",
-                self.sample_rate
-            )
+        // 0 is not a meaningful mean interval: shown like 1 rather than
+        // inventing a rate.
+        match self.sampling() {
+            Sampling::Exact => "every allocation (exact)".to_string(),
+            Sampling::Bytes(rate) => {
+                format!("one sample per {rate} bytes allocated on average (numbers are estimates)")
+            }
         }
     }
 

@@ -46,8 +46,8 @@ pub struct RenderChoice {
 /// The BPF side: what is recorded and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeChoice {
-    /// Mean bytes between recorded allocations; 1 records every one.
-    pub sample_rate: u64,
+    /// Every allocation, or about one per so many bytes.
+    pub sampling: crate::model::sampling::Sampling,
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
     /// `--unwind tables`: rows of unwind tables the kernel holds.

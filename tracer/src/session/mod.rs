@@ -241,7 +241,7 @@ impl<'a> Trace<'a> {
             maps,
             modules,
             CollectorOptions {
-                sample_rate: config.probes.sample_rate,
+                sampling: config.probes.sampling,
                 max_live: config.probes.max_live,
                 trace_root: scope.root(),
                 keep_exited: config.exited_processes,
@@ -340,7 +340,7 @@ impl<'a> Trace<'a> {
             hooks: facts::report_hooks(self.hooks.lines()),
             unwind: self.loaded.unwind(),
             stack_bytes: probes.stack_bytes,
-            sample_rate: probes.sample_rate,
+            sampling: probes.sampling,
             session_error: self.loaded.session_error.clone(),
             unwind_fallback: self.loaded.fallback().map(str::to_string),
             allocators: self.hooks.objects().to_vec(),
@@ -439,7 +439,7 @@ impl<'a> Trace<'a> {
         phases.mark("detached");
         // Sampling: the numbers are estimates from the sampled allocations,
         // not counts of them.
-        let about = if profile.sample_rate == 1 {
+        let about = if profile.sampling().is_exact() {
             ""
         } else {
             "about "
@@ -459,7 +459,7 @@ impl<'a> Trace<'a> {
             profile.end_reason,
             profile.duration_secs,
             report::counted(profile.totals.alloc_objects, "allocation", "allocations"),
-            if profile.sample_rate == 1 {
+            if profile.sampling().is_exact() {
                 "recorded"
             } else {
                 "estimated from samples"

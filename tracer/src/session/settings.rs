@@ -84,7 +84,7 @@ impl<'a> Settings<'a> {
             ringbuf_bytes: probes.ringbuf_mb << 20,
             unwind: probes.unwind,
             stack_bytes: probes.stack_bytes,
-            sample_rate: probes.sample_rate,
+            sampling: probes.sampling,
             unwind_rows: probes.unwind_rows,
             filter: scope.filter(),
             comm: self.comm,
