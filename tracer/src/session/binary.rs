@@ -16,7 +16,7 @@ use crate::{
     report::{Note, ProcessInfo},
     tracee::{
         launch::check_dynamic,
-        process::{has_exited, program_of, read_cmdline},
+        process::{has_exited, read_cmdline},
         search::Program,
     },
 };
@@ -240,20 +240,7 @@ impl Binary {
     pub fn merge_processes(&self, all: &mut Vec<ProcessInfo>) {
         for (&pid, command) in &self.known {
             if !has_exited(pid) && !all.iter().any(|p| p.pid == pid) {
-                all.push(ProcessInfo {
-                    pid,
-                    start_time: crate::tracee::liveness::start_time(pid),
-                    command: command.clone(),
-                    program: program_of(pid).unwrap_or_default(),
-                    exited: false,
-                    exit_status: None,
-                    allocators: Vec::new(),
-                    folded: 0,
-                    oom_killed: None,
-                    temporary: None,
-                    peak: None,
-                    identity: crate::tracee::identity::read(pid),
-                });
+                all.push(super::facts::process_info(pid, command.clone(), false));
             }
         }
         all.sort_by_key(|p| (p.folded > 0, p.pid, p.start_time));

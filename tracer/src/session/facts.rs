@@ -4,7 +4,7 @@
 
 use crate::{
     probes::plan::HookFact,
-    report::{Hook, ProcessAllocator},
+    report::{Hook, ProcessAllocator, ProcessInfo},
     tracee::allocators::Hooked,
 };
 
@@ -35,4 +35,26 @@ pub fn process_allocators(objects: &[Hooked]) -> Vec<ProcessAllocator> {
             functions: o.entry_points.iter().map(|e| e.name.clone()).collect(),
         })
         .collect()
+}
+
+/// A process no event described, as /proc shows it now (nothing of it is
+/// read once it `exited`): the one constructor for the scopes' processes.
+pub fn process_info(pid: u32, command: String, exited: bool) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        start_time: (!exited)
+            .then(|| crate::tracee::liveness::start_time(pid))
+            .flatten(),
+        program: match exited {
+            true => String::new(),
+            false => crate::tracee::process::program_of(pid).unwrap_or_default(),
+        },
+        command,
+        exited,
+        identity: match exited {
+            true => crate::report::Identity::default(),
+            false => crate::tracee::identity::read(pid),
+        },
+        ..ProcessInfo::default()
+    }
 }

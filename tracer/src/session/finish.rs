@@ -2,6 +2,7 @@
 //! end of a started command, the notes about what was traced, and
 //! --verbose statistics.
 
+use super::end_reason::{EndReason, EndSignal};
 use crate::collect::unwind_notes::KernelUnwind;
 use crate::{
     collect::collector::Collector,
@@ -60,8 +61,8 @@ impl Trace<'_> {
     /// --keep-running it is left running. Returns the report's note.
     pub fn end_command(
         &mut self,
-        end_reason: &str,
-        wind_down: impl FnOnce(&mut Self) -> anyhow::Result<String>,
+        end_reason: &EndReason,
+        wind_down: impl FnOnce(&mut Self) -> anyhow::Result<EndReason>,
     ) -> anyhow::Result<Option<Note>> {
         let Some(command) = self.scope.running_command() else {
             return Ok(None);
@@ -72,21 +73,20 @@ impl Trace<'_> {
         }
         // SIGINT and SIGHUP are passed on as they came; anything else
         // (SIGTERM, the duration) asks the command to terminate.
-        let (sig, name) = if end_reason.starts_with("interrupted") {
-            (libc::SIGINT, "SIGINT")
-        } else if end_reason.starts_with("hung up") {
-            (libc::SIGHUP, "SIGHUP")
-        } else {
-            (libc::SIGTERM, "SIGTERM")
+        let signal = end_reason.command_signal();
+        let sig = match signal {
+            EndSignal::Int => libc::SIGINT,
+            EndSignal::Hup => libc::SIGHUP,
+            EndSignal::Term => libc::SIGTERM,
         };
         command.signal(sig);
         // A stopped (SIGSTOP, Ctrl-Z) command acts on it only once
         // continued, as shells do for `kill` on a stopped job.
         command.signal(libc::SIGCONT);
-        let how = wind_down(self)?;
+        let how = wind_down(self)?.to_string();
         Ok(Some(Note::CommandSignalled {
             pid,
-            signal: name,
+            signal: signal.name(),
             how,
         }))
     }

@@ -165,7 +165,7 @@ impl Forks {
                     }
                     p.exited |= c.exited;
                 }
-                None => all.push(process(pid, c.command.clone(), c.exited)),
+                None => all.push(super::facts::process_info(pid, c.command.clone(), c.exited)),
             }
         }
     }
@@ -187,28 +187,6 @@ impl Forks {
             });
         }
         notes
-    }
-}
-
-fn process(pid: u32, command: String, exited: bool) -> ProcessInfo {
-    ProcessInfo {
-        pid,
-        start_time: (!exited)
-            .then(|| crate::tracee::liveness::start_time(pid))
-            .flatten(),
-        program: crate::tracee::process::program_of(pid).unwrap_or_default(),
-        command,
-        exited,
-        exit_status: None,
-        allocators: Vec::new(),
-        folded: 0,
-        oom_killed: None,
-        temporary: None,
-        peak: None,
-        identity: match exited {
-            true => crate::report::Identity::default(),
-            false => crate::tracee::identity::read(pid),
-        },
     }
 }
 

@@ -7,6 +7,7 @@
 mod binary;
 mod cgroup;
 pub mod config;
+mod end_reason;
 mod facts;
 mod finish;
 pub mod forks;
@@ -23,6 +24,7 @@ mod trace_loop;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use end_reason::EndReason;
 
 use crate::{
     collect::{
@@ -308,14 +310,14 @@ impl<'a> Trace<'a> {
 
     /// The profile as it is now, the trace going on: what every process
     /// traced allocated since the start and still holds, with names.
-    pub fn snapshot(&mut self, end_reason: &str) -> Profile {
+    pub fn snapshot(&mut self, end_reason: &EndReason) -> Profile {
         let elapsed = self.started.elapsed();
         let in_use = InUseFilter::aged(self.settings.config.min_age);
         self.snapshot_at(end_reason, elapsed, in_use)
     }
 
     /// `snapshot`, counting as in use only the blocks `in_use` keeps.
-    pub fn snapshot_filtered(&mut self, end_reason: &str, in_use: InUseFilter) -> Profile {
+    pub fn snapshot_filtered(&mut self, end_reason: &EndReason, in_use: InUseFilter) -> Profile {
         let elapsed = self.started.elapsed();
         self.snapshot_at(end_reason, elapsed, in_use)
     }
@@ -323,7 +325,12 @@ impl<'a> Trace<'a> {
     /// The profile as it is now, `elapsed` after the trace started (its
     /// duration, and the time of its last history point), counting as in
     /// use only the blocks `in_use` keeps.
-    fn snapshot_at(&mut self, end_reason: &str, elapsed: Duration, in_use: InUseFilter) -> Profile {
+    fn snapshot_at(
+        &mut self,
+        end_reason: &EndReason,
+        elapsed: Duration,
+        in_use: InUseFilter,
+    ) -> Profile {
         let probes = self.settings.config.probes;
         let mut processes = self.scope.processes(self.collector.processes());
         for p in &mut processes {
@@ -387,7 +394,9 @@ impl<'a> Trace<'a> {
     /// exporter's thread: a collector that is down costs the trace
     /// nothing but this snapshot).
     fn push_snapshot(&mut self) {
-        let mut profile = self.snapshot("snapshot pushed while tracing (the trace went on)");
+        let mut profile = self.snapshot(&EndReason::Snapshot(
+            "snapshot pushed while tracing (the trace went on)".into(),
+        ));
         profile.sort_stacks(self.settings.config.render.sort);
         if let Some(push) = &self.otlp {
             push.profile(&profile);
@@ -403,7 +412,8 @@ impl<'a> Trace<'a> {
         // Off while the snapshot is written: drawn again at the next tick.
         console::clear_progress();
         let in_use = InUseFilter::aged(self.settings.config.min_age);
-        let mut profile = self.snapshot_at(&format!("snapshot {n} ({why})"), elapsed, in_use);
+        let why = EndReason::Snapshot(format!("snapshot {n} ({why})"));
+        let mut profile = self.snapshot_at(&why, elapsed, in_use);
         profile.sort_stacks(self.settings.config.render.sort);
         if let Err(e) = self.settings.write_numbered(n, &profile, false) {
             console::warn(format_args!(

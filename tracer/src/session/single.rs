@@ -15,7 +15,7 @@ use crate::{
     tracee::{
         launch::Launched,
         liveness::PidFd,
-        process::{program_of, read_cmdline, Process},
+        process::{read_cmdline, Process},
         search::Program,
     },
 };
@@ -296,13 +296,7 @@ impl Single {
 fn root_first(all: &mut Vec<ProcessInfo>, root: u32) -> &mut ProcessInfo {
     let entry = match all.iter().position(|p| p.pid == root) {
         Some(i) => all.remove(i),
-        None => ProcessInfo {
-            pid: root,
-            start_time: crate::tracee::liveness::start_time(root),
-            program: program_of(root).unwrap_or_default(),
-            identity: crate::tracee::identity::read(root),
-            ..ProcessInfo::default()
-        },
+        None => super::facts::process_info(root, String::new(), false),
     };
     all.insert(0, entry);
     &mut all[0]

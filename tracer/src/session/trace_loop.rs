@@ -13,7 +13,10 @@ use tokio::{
     signal::unix::{signal, SignalKind},
 };
 
-use super::Trace;
+use super::{
+    end_reason::{EndReason, EndSignal},
+    Trace,
+};
 
 /// How often the ring buffer is drained (BPF submits without wakeups).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -72,7 +75,7 @@ impl Signals {
 /// What a signal or the deadline means in a phase.
 enum Next {
     Continue,
-    End(String),
+    End(EndReason),
 }
 
 /// The loop's periodic wake-ups.
@@ -111,17 +114,17 @@ impl Ticks {
 
 /// Why the phase ended when the target exited (`killed`: why the command
 /// was killed, in the wind-down).
-fn exit_reason(phase: Phase, killed: Option<String>) -> String {
+fn exit_reason(phase: Phase, killed: Option<String>) -> EndReason {
     match (phase, killed) {
-        (Phase::Trace { .. }, _) => "target exited".into(),
-        (Phase::WindDown, Some(why)) => format!("was killed (SIGKILL) {why}"),
-        (Phase::WindDown, None) => "exited".into(),
+        (Phase::Trace { .. }, _) => EndReason::TargetExited,
+        (Phase::WindDown, Some(why)) => EndReason::CommandKilled(why),
+        (Phase::WindDown, None) => EndReason::CommandExited,
     }
 }
 
 impl Trace<'_> {
     /// Drains events until the phase ends (see `Phase`). Returns why it ended.
-    pub async fn collect(&mut self, phase: Phase) -> anyhow::Result<String> {
+    pub async fn collect(&mut self, phase: Phase) -> anyhow::Result<EndReason> {
         let (exit, events) = self.watch()?;
         let now = tokio::time::Instant::now();
         let Ticks {
@@ -143,17 +146,17 @@ impl Trace<'_> {
             let snapshot_due = self.next_snapshot();
             let next = tokio::select! {
                 _ = self.signals.sigint.recv() => {
-                    self.on_signal(phase, "SIGINT", &mut killed, &mut deadline)
+                    self.on_signal(phase, EndSignal::Int, &mut killed, &mut deadline)
                 }
                 _ = self.signals.sigterm.recv() => {
-                    self.on_signal(phase, "SIGTERM", &mut killed, &mut deadline)
+                    self.on_signal(phase, EndSignal::Term, &mut killed, &mut deadline)
                 }
                 _ = self.signals.sighup.recv() => {
-                    self.on_signal(phase, "SIGHUP", &mut killed, &mut deadline)
+                    self.on_signal(phase, EndSignal::Hup, &mut killed, &mut deadline)
                 }
                 _ = exited(exit.as_ref()) => Next::End(exit_reason(phase, killed.take())),
                 _ = sleep_until(deadline) => match phase {
-                    Phase::Trace { .. } => Next::End("duration elapsed".into()),
+                    Phase::Trace { .. } => Next::End(EndReason::DurationElapsed),
                     Phase::WindDown => {
                         killed = Some(format!(
                             "when it had not exited within {} s",
@@ -248,18 +251,14 @@ impl Trace<'_> {
     fn on_signal(
         &mut self,
         phase: Phase,
-        name: &str,
+        signal: EndSignal,
         killed: &mut Option<String>,
         deadline: &mut Option<tokio::time::Instant>,
     ) -> Next {
         match phase {
-            Phase::Trace { .. } => Next::End(match name {
-                "SIGINT" => "interrupted (SIGINT)".into(),
-                "SIGHUP" => "hung up (SIGHUP)".into(),
-                _ => format!("terminated ({name})"),
-            }),
+            Phase::Trace { .. } => Next::End(EndReason::Signal(signal)),
             Phase::WindDown => {
-                *killed = Some(format!("on a second {name}"));
+                *killed = Some(format!("on a second {}", signal.name()));
                 self.kill_command(deadline);
                 Next::Continue
             }
@@ -339,8 +338,10 @@ impl Trace<'_> {
             min_age,
             born_since_ns: reply.born_since_ns,
         };
-        let profile =
-            self.snapshot_filtered("snapshot served while tracing (the trace went on)", in_use);
+        let profile = self.snapshot_filtered(
+            &EndReason::Snapshot("snapshot served while tracing (the trace went on)".into()),
+            in_use,
+        );
         let _ = reply.send(crate::serve::Snapshot {
             profile: std::sync::Arc::new(profile),
             stats: self.collector.stats(),
