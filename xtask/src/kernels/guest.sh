@@ -73,8 +73,12 @@ attach() {
     fi
     kill -INT $tracer_pid 2>/dev/null
     # A signal reaches a tracer inside bpf_prog_load only when that
-    # verification ends: kill it if it does not stop soon.
-    (sleep 10 && kill -KILL $tracer_pid 2>/dev/null) &
+    # verification ends: one that never started tracing is killed if it
+    # does not stop soon. One that traced writes its report, which takes
+    # a while under TCG on a busy host: it gets the check's limit.
+    local grace=$limit
+    [ -n "$timed_out" ] && grace=10
+    (sleep "$grace" && kill -KILL $tracer_pid 2>/dev/null) &
     local killer=$!
     wait $tracer_pid
     local status=$?
