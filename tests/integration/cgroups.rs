@@ -1,4 +1,4 @@
-//! `--cgroup PATH` and process identity (#23 scopes 1 and 2): a cgroup v2
+//! `--cgroup PATH` and process identity: a cgroup v2
 //! subtree traced alone, processes moved into it during the trace,
 //! system-wide reports grouped by cgroup, a process in its own pid and
 //! mount namespace, and the errors for paths that are no cgroup v2.

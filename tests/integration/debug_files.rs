@@ -1,4 +1,4 @@
-//! Separate debug files inside a chroot (#21 scope 5): a stripped program
+//! Separate debug files inside a chroot: a stripped program
 //! whose static functions are named only by its debug file, found by build
 //! id or by `.gnu_debuglink` under the chroot's own root; and without any,
 //! frames that keep module, build id and offset for later.

@@ -1,4 +1,4 @@
-//! Growth over the heap's history (--interval, issue #14): each heap shape
+//! Growth over the heap's history (--interval): each heap shape
 //! of growth.c (a steady leak, a cache that fills then stays flat, pure
 //! churn) gets its trend in exact mode and at the default sample rate, the
 //! leak's rate comes out right, --interval without `{n}` writes one report

@@ -1,4 +1,4 @@
-//! Hostile and mistaken saved files (issue #19, 22), read by `report` as
+//! Hostile and mistaken saved files, read by `report` as
 //! `nobody`: refused within bounded memory (peak RSS measured with
 //! /usr/bin/time), numbers out of range refused, and files of another kind
 //! named for what they look like.

@@ -1,4 +1,4 @@
-//! `--min-age SECS` (issue #14 item 3): only allocations live at least SECS
+//! `--min-age SECS`: only allocations live at least SECS
 //! when the report is made count as in use, in the final report (JSON,
 //! text), in --interval snapshots and in --serve's `?min_age=`; allocated
 //! counts still count everything.

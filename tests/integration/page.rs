@@ -1,4 +1,4 @@
-//! The live page (`--serve`'s `/`, issue #14 item 5) in headless Chromium
+//! The live page (`--serve`'s `/`) in headless Chromium
 //! while a program leaks: what a person sees names the leaking function.
 
 use std::{
@@ -86,7 +86,7 @@ fn the_live_page_names_the_leaking_function_in_headless_chromium() {
     );
     assert!(text.contains("In-use bytes over time"), "{text}");
     // The inline flamegraph shows no control that only its script made
-    // work, and its root row is labelled (issue #19 item 21).
+    // work, and its root row is labelled.
     for dead in ["Search", "Reset Zoom"] {
         assert!(!text.contains(dead), "{dead} on the page: {text}");
     }

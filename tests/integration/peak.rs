@@ -1,4 +1,4 @@
-//! The heap at its peak (issue #22, docs/peak.md), on tests/targets/spike.c:
+//! The heap at its peak (docs/peak.md), on tests/targets/spike.c:
 //! a 4 MiB base, a slow leak, a 96 MiB burst freed later, then a lower
 //! burst. Exact mode gives every site's bytes at the peak exactly (the
 //! lower burst 0); the default sampling rate gives the big burst within

@@ -1,4 +1,4 @@
-//! The progress line (issue #14 item 6): on a terminal, one stderr line
+//! The progress line: on a terminal, one stderr line
 //! rewritten about once a second with the elapsed time, events per second,
 //! live bytes and losses; cleared before other lines and at the end; never
 //! when stderr is not a terminal; -q turns it off.

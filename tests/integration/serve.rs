@@ -1,4 +1,4 @@
-//! `--serve ADDR` (issue #13 item 2): the profile over HTTP while the
+//! `--serve ADDR`: the profile over HTTP while the
 //! trace goes on, read by its real consumers (`go tool pprof`, the
 //! Prometheus client library's text parser), and the trace ends as it
 //! would without it.

@@ -1,4 +1,4 @@
-//! `--serve` against hostile programs and clients (issue #19 items 18–20):
+//! `--serve` against hostile programs and clients:
 //! what a traced program names itself is escaped in /metrics, held
 //! connections cannot lock scrapers out, in-flight requests are answered
 //! when the trace ends, and every endpoint takes `?min_age=` by one rule.

@@ -1,6 +1,6 @@
 //! Uprobe sessions skip the return probe of calls that are not recorded,
 //! in the scopes whose probes fire for every process mapping the file
-//! (`--binary`, `--cgroup`) as under `--pid` (#23 scope 4). The tracer
+//! (`--binary`, `--cgroup`) as under `--pid`. The tracer
 //! counts the return runs in the kernel (`--verbose`); when sampling, they
 //! follow the recorded calls, not all calls. Before the entry programs
 //! returned their value, every call ran its return (339264 here).

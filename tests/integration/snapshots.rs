@@ -1,4 +1,4 @@
-//! Snapshots taken while tracing (`--interval`, issue #12's snapshot seam):
+//! Snapshots taken while tracing (`--interval`):
 //! each agrees with what the target had done when it was taken, the trace
 //! goes on, and the final report is the last snapshot.
 

@@ -1,4 +1,4 @@
-//! Memory over long traces (issue #11), in about a minute each: what the
+//! Memory over long traces, in about a minute each: what the
 //! tracer keeps per process is dropped when the process exits, what it
 //! keeps per file is shared by every process that maps the file, exited
 //! processes leave the kernel's LIVE map, and one busy process with a slow

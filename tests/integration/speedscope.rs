@@ -149,7 +149,7 @@ fn speedscope_bytes(bytes: u64) -> String {
     format!("{} GB", fixed(value / 1024.0))
 }
 
-/// #13 item 4: the packaged app (`dist/release/index.html`, served from
+/// The packaged app (`dist/release/index.html`, served from
 /// loopback with our file, which it fetches through `#profileURL=`) shows
 /// our profiles by name, and its sandwich view (`&view=sandwich`: the one
 /// view that is a DOM table rather than a canvas) lists every site with

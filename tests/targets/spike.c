@@ -1,4 +1,4 @@
-/* Test target for the heap at its peak (issue #22): a service that holds a
+/* Test target for the heap at its peak: a service that holds a
  * base, leaks slowly, bursts by tens of MiB then falls back, and later
  * bursts lower. One line on stdin per step, acknowledged on stdout, so the
  * test decides when each step happens:

@@ -314,7 +314,7 @@ fn output_len(len: usize, max: usize) -> Option<usize> {
 /// Copies up to STACK_BYTES of user stack from `sp` upwards and returns how
 /// many bytes were copied. A read crossing the top of the stack fails whole
 /// (and zero-fills), so the stack is read in chunks and the chunk that
-/// fails is retried up to its page boundary (shared/TOOLCHAIN.md).
+/// fails is retried up to its page boundary.
 #[inline(always)]
 fn copy_stack(sp: u64, dst: &mut [u8; MAX_STACK_BYTES]) -> usize {
     let want = tunable(&STACK_BYTES) as usize;

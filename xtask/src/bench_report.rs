@@ -1,5 +1,5 @@
 //! `cargo xtask bench-report`: how long the report of many distinct stacks
-//! takes and how much memory the tracer needs for it, issue #21's case:
+//! takes and how much memory the tracer needs for it:
 //! bench/many_stacks.c makes 100,000 allocations, each from its own
 //! 17-frame stack, traced in exact mode with the default unwinding
 //! (tables) and the default ring buffer; the tracer is stopped with SIGINT

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use crate::cmd::{cargo, is_root, output, run as run_cmd};
 
 /// bpf-linker must link against the same LLVM major as the nightly rustc
-/// (22 here, shared/TOOLCHAIN.md); Debian ships it as these packages.
+/// (22 for the pinned nightly); Debian ships it as these packages.
 const LLVM_PACKAGES: &[&str] = &["llvm-22-dev", "libpolly-22-dev"];
 /// Without LLVM_PREFIX, bpf-linker's build finds LLVM 14 through
 /// /usr/bin/llvm-config and fails with `unable to find library -lLLVM`.

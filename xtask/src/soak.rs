@@ -1,4 +1,4 @@
-//! `cargo xtask soak`: the tracer's memory over long traces (issue #11).
+//! `cargo xtask soak`: the tracer's memory over long traces.
 //!
 //! Three scopes, each traced by a release-build tracer with `--verbose`
 //! (its stats line every 10 s gives the kernel LIVE map's size over time)

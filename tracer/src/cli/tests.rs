@@ -195,7 +195,7 @@ fn the_readme_synopsis_lists_every_option() {
 #[test]
 fn the_readme_stays_a_users_document_without_stale_claims() {
     let readme = include_str!("../../../README.md");
-    // Issue #19: a 77 KB README read as a development log; measurements and
+    // A README that grew into a development log; measurements and
     // design notes belong in docs/.
     assert!(
         readme.len() < 40_000,
@@ -224,7 +224,7 @@ fn the_readme_stays_a_users_document_without_stale_claims() {
 
 #[test]
 fn help_shows_the_snapshot_number_placeholder_literally() {
-    // clap turns `{n}` in help text into a line break (issue #19, 17).
+    // clap turns `{n}` in help text into a line break.
     use clap::CommandFactory as _;
     let long = Cli::command().render_long_help().to_string();
     assert!(long.contains("-o heap-{n}.json"), "{long}");

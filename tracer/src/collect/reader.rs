@@ -26,7 +26,7 @@ use aya::maps::{MapData, RingBuf};
 /// Most bytes of events waiting for the collector.
 const MAX_QUEUED_BYTES: usize = 512 << 20;
 /// How long the reader sleeps in poll() when BPF forces no wakeup (it
-/// submits most events without one, shared/TOOLCHAIN.md).
+/// submits most events without one).
 const POLL_MS: i32 = 2;
 /// Events are handed over in batches of about this many bytes.
 const BATCH_BYTES: usize = 1 << 20;

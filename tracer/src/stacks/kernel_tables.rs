@@ -1,4 +1,4 @@
-//! Unwind tables in the kernel's maps (`--unwind tables`, issue #21): each
+//! Unwind tables in the kernel's maps (`--unwind tables`): each
 //! mapped file's rows (`unwind_table.rs`) loaded once into UNWIND_ROWS and
 //! shared by every process that maps the file; per process,
 //! UNWIND_MAPPINGS tells the BPF walker which rows and which load address

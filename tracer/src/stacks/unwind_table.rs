@@ -1,4 +1,4 @@
-//! Compact unwind tables for unwinding in the kernel (issue #21), built from
+//! Compact unwind tables for unwinding in the kernel, built from
 //! one ELF file's `.eh_frame` (and `.debug_frame` where `.eh_frame` does not
 //! cover a function), reading only its headers and those sections
 //! (`elf.rs`). `kernel_tables.rs` loads the rows into the BPF maps; the

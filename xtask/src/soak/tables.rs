@@ -1,4 +1,4 @@
-//! The unwind tables' soak (issue #21): a system-wide trace of every
+//! The unwind tables' soak: a system-wide trace of every
 //! process (default sampling, `--unwind tables`), while a loop starts
 //! short processes of four programs in turn (python3.11 -c pass, cc -c
 //! on a small C file, rg over the docs, `rustc -V`: 150 MiB of

@@ -1,4 +1,4 @@
-//! Hostile and mistaken inputs (issue #19, 22): files of another kind are
+//! Hostile and mistaken inputs: files of another kind are
 //! named for what they look like, numbers out of range are refused with
 //! their field, and `diff` of profiles at the count limit cannot overflow.
 
