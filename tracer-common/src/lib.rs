@@ -445,6 +445,7 @@ pub struct InFlightStack {
 }
 
 pub mod counter;
+pub mod unwind_row;
 
 #[cfg(feature = "user")]
 mod pod {
