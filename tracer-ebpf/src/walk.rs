@@ -97,7 +97,7 @@ pub(crate) struct StackWindow {
 #[map]
 static WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
 
-/// Per-CPU buffer where an EVENT_ALLOC_FRAMES is assembled.
+/// Per-CPU buffer where an EventKind::AllocFrames is assembled.
 #[map]
 pub(crate) static FRAMES_BUF: PerCpuArray<FramesSample> =
     PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
