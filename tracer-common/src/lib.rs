@@ -257,14 +257,8 @@ impl LiveKey {
     }
 }
 
-/// Names of the maps of each traced process's code generation, kept by
-/// tracer-ebpf's code_gen.rs: MAPS_GEN (u32 tgid → `CodeMaps`, bumped by
-/// the kernel side at each file the process maps executable) and
-/// MAPS_READ (u32 tgid → u32, the generation user space read the
-/// process's maps at). A stack carries the generation it was taken under.
-pub const MAPS_GEN: &str = "MAPS_GEN";
-pub const MAPS_READ: &str = "MAPS_READ";
-
+/// A process's code generation is kept by tracer-ebpf's code_gen.rs in the
+/// maps `names::map::MAPS_GEN` and `MAPS_READ`.
 /// Executable file mappings a `CodeMaps` remembers: the last ones, by
 /// generation (the one of generation `g` is at `g % CODE_HISTORY`).
 pub const CODE_HISTORY: usize = 64;
@@ -371,6 +365,7 @@ pub struct InFlightStack {
 
 pub mod counter;
 mod event;
+pub mod names;
 pub mod unwind_row;
 
 pub use event::{exec_comm, Event, EventKind, EVENT_UNLESS_LIVE};
