@@ -50,7 +50,7 @@ pub fn missing(object_bytes: &[u8], names: &[(Kind, &[&str])]) -> Vec<String> {
         .iter()
         .flat_map(|(kind, names)| names.iter().map(move |n| (*kind, *n)))
         .filter(|(kind, name)| !found(*kind, name))
-        .map(|(kind, name)| format!("{kind:?} {name}").to_lowercase())
+        .map(|(kind, name)| format!("{} {name}", format!("{kind:?}").to_lowercase()))
         .collect()
 }
 
@@ -84,11 +84,11 @@ mod tests {
         assert_eq!(
             missing(bpf_object(), &names),
             [
-                "map no_such_map",
-                "map sample_rate",
-                "global live",
+                "map NO_SUCH_MAP",
+                "map SAMPLE_RATE",
+                "global LIVE",
                 "program memtrace_walk_step",
-                "program live"
+                "program LIVE"
             ]
         );
         assert_eq!(missing(b"not an ELF", &names[..1]).len(), 3);
