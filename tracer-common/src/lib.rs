@@ -63,51 +63,10 @@ pub mod cookie {
     pub const R11: u64 = 9;
 }
 
-/// An allocation that was recorded: the address is now in the LIVE map.
-pub const EVENT_ALLOC: u32 = 1;
-/// A recorded allocation was freed (by free, realloc or realloc(p, 0)).
-pub const EVENT_FREE: u32 = 2;
-/// A recorded allocation with registers and a copy of the user stack for
-/// unwinding in user space (`StackSample`, of variable length).
-pub const EVENT_ALLOC_SAMPLE: u32 = 3;
-/// A recorded allocation with the return addresses the kernel walked from
-/// unwind tables (`FramesHeader`, then `depth` addresses, then, with
-/// `FRAMES_RESUME`, `MAX_FRAMES` address slots and `stack_len` stack bytes).
-pub const EVENT_ALLOC_FRAMES: u32 = 7;
-/// A process that may be traced called exec: its old heap is gone and its
-/// new image has new mappings (`kind` and `pid` are set, `tid` is the
-/// thread that called exec, and `addr` and `size` hold the new image's
-/// thread name, 16 bytes NUL-padded, in little-endian order: see
-/// `exec_comm`). A `tid` other than `pid` is an exec from a thread other
-/// than the main one: the kernel gave that thread the process's pid, and
-/// the main thread's task (which probes for one process are bound to) is
-/// gone.
-pub const EVENT_EXEC: u32 = 4;
-/// `--follow-forks`: a traced process forked a child, which joined the
-/// traced set in the kernel (`pid` is the child, `tid` the parent's tgid).
-/// Sent before the child runs, so it precedes the child's own events.
-pub const EVENT_FORK: u32 = 5;
-/// The last thread of a traced process exited (only `kind` and `pid` are
-/// set): user space deletes its LIVE entries; under `--follow-forks` it
-/// also left the traced set.
-pub const EVENT_EXIT: u32 = 6;
-/// The OOM killer chose a traced process as its victim (`oom:mark_victim`;
-/// `pid` is its tgid, `tid` the victim task's thread id). Sent before the
-/// process's EVENT_EXIT: user space keeps its heap as in use.
-pub const EVENT_OOM_KILL: u32 = 8;
-
 /// `FOLLOW_FORKS` values (a read-only global set at load time): whether
 /// children of traced processes join the traced set at fork.
 pub const FORKS_COUNT: u32 = 0;
 pub const FORKS_FOLLOW: u32 = 1;
-
-/// The thread name an EVENT_EXEC carries in its `addr` and `size`.
-pub fn exec_comm(event: &Event) -> [u8; 16] {
-    let mut comm = [0u8; 16];
-    comm[..8].copy_from_slice(&event.addr.to_le_bytes());
-    comm[8..].copy_from_slice(&event.size.to_le_bytes());
-    comm
-}
 
 /// Entries of the exponential table used to draw sampling intervals: entry
 /// i is the mean of -ln(u) for u in [i/N, (i+1)/N), in 16.16 fixed point.
@@ -137,7 +96,7 @@ pub const FILTER_CGROUP: u32 = 3;
 pub const UNWIND_FP: u32 = 0;
 pub const UNWIND_DWARF: u32 = 1;
 /// Walk the stack in the kernel from unwind tables user space loaded
-/// (`EVENT_ALLOC_FRAMES`; docs/unwind-tables.md).
+/// (`EventKind::AllocFrames`; docs/unwind-tables.md).
 pub const UNWIND_TABLES: u32 = 2;
 
 /// Stack bytes are copied in chunks of this size: a single read that crosses
@@ -147,7 +106,7 @@ pub const STACK_CHUNK: usize = 4096;
 /// buffer) may not exceed 32 KiB.
 pub const MAX_STACK_BYTES: usize = 4 * STACK_CHUNK;
 
-/// Header of an `EVENT_ALLOC_SAMPLE`: the event, the caller's registers at
+/// Header of an `EventKind::AllocSample`: the event, the caller's registers at
 /// the allocator's return, and how many stack bytes follow, copied from `sp`
 /// upwards. Sent as `size_of::<SampleHeader>() + stack_len` bytes.
 #[repr(C)]
@@ -187,7 +146,7 @@ pub const FRAMES_ENDED: u32 = 2;
 /// `MAX_FRAMES` address slots, for user space to go on with.
 pub const FRAMES_RESUME: u32 = 4;
 
-/// Header of an `EVENT_ALLOC_FRAMES`.
+/// Header of an `EventKind::AllocFrames`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FramesHeader {
@@ -207,7 +166,7 @@ pub struct FramesHeader {
     pub maps_gen: u32,
 }
 
-/// The BPF side's buffer for an `EVENT_ALLOC_FRAMES`.
+/// The BPF side's buffer for an `EventKind::AllocFrames`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct FramesSample {
@@ -262,40 +221,6 @@ pub struct MappingValue {
     pub _pad: u32,
 }
 
-/// One record in the EVENTS ring buffer.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Event {
-    /// `EVENT_ALLOC` or `EVENT_FREE`.
-    pub kind: u32,
-    /// Process id (tgid) of the caller.
-    pub pid: u32,
-    /// Thread id of the caller.
-    pub tid: u32,
-    /// Id in the STACKS map, or a negative errno when capture failed
-    /// (ALLOC only; 0 for FREE).
-    pub stack_id: i32,
-    /// Address returned by the allocator (ALLOC) or passed to free (FREE).
-    pub addr: u64,
-    /// Requested size in bytes (ALLOC only).
-    pub size: u64,
-    /// `bpf_ktime_get_ns()` when the event was recorded; 0 for FREE
-    /// (nothing reads it there, and the clock read is a measurable part of
-    /// a free's cost in exact mode).
-    pub timestamp_ns: u64,
-    /// The `Role` of the hooked function that produced the event.
-    pub role: u32,
-    /// `EVENT_UNLESS_LIVE` or 0.
-    pub flags: u32,
-}
-
-/// `Event::flags` of an exact-mode ALLOC that user space skips when the
-/// address is already live in that process: a call inside the one that
-/// returned it, taken for a signal handler's, recorded the block first
-/// (tracer-ebpf inflight.rs). When sampling, BPF looks this up in LIVE
-/// itself; in exact mode LIVE holds only blocks whose ALLOC was dropped.
-pub const EVENT_UNLESS_LIVE: u32 = 1;
-
 /// Key of the LIVE map: one recorded, not yet freed allocation.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -332,14 +257,8 @@ impl LiveKey {
     }
 }
 
-/// Names of the maps of each traced process's code generation, kept by
-/// tracer-ebpf's code_gen.rs: MAPS_GEN (u32 tgid → `CodeMaps`, bumped by
-/// the kernel side at each file the process maps executable) and
-/// MAPS_READ (u32 tgid → u32, the generation user space read the
-/// process's maps at). A stack carries the generation it was taken under.
-pub const MAPS_GEN: &str = "MAPS_GEN";
-pub const MAPS_READ: &str = "MAPS_READ";
-
+/// A process's code generation is kept by tracer-ebpf's code_gen.rs in the
+/// maps `names::map::MAPS_GEN` and `MAPS_READ`.
 /// Executable file mappings a `CodeMaps` remembers: the last ones, by
 /// generation (the one of generation `g` is at `g % CODE_HISTORY`).
 pub const CODE_HISTORY: usize = 64;
@@ -445,6 +364,11 @@ pub struct InFlightStack {
 }
 
 pub mod counter;
+mod event;
+pub mod names;
+pub mod unwind_row;
+
+pub use event::{exec_comm, Event, EventKind, EVENT_UNLESS_LIVE};
 
 #[cfg(feature = "user")]
 mod pod {

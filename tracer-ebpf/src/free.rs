@@ -10,7 +10,7 @@ use aya_ebpf::{
     programs::ProbeContext,
 };
 use tracer_common::{
-    counter, Event, LiveKey, Role, EVENT_FREE, SEEN_PAGE, SEEN_PAGES, STATE_UNREPORTED,
+    counter, Event, EventKind, LiveKey, Role, SEEN_PAGE, SEEN_PAGES, STATE_UNREPORTED,
 };
 
 use crate::{
@@ -127,7 +127,7 @@ pub(crate) fn emit_free(pid: u32, tid: u32, addr: u64, role: Role, sizes: BlockS
     };
     // No timestamp: user space does not read it for a FREE.
     entry.write(Event {
-        kind: EVENT_FREE,
+        kind: EventKind::Free as u32,
         pid,
         tid,
         stack_id: 0,

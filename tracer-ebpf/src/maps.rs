@@ -16,7 +16,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf, StackTrace},
 };
 use tracer_common::{
-    counter, Event, InFlight, InFlightStack, LiveKey, LiveValue, Role, CONTROL_SESSION,
+    counter, Event, EventKind, InFlight, InFlightStack, LiveKey, LiveValue, Role, CONTROL_SESSION,
     CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS,
     FORKS_COUNT, INFLIGHT_FRAMES, STATE_SLOTS, UNWIND_FP,
 };
@@ -363,7 +363,7 @@ pub(crate) fn count_by(index: u32, n: u64) {
 
 #[inline(always)]
 pub(crate) fn event(
-    kind: u32,
+    kind: EventKind,
     pid: u32,
     tid: u32,
     stack_id: i32,
@@ -372,7 +372,7 @@ pub(crate) fn event(
     role: Role,
 ) -> Event {
     Event {
-        kind,
+        kind: kind as u32,
         pid,
         tid,
         stack_id,

@@ -7,8 +7,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RawTracePointContext},
 };
 use tracer_common::{
-    counter, Event, Role, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_OOM_KILL, FILTER_ALL,
-    FILTER_CGROUP, FILTER_NONE, FILTER_PIDS, FORKS_FOLLOW,
+    counter, Event, EventKind, Role, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS,
+    FORKS_FOLLOW,
 };
 
 use crate::maps::{
@@ -53,7 +53,7 @@ pub fn process_exec(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     // The new image's name, for a process that exits before user space
-    // can read its command line (see tracer_common::EVENT_EXEC).
+    // can read its command line (see tracer_common::EventKind::Exec).
     let comm = bpf_get_current_comm().unwrap_or([0; 16]);
     let mut name = [0u64; 2];
     for (i, word) in name.iter_mut().enumerate() {
@@ -66,7 +66,7 @@ pub fn process_exec(ctx: RawTracePointContext) -> i32 {
     // the pid twice.
     let old_tid = ctx.arg::<u64>(1) as u32;
     entry.write(event(
-        EVENT_EXEC,
+        EventKind::Exec,
         pid,
         old_tid,
         0,
@@ -126,7 +126,7 @@ fn on_fork(child_task: u64) {
         count(counter::CHILD_NOT_FOLLOWED);
         return;
     }
-    emit_process_event(EVENT_FORK, child, parent);
+    emit_process_event(EventKind::Fork, child, parent);
 }
 
 /// sched_process_exit, run by each exiting thread (args: task, and on
@@ -166,7 +166,7 @@ pub fn process_exit(ctx: RawTracePointContext) -> i32 {
         }
     };
     if wanted && !stopped() {
-        emit_process_event(EVENT_EXIT, pid, 0);
+        emit_process_event(EventKind::Exit, pid, 0);
     }
     0
 }
@@ -205,12 +205,12 @@ fn on_oom_victim(task: u64) {
         _ => in_map,
     };
     if wanted {
-        emit_process_event(EVENT_OOM_KILL, tgid, 0);
+        emit_process_event(EventKind::OomKill, tgid, 0);
     }
 }
 
 #[inline(always)]
-fn emit_process_event(kind: u32, pid: u32, tid: u32) {
+fn emit_process_event(kind: EventKind, pid: u32, tid: u32) {
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         count(counter::RINGBUF_FULL);
         return;

@@ -8,9 +8,9 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext, RetProbeContext},
 };
 use tracer_common::{
-    counter, Event, FramesHeader, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC,
-    EVENT_ALLOC_FRAMES, EVENT_ALLOC_SAMPLE, FRAMES_ENDED, FRAMES_RESUME, MAX_FRAMES,
-    MAX_STACK_BYTES, STACK_CHUNK, STATE_UNREPORTED, UNWIND_DWARF, UNWIND_TABLES,
+    counter, Event, EventKind, FramesHeader, LiveKey, LiveValue, Role, SampleHeader, FRAMES_ENDED,
+    FRAMES_RESUME, MAX_FRAMES, MAX_STACK_BYTES, STACK_CHUNK, STATE_UNREPORTED, UNWIND_DWARF,
+    UNWIND_TABLES,
 };
 
 use crate::{
@@ -34,7 +34,7 @@ pub(crate) fn record_alloc(
     role: Role,
     flags: u32,
 ) {
-    let mut ev = event(EVENT_ALLOC, pid, tid, 0, addr, size, role);
+    let mut ev = event(EventKind::Alloc, pid, tid, 0, addr, size, role);
     ev.flags = flags;
     match tunable(&UNWIND_MODE) {
         UNWIND_DWARF => return record_alloc_sample(ctx, ev),
@@ -76,7 +76,7 @@ pub(crate) fn record_alloc(
 /// right after the call.
 #[inline(always)]
 fn record_alloc_sample(ctx: &RetProbeContext, mut ev: Event) {
-    ev.kind = EVENT_ALLOC_SAMPLE;
+    ev.kind = EventKind::AllocSample as u32;
     // Held to the end of this function (its Drop gives the slot back).
     let scratch = Scratch::take();
     let buf = match &scratch {
@@ -198,7 +198,7 @@ fn insert_unreported(pid: u32, addr: u64, size: u64) {
 fn record_alloc_frames(ctx: &RetProbeContext, mut ev: Event) {
     // SAFETY: the context is pt_regs, readable directly.
     let (ip, sp, bp) = unsafe { ((*ctx.regs).rip, (*ctx.regs).rsp, (*ctx.regs).rbp) };
-    ev.kind = EVENT_ALLOC_FRAMES;
+    ev.kind = EventKind::AllocFrames as u32;
     // Held to the end of this function (its Drop gives the slot back).
     let scratch = Scratch::take();
     let slot = scratch.as_ref().map_or(0, |s| s.slot);

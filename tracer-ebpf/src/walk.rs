@@ -23,7 +23,12 @@ use aya_ebpf::{
     maps::{lpm_trie::Key, Array, LpmTrie, PerCpuArray},
 };
 use tracer_common::{
-    counter, FramesSample, MappingKey, MappingValue, FRAMES_ENDED, FRAMES_RESUME, FRAMES_TRUNCATED,
+    counter,
+    unwind_row::{
+        self, FP_AT_CFA, FP_LOST, KIND_DEREF_FP, KIND_DEREF_SP, KIND_FP, KIND_NO_INFO,
+        KIND_OUTERMOST, KIND_PLT, KIND_SIGNAL, KIND_SP,
+    },
+    FramesSample, MappingKey, MappingValue, FRAMES_ENDED, FRAMES_RESUME, FRAMES_TRUNCATED,
     MAPPING_KEY_BITS, MAPPING_TABLE, MAX_FRAMES, STATE_UNWIND_GEN,
 };
 
@@ -92,23 +97,10 @@ pub(crate) struct StackWindow {
 #[map]
 static WINDOW: PerCpuArray<StackWindow> = PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
 
-/// Per-CPU buffer where an EVENT_ALLOC_FRAMES is assembled.
+/// Per-CPU buffer where an EventKind::AllocFrames is assembled.
 #[map]
 pub(crate) static FRAMES_BUF: PerCpuArray<FramesSample> =
     PerCpuArray::with_max_entries(SCRATCH_SLOTS, 0);
-
-/// Rule kinds and RBP rules of a row's low 32 bits (the encoding in
-/// tracer/src/stacks/unwind_table/encode.rs).
-const KIND_SP: u32 = 0;
-const KIND_FP: u32 = 1;
-const KIND_DEREF_SP: u32 = 2;
-const KIND_DEREF_FP: u32 = 3;
-const KIND_PLT: u32 = 4;
-const KIND_SIGNAL: u32 = 5;
-const KIND_OUTERMOST: u32 = 6;
-const KIND_NO_INFO: u32 = 7;
-const FP_AT_CFA: u32 = 1;
-const FP_LOST: u32 = 2;
 
 /// Steps of the binary search: log2 of the largest table (4 Mi rows) + 1.
 const SEARCH_STEPS: u32 = 23;
@@ -352,7 +344,7 @@ fn find_row(m: &MappingValue, pc: u64) -> Option<u32> {
         }
         let mid = lo + (hi - lo) / 2;
         let row = *UNWIND_ROWS.get(m.first_row.wrapping_add(mid))?;
-        if (row >> 32) as u32 <= rel {
+        if unwind_row::row_pc(row) <= rel {
             lo = mid + 1;
         } else {
             hi = mid;
@@ -360,7 +352,7 @@ fn find_row(m: &MappingValue, pc: u64) -> Option<u32> {
         i += 1;
     }
     let row = *UNWIND_ROWS.get(m.first_row.wrapping_add(lo.checked_sub(1)?))?;
-    Some(row as u32)
+    Some(unwind_row::row_rule(row))
 }
 
 /// The word at user address `addr`.
@@ -445,11 +437,9 @@ fn end(w: &mut Walk, why: u32) -> bool {
 /// Applies one row's rule at `pc` (docs/unwind-tables.md, "What a row says").
 #[inline(always)]
 fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
-    // Fields: kind (0-3), RBP rule (4-5), RBP offset / 8 (6-11, signed),
-    // CFA offset / 8 (12-31, signed).
-    let cfa_off = (((rule as i32) >> 12) as i64 * 8) as u64;
-    let fp_off = ((((rule << 20) as i32) >> 26) as i64 * 8) as u64;
-    let cfa = match rule & 0xf {
+    let cfa_off = unwind_row::cfa_offset(rule) as u64;
+    let fp_off = unwind_row::fp_offset(rule) as u64;
+    let cfa = match unwind_row::kind(rule) {
         KIND_SP => w.sp.wrapping_add(cfa_off),
         KIND_FP if w.bp_known != 0 => w.bp.wrapping_add(cfa_off),
         KIND_DEREF_SP => match read(w.slot, w.sp.wrapping_add(cfa_off)) {
@@ -462,7 +452,7 @@ fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
         },
         KIND_FP | KIND_DEREF_FP => return end(w, counter::UNWIND_BAD_FRAME),
         KIND_PLT => {
-            let past_push = (pc & 15) as u32 >= rule >> 12;
+            let past_push = (pc & 15) as u32 >= unwind_row::plt_threshold(rule);
             w.sp + 8 + if past_push { 8 } else { 0 }
         }
         KIND_SIGNAL => return signal_frame(w),
@@ -473,7 +463,7 @@ fn apply(w: &mut Walk, rule: u32, pc: u64) -> bool {
     if cfa <= w.sp {
         return end(w, counter::UNWIND_BAD_FRAME);
     }
-    let fp_rule = (rule >> 4) & 3;
+    let fp_rule = unwind_row::fp_rule(rule);
     // RBP saved right below the return address (`push rbp` first, the
     // usual case): one read of both words instead of two reads.
     let (ra, saved_bp) = if fp_rule == FP_AT_CFA && fp_off == (-16i64) as u64 {

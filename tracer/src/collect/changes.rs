@@ -1,7 +1,7 @@
 //! What the collector tells the session about the traced set.
 
 /// A process that joined or left the traced set, in the order the kernel
-/// saw it (see tracer_common::EVENT_FORK / EVENT_EXIT).
+/// saw it (see tracer_common::EventKind::Fork / Exit).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProcessChange {
     Forked {
@@ -24,6 +24,6 @@ pub enum ProcessChange {
 pub struct Exec {
     pub pid: u32,
     /// Called from a thread other than the main one: the process's main
-    /// task is now another (see tracer_common::EVENT_EXEC).
+    /// task is now another (see tracer_common::EventKind::Exec).
     pub from_thread: bool,
 }

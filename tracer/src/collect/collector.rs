@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use aya::maps::MapData;
+use tracer_common::counter;
 
 use crate::{
     collect::{
@@ -120,8 +121,8 @@ impl Collector {
     /// and frees of blocks never seen allocated.
     pub fn losses(&self, kernel: Losses) -> Losses {
         let mut losses = kernel;
-        losses.live_map_full += self.state.untracked_allocs;
-        losses.unknown_frees += self.state.unknown_frees;
+        losses.add(counter::LIVE_MAP_FULL, self.state.untracked_allocs);
+        losses.add(counter::UNKNOWN_FREE, self.state.unknown_frees);
         losses
     }
 

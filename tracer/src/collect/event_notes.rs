@@ -2,6 +2,8 @@
 //! what a full ring buffer did to the numbers, and what lost or malformed
 //! events left behind.
 
+use tracer_common::counter;
+
 use crate::profile::{Losses, Note};
 
 use super::{collector::Collector, meta::Meta};
@@ -9,19 +11,19 @@ use super::{collector::Collector, meta::Meta};
 /// Frees of older blocks, and what lost or malformed events left behind.
 pub(super) fn event_notes(meta: &Meta, collector: &Collector, losses: &Losses) -> Vec<Note> {
     let mut notes = Vec::new();
-    if losses.unknown_frees > 0 {
+    if losses.get(counter::UNKNOWN_FREE) > 0 {
         notes.push(Note::UnknownFrees {
-            frees: losses.unknown_frees,
-            bytes: losses.unknown_free_bytes,
+            frees: losses.get(counter::UNKNOWN_FREE),
+            bytes: losses.get(counter::UNKNOWN_FREE_BYTES),
             traced_from_start: meta.traced_from_start,
-            live_map_full: losses.live_map_full > 0,
+            live_map_full: losses.get(counter::LIVE_MAP_FULL) > 0,
         });
     }
-    if losses.ringbuf_full > 0 {
+    if losses.get(counter::RINGBUF_FULL) > 0 {
         notes.push(Note::RingbufFull {
-            dropped: losses.ringbuf_full,
-            frees_dropped: losses.frees_dropped,
-            frees_of_dropped_allocs: losses.frees_of_dropped_allocs,
+            dropped: losses.get(counter::RINGBUF_FULL),
+            frees_dropped: losses.get(counter::FREE_DROPPED),
+            frees_of_dropped_allocs: losses.get(counter::FREE_OF_DROPPED_ALLOC),
         });
     }
     let heap = &collector.state.heap;

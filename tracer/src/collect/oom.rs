@@ -1,4 +1,4 @@
-//! Processes the OOM killer chose (EVENT_OOM_KILL, from `oom:mark_victim`):
+//! Processes the OOM killer chose (EventKind::OomKill, from `oom:mark_victim`):
 //! when, and their heap when they died. A victim's exit is not an ordinary
 //! one: what it held stays in use (it is what the memory went to) and its
 //! process keeps its own entry (it is not folded into its program's group).

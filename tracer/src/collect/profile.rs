@@ -44,7 +44,10 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         p.peak = records.get(&key).and_then(|&i| process_peak(state, i));
     }
     let timeline = state.history.as_ref().map(|h| {
-        let now = (state.heap.inuse_bytes(), losses.unknown_free_bytes);
+        let now = (
+            state.heap.inuse_bytes(),
+            losses.get(tracer_common::counter::UNKNOWN_FREE_BYTES),
+        );
         Timeline::new(h, meta.duration.as_secs_f64(), now)
     });
     let mut unnamed = Unnamed::default();

@@ -378,7 +378,7 @@ impl StackInterner {
         self.intern_addrs(modules, pid, process, &addrs, unwound.truncated, gen)
     }
 
-    /// An EVENT_ALLOC_FRAMES (tracer_common::FramesHeader): its stack.
+    /// An EventKind::AllocFrames (tracer_common::FramesHeader): its stack.
     pub(super) fn intern_frames_event(
         &mut self,
         modules: &mut Modules,

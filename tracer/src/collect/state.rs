@@ -6,11 +6,7 @@ use crate::hashing::FastMap;
 use std::time::Instant;
 
 use aya::maps::MapData;
-use tracer_common::{
-    Event, LiveKey, LiveValue, Role, SampleHeader, EVENT_ALLOC, EVENT_ALLOC_FRAMES,
-    EVENT_ALLOC_SAMPLE, EVENT_EXEC, EVENT_EXIT, EVENT_FORK, EVENT_FREE, EVENT_OOM_KILL,
-    EVENT_UNLESS_LIVE,
-};
+use tracer_common::{Event, EventKind, LiveKey, LiveValue, Role, SampleHeader, EVENT_UNLESS_LIVE};
 
 use crate::{
     collect::{
@@ -244,22 +240,22 @@ impl State {
             .tracked
             .entry(ev.pid)
             .or_insert_with(|| start_time(ev.pid));
-        if matches!(
-            ev.kind,
-            EVENT_ALLOC | EVENT_ALLOC_SAMPLE | EVENT_ALLOC_FRAMES
-        ) && !self.admit(&ev)
-        {
+        let Ok(kind) = ev.kind() else {
+            self.malformed_events += 1;
+            return;
+        };
+        if kind.is_alloc() && !self.admit(&ev) {
             return;
         }
-        match ev.kind {
-            EVENT_ALLOC => {
+        match kind {
+            EventKind::Alloc => {
                 let process = self.processes.instance(ev.pid, started);
                 let stack =
                     self.stacks
                         .intern_stack_id(&mut self.modules, ev.pid, process, ev.stack_id);
                 self.record(&ev, stack);
             }
-            EVENT_ALLOC_SAMPLE => {
+            EventKind::AllocSample => {
                 let Some(h) = read_pod::<SampleHeader>(bytes) else {
                     self.malformed_events += 1;
                     return;
@@ -284,7 +280,7 @@ impl State {
                 );
                 self.record(&ev, handle);
             }
-            EVENT_ALLOC_FRAMES => {
+            EventKind::AllocFrames => {
                 let process = self.processes.instance(ev.pid, started);
                 let Some(handle) =
                     self.stacks
@@ -295,7 +291,7 @@ impl State {
                 };
                 self.record(&ev, handle);
             }
-            EVENT_FREE => {
+            EventKind::Free => {
                 self.free_events += 1;
                 if !self.heap.free(ev.pid, ev.addr) {
                     self.unknown_free(&ev);
@@ -304,27 +300,26 @@ impl State {
                     t.free(ev.pid, ev.tid, ev.addr, ev.role == Role::Free as u32);
                 }
             }
-            EVENT_OOM_KILL => {
+            EventKind::OomKill => {
                 // A victim with no allocation traced has nothing to keep.
                 if let Some(i) = self.processes.current(ev.pid) {
                     self.oom.mark(ev.pid, i, ev.timestamp_ns);
                 }
             }
-            EVENT_EXEC => self.executed(&ev),
-            EVENT_FORK => {
+            EventKind::Exec => self.executed(&ev),
+            EventKind::Fork => {
                 self.forked(ev.pid, ev.tid);
                 self.process_changes.push(ProcessChange::Forked {
                     child: ev.pid,
                     parent: ev.tid,
                 });
             }
-            EVENT_EXIT => {
+            EventKind::Exit => {
                 // Its events all came before this one.
                 self.process_gone(ev.pid);
                 self.process_changes
                     .push(ProcessChange::Exited { pid: ev.pid });
             }
-            _ => self.malformed_events += 1,
         }
     }
 

@@ -9,7 +9,10 @@ use aya::{
     Ebpf, EbpfLoader, VerifierLogLevel,
 };
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
-use tracer_common::{LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED};
+use tracer_common::{
+    names::{global, map, program},
+    LiveKey, LiveValue, Role, CONTROL_SESSION, CONTROL_STOPPED,
+};
 
 use super::object_maps::{self, map_fds, raise_memlock_limit, seed_countdowns, take};
 use super::{kernel_features::KernelFeatures, object_patch, verifier::Rejected};
@@ -31,26 +34,26 @@ pub(crate) fn bpf_object() -> &'static [u8] {
     BPF_OBJECT
 }
 
-const RETURN_PROGRAM: &str = "alloc_return";
+const RETURN_PROGRAM: &str = program::ALLOC_RETURN;
 /// The raw tracepoint programs and their tracepoints: exec, fork, exit of
 /// traced processes; signal_deliver marks a thread's allocator call
 /// interrupted, so a handler's calls are recorded (tracer-ebpf inflight.rs);
 /// mark_victim reports a traced process the OOM killer chose.
 const TRACEPOINTS: [(&str, &str); 5] = [
-    ("process_exec", "sched_process_exec"),
-    ("process_fork", "sched_process_fork"),
-    ("process_exit", "sched_process_exit"),
-    ("signal_deliver", "signal_deliver"),
-    ("oom_mark_victim", "mark_victim"),
+    (program::PROCESS_EXEC, "sched_process_exec"),
+    (program::PROCESS_FORK, "sched_process_fork"),
+    (program::PROCESS_EXIT, "sched_process_exit"),
+    (program::SIGNAL_DELIVER, "signal_deliver"),
+    (program::OOM_MARK_VICTIM, "mark_victim"),
 ];
 
 /// The fexit program that bumps a process's code generation when it maps
 /// a file executable (tracer-ebpf code_gen.rs), and its kernel function;
 /// where the kernel refuses fexit programs, the raw tracepoint program
 /// that does the same at every system call's exit.
-const CODE_GEN_PROGRAM: &str = "maps_change";
+const CODE_GEN_PROGRAM: &str = program::MAPS_CHANGE;
 const CODE_GEN_FUNCTION: &str = "vm_mmap_pgoff";
-const CODE_GEN_SYSCALL_PROGRAM: &str = "maps_change_syscall";
+const CODE_GEN_SYSCALL_PROGRAM: &str = program::MAPS_CHANGE_SYSCALL;
 const CODE_GEN_TRACEPOINT: &str = "sys_exit";
 
 /// Entries of the TRACED map (tracer-ebpf sets the same size).
@@ -301,42 +304,42 @@ fn load_mode(
         // user-space type for; user space never opens it.
         .allow_unsupported_maps()
         .verifier_log_level(log_level)
-        .map_max_entries("LIVE", limits.max_live)
-        .map_max_entries("STACKS", stack_entries)
-        .map_max_entries("TRACED", MAX_FILTERED_PIDS)
-        .map_max_entries("EVENTS", limits.ringbuf_bytes)
-        .map_max_entries("UNWIND_ROWS", unwind_rows)
-        .map_max_entries("UNWIND_MAPPINGS", unwind_mappings)
-        .map_max_entries("INFLIGHT", object_patch::inflight_entries(features))
+        .map_max_entries(map::LIVE, limits.max_live)
+        .map_max_entries(map::STACKS, stack_entries)
+        .map_max_entries(map::TRACED, MAX_FILTERED_PIDS)
+        .map_max_entries(map::EVENTS, limits.ringbuf_bytes)
+        .map_max_entries(map::UNWIND_ROWS, unwind_rows)
+        .map_max_entries(map::UNWIND_MAPPINGS, unwind_mappings)
+        .map_max_entries(map::INFLIGHT, object_patch::inflight_entries(features))
         // tracer-ebpf free.rs: exact mode's filter of frees of blocks no
         // process reported (8 MiB); a page when sampling, which uses LIVE.
         .map_max_entries(
-            "SEEN",
+            map::SEEN,
             if limits.sampling.is_exact() {
                 tracer_common::SEEN_PAGES
             } else {
                 1
             },
         )
-        .override_global("UNWIND_MODE", &mode, true)
-        .override_global("STACK_BYTES", &limits.stack_bytes, true)
-        .override_global("SAMPLE_RATE", &limits.sampling.rate(), true)
-        .override_global("FILTER", &limits.filter, true)
-        .override_global("COMM", &limits.comm, true)
-        .override_global("CGROUP_LEVEL", &limits.cgroup.level, true)
-        .override_global("EXP_TABLE", table.as_slice(), true)
-        .override_global("FOLLOW_FORKS", &forks.follow, true)
-        .override_global("TASK_TGID_OFFSET", &forks.tgid_offset, true)
-        .override_global("EXIT_GROUP_DEAD", &forks.exit_group_dead, true)
-        .override_global("INFLIGHT_BY_TID", &inflight_by_tid, true)
-        .override_global("ATTACH_COOKIES", &attach_cookies, true)
-        .override_global("ATOMIC_SLOTS", &atomic_slots, true)
+        .override_global(global::UNWIND_MODE, &mode, true)
+        .override_global(global::STACK_BYTES, &limits.stack_bytes, true)
+        .override_global(global::SAMPLE_RATE, &limits.sampling.rate(), true)
+        .override_global(global::FILTER, &limits.filter, true)
+        .override_global(global::COMM, &limits.comm, true)
+        .override_global(global::CGROUP_LEVEL, &limits.cgroup.level, true)
+        .override_global(global::EXP_TABLE, table.as_slice(), true)
+        .override_global(global::FOLLOW_FORKS, &forks.follow, true)
+        .override_global(global::TASK_TGID_OFFSET, &forks.tgid_offset, true)
+        .override_global(global::EXIT_GROUP_DEAD, &forks.exit_group_dead, true)
+        .override_global(global::INFLIGHT_BY_TID, &inflight_by_tid, true)
+        .override_global(global::ATTACH_COOKIES, &attach_cookies, true)
+        .override_global(global::ATOMIC_SLOTS, &atomic_slots, true)
         .load(object)
         .context("loading the BPF object into the kernel")?;
     let map_fds = map_fds(&ebpf)?;
-    let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)?;
-    let stacks = StackTraceMap::try_from(take(&mut ebpf, "STACKS")?)?;
-    let live = take(&mut ebpf, "LIVE")?;
+    let events = RingBuf::try_from(take(&mut ebpf, map::EVENTS)?)?;
+    let stacks = StackTraceMap::try_from(take(&mut ebpf, map::STACKS)?)?;
+    let live = take(&mut ebpf, map::LIVE)?;
     let live_count = match &live {
         aya::maps::Map::HashMap(data) => super::map_count::MapCounter::new(
             data.fd().as_fd().try_clone_to_owned()?,
@@ -346,17 +349,17 @@ fn load_mode(
         _ => anyhow::bail!("LIVE is not a hash map"),
     };
     let live = aya::maps::HashMap::try_from(live)?;
-    let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)?;
-    let control = Array::try_from(take(&mut ebpf, "CONTROL")?)?;
-    let traced = aya::maps::HashMap::try_from(take(&mut ebpf, "TRACED")?)?;
+    let counters = PerCpuArray::try_from(take(&mut ebpf, map::COUNTERS)?)?;
+    let control = Array::try_from(take(&mut ebpf, map::CONTROL)?)?;
+    let traced = aya::maps::HashMap::try_from(take(&mut ebpf, map::TRACED)?)?;
     let cgroup = object_maps::traced_cgroup(&mut ebpf, limits.cgroup.id)?;
     let unwind_maps = object_maps::take_unwind(&mut ebpf, limits)?;
     let code_gens = crate::stacks::modules::BpfCodeGens::new(
-        take(&mut ebpf, tracer_common::MAPS_GEN)?,
-        take(&mut ebpf, tracer_common::MAPS_READ)?,
+        take(&mut ebpf, map::MAPS_GEN)?,
+        take(&mut ebpf, map::MAPS_READ)?,
     )?;
     let progs_fd = map_fds
-        .get("PROGS")
+        .get(map::PROGS)
         .context("BPF object has no map PROGS")?
         .as_raw_fd();
     seed_countdowns(&mut ebpf, limits.sampling.rate(), &table)?;
@@ -568,7 +571,7 @@ fn attach_at(
     for (role, placed) in to_attach() {
         if roles::of(role).returns {
             let ret = if opts.noop {
-                "noop_return"
+                program::NOOP_RETURN
             } else {
                 RETURN_PROGRAM
             };
@@ -583,7 +586,7 @@ fn attach_at(
     }
     for (role, placed) in to_attach() {
         let entry = match (opts.noop, role) {
-            (true, _) => "noop_enter",
+            (true, _) => program::NOOP_ENTER,
             (false, Role::Free) => roles::free_program(object.kind),
             (false, _) => roles::of(role).program,
         };
@@ -680,7 +683,7 @@ pub fn attach_binary_entry(loaded: &mut Loaded, path: &Path) -> anyhow::Result<(
     let offset = crate::tracee::elf::vaddr_to_file_offset(&file, file.entry())
         .with_context(|| format!("{}: its entry point is in no segment", path.display()))?;
     // Not an object's: attached until the trace ends.
-    attach_one(loaded, "binary_entry", offset, (None, path), None)
+    attach_one(loaded, program::BINARY_ENTRY, offset, (None, path), None)
 }
 
 /// Attaches `program` at `offset` in the file at `path`, recording the
@@ -762,7 +765,7 @@ fn detach(
             && n != CODE_GEN_SYSCALL_PROGRAM
             && TRACEPOINTS.iter().all(|(p, _)| p != n)
     });
-    programs.sort_by_key(|n| n == RETURN_PROGRAM || n == "noop_return");
+    programs.sort_by_key(|n| n == RETURN_PROGRAM || n == program::NOOP_RETURN);
     for name in programs {
         uprobe(&mut ebpf, &name)?
             .unload()

@@ -12,6 +12,7 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, PerCpuValues},
     Ebpf,
 };
+use tracer_common::names::map;
 
 use crate::{
     probes::{Limits, UnwindMode},
@@ -40,9 +41,9 @@ pub(super) fn take_unwind(
         return Ok(None);
     }
     Ok(Some(BpfUnwindMaps::new(
-        Array::try_from(take(ebpf, "UNWIND_ROWS")?)?,
-        aya::maps::LpmTrie::try_from(take(ebpf, "UNWIND_MAPPINGS")?)?,
-        Array::try_from(take(ebpf, "STATE")?)?,
+        Array::try_from(take(ebpf, map::UNWIND_ROWS)?)?,
+        aya::maps::LpmTrie::try_from(take(ebpf, map::UNWIND_MAPPINGS)?)?,
+        Array::try_from(take(ebpf, map::STATE)?)?,
     )?))
 }
 
@@ -50,7 +51,7 @@ pub(super) fn take_unwind(
 /// without --cgroup); the session writes it again when the cgroup at the
 /// path given is removed and made anew.
 pub(super) fn traced_cgroup(ebpf: &mut Ebpf, id: u64) -> anyhow::Result<Array<MapData, u64>> {
-    let mut cgroup = Array::try_from(take(ebpf, "CGROUP")?)?;
+    let mut cgroup = Array::try_from(take(ebpf, map::CGROUP)?)?;
     cgroup.set(0, id, 0).context("setting the traced cgroup")?;
     Ok(cgroup)
 }
@@ -59,7 +60,7 @@ pub(super) fn traced_cgroup(ebpf: &mut Ebpf, id: u64) -> anyhow::Result<Array<Ma
 /// that the first allocation on every CPU is not recorded for certain.
 pub(super) fn seed_countdowns(ebpf: &mut Ebpf, rate: u64, table: &[u32]) -> anyhow::Result<()> {
     let mut countdown: PerCpuArray<_, i64> = PerCpuArray::try_from(
-        ebpf.map_mut("COUNTDOWN")
+        ebpf.map_mut(map::COUNTDOWN)
             .context("BPF object has no map COUNTDOWN")?,
     )?;
     let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;

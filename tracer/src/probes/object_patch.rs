@@ -10,6 +10,7 @@
 
 use anyhow::{bail, Context as _};
 use object::{Object as _, ObjectSection as _};
+use tracer_common::names::map;
 
 use super::{kernel_btf::Btf, kernel_features::KernelFeatures};
 
@@ -46,7 +47,7 @@ pub fn for_kernel(object: &[u8], features: &KernelFeatures) -> anyhow::Result<Ve
     if features.task_storage {
         return Ok(patched);
     }
-    let at = map_type_at(object, "INFLIGHT")?;
+    let at = map_type_at(object, map::INFLIGHT)?;
     let word = patched
         .get_mut(at..at + 4)
         .context("INFLIGHT's map type lies outside the object")?;
@@ -214,13 +215,13 @@ mod tests {
         let patched = for_kernel(object, &features(false)).expect("patch");
         let after = map_types(&patched);
         for ((name, old), (_, new)) in before.iter().zip(&after) {
-            if name == "INFLIGHT" {
+            if name == map::INFLIGHT {
                 assert_eq!((*old, *new), (BPF_MAP_TYPE_TASK_STORAGE, BPF_MAP_TYPE_HASH));
             } else {
                 assert_eq!(old, new, "{name}");
             }
         }
-        assert!(before.iter().any(|(n, _)| n == "INFLIGHT"));
+        assert!(before.iter().any(|(n, _)| n == map::INFLIGHT));
     }
 
     /// The instruction at each kfunc call site of `object`.

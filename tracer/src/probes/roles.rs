@@ -3,7 +3,7 @@
 //! must exist are decided in one place instead of in `attach`.
 
 use iced_x86::Register::{self, RDI, RDX, RSI};
-use tracer_common::Role;
+use tracer_common::{names::program, Role};
 
 use crate::tracee::entry_points::AllocatorKind;
 
@@ -26,41 +26,27 @@ pub struct RoleProbe {
 
 /// One row per role, in `Role` discriminant order (a test checks it).
 pub const ROLES: [RoleProbe; 11] = [
-    row(Role::Malloc, "malloc_enter", &[RDI], Some("malloc")),
-    row(Role::Calloc, "calloc_enter", &[RDI, RSI], None),
-    row(Role::Realloc, "realloc_enter", &[RDI, RSI], None),
-    row(
-        Role::ReallocArray,
-        "reallocarray_enter",
-        &[RDI, RSI, RDX],
-        None,
-    ),
+    row(Role::Malloc, &[RDI], Some("malloc")),
+    row(Role::Calloc, &[RDI, RSI], None),
+    row(Role::Realloc, &[RDI, RSI], None),
+    row(Role::ReallocArray, &[RDI, RSI, RDX], None),
     RoleProbe {
         returns: false,
-        ..row(Role::Free, "free_enter", &[RDI], Some("free"))
+        ..row(Role::Free, &[RDI], Some("free"))
     },
-    row(
-        Role::PosixMemalign,
-        "posix_memalign_enter",
-        &[RDI, RDX],
-        None,
-    ),
-    row(Role::AlignedAlloc, "aligned_alloc_enter", &[RSI], None),
-    row(Role::Memalign, "memalign_enter", &[RSI], None),
-    row(Role::Valloc, "valloc_enter", &[RDI], None),
-    row(Role::Pvalloc, "pvalloc_enter", &[RDI], None),
-    row(Role::Xallocx, "xallocx_enter", &[RDI, RSI, RDX], None),
+    row(Role::PosixMemalign, &[RDI, RDX], None),
+    row(Role::AlignedAlloc, &[RSI], None),
+    row(Role::Memalign, &[RSI], None),
+    row(Role::Valloc, &[RDI], None),
+    row(Role::Pvalloc, &[RDI], None),
+    row(Role::Xallocx, &[RDI, RSI, RDX], None),
 ];
 
-const fn row(
-    role: Role,
-    program: &'static str,
-    args: &'static [Register],
-    required: Option<&'static str>,
-) -> RoleProbe {
+/// The row of `role`, probed by its entry program in tracer-ebpf.
+const fn row(role: Role, args: &'static [Register], required: Option<&'static str>) -> RoleProbe {
     RoleProbe {
         role,
-        program,
+        program: program::ENTRY[role as usize],
         args,
         required,
         returns: true,
@@ -78,7 +64,7 @@ pub fn free_program(kind: AllocatorKind) -> &'static str {
 }
 
 /// glibc's free program in tracer-ebpf.
-pub const FREE_GLIBC_PROGRAM: &str = "free_glibc_enter";
+pub const FREE_GLIBC_PROGRAM: &str = program::FREE_GLIBC_ENTER;
 
 /// The row of `role`.
 pub fn of(role: Role) -> &'static RoleProbe {

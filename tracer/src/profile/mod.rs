@@ -8,9 +8,11 @@ use std::sync::Arc;
 use serde::Serialize;
 
 mod frames;
+mod losses;
 mod note;
 
 pub use frames::Frames;
+pub use losses::Losses;
 pub use note::{CgroupRemoval, Note};
 
 /// Everything a report shows. Built once at the end of a trace.
@@ -353,25 +355,4 @@ pub struct Frame {
     /// of the JSON when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub build_id: Option<Arc<str>>,
-}
-
-/// Every way the tracer failed to record something, counted. The fields
-/// are the JSON object (in this order); `report::losses::COUNTERS` says
-/// what each one is.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct Losses {
-    pub ringbuf_full: u64,
-    pub live_map_full: u64,
-    pub stack_lost: u64,
-    pub unknown_frees: u64,
-    /// Bytes those frees handed back, where the allocator tells a block's
-    /// size (glibc in exact mode; 0 otherwise).
-    pub unknown_free_bytes: u64,
-    pub return_without_entry: u64,
-    pub inflight_full: u64,
-    pub read_failed: u64,
-    pub stale_inflight: u64,
-    pub nested_lost: u64,
-    pub frees_dropped: u64,
-    pub frees_of_dropped_allocs: u64,
 }

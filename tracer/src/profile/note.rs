@@ -63,7 +63,7 @@ pub enum Note {
     UnnamedStacks { stacks: u64, processes: u64 },
     /// Sampling at a mean of `rate` bytes.
     Sampled { rate: u64 },
-    /// Frees of blocks the trace never saw allocated (`Losses::unknown_frees`).
+    /// Frees of blocks the trace never saw allocated (counter `unknown_frees`).
     UnknownFrees {
         frees: u64,
         /// What they handed back, where the allocator tells (0: unknown).
@@ -71,7 +71,7 @@ pub enum Note {
         traced_from_start: bool,
         live_map_full: bool,
     },
-    /// The ring buffer was full: `Losses::ringbuf_full`, `frees_dropped`
+    /// The ring buffer was full: counters `ringbuf_full`, `frees_dropped`
     /// and `frees_of_dropped_allocs`.
     RingbufFull {
         dropped: u64,

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use tracer_common::counter;
+
 use super::*;
 
 pub(super) fn frame(function: &str, module: &str, offset: u64, file: Option<(&str, u32)>) -> Frame {
@@ -175,11 +177,9 @@ fn one_process_at_end() -> Profile {
         totals: counts(44864, 17, 1_097_536, 274),
         stacks,
         not_freed_at_exit: Default::default(),
-        losses: Losses {
-            unknown_frees: 12,
-            return_without_entry: 1,
-            ..Losses::default()
-        },
+        losses: Losses::default()
+            .with(counter::UNKNOWN_FREE, 12)
+            .with(counter::RETURN_WITHOUT_ENTRY, 1),
         notes: vec!["pvalloc, memalign: not hooked (optional)".into()],
         snapshots: Vec::new(),
         min_age_secs: None,
@@ -254,20 +254,13 @@ pub(super) fn two_processes() -> Profile {
         totals: counts(3_745_728, 7, 7_270_016, 38),
         stacks,
         not_freed_at_exit: two_processes_at_exit(),
-        losses: Losses {
-            ringbuf_full: 3,
-            live_map_full: 0,
-            stack_lost: 1,
-            unknown_frees: 40,
-            unknown_free_bytes: 0,
-            return_without_entry: 0,
-            inflight_full: 2,
-            read_failed: 0,
-            stale_inflight: 0,
-            nested_lost: 0,
-            frees_dropped: 1,
-            frees_of_dropped_allocs: 1,
-        },
+        losses: Losses::default()
+            .with(counter::RINGBUF_FULL, 3)
+            .with(counter::STACK_LOST, 1)
+            .with(counter::UNKNOWN_FREE, 40)
+            .with(counter::INFLIGHT_FULL, 2)
+            .with(counter::FREE_DROPPED, 1)
+            .with(counter::FREE_OF_DROPPED_ALLOC, 1),
         notes: Vec::new(),
         snapshots: Vec::new(),
         min_age_secs: None,

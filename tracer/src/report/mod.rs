@@ -115,7 +115,7 @@ impl View {
 const UNKNOWN: &str = "[unknown]";
 
 /// Shown in place of a call stack that was not captured (see
-/// `Losses::stack_lost`), so the bytes still appear somewhere.
+/// the counter `stack_lost`), so the bytes still appear somewhere.
 const NO_STACK: &str = "[no stack]";
 
 /// The root frame of a stack whose walk ended early (`StackReport::truncated`).

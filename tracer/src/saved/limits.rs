@@ -145,18 +145,12 @@ pub fn check(p: &Profile) -> anyhow::Result<()> {
     for v in exit_sum {
         count(v).context("not_freed_at_exit")?;
     }
-    let l = &p.losses;
-    let lost = [
-        l.ringbuf_full,
-        l.live_map_full,
-        l.stack_lost,
-        l.unknown_frees,
-        l.return_without_entry,
-        l.inflight_full,
-        l.read_failed,
-        l.stale_inflight,
-    ];
-    count(lost.iter().fold(0, |a: u64, &b| a.saturating_add(b))).context("losses summed")
+    let lines = p.losses.lines();
+    for l in &lines {
+        count(l.count).with_context(|| format!("losses: {}", l.name))?;
+    }
+    let sum = lines.iter().fold(0, |a: u64, l| a.saturating_add(l.count));
+    count(sum).context("losses summed")
 }
 
 /// A process's times, counts and names that have a known shape: a time

@@ -101,7 +101,7 @@ fn json_reads_back_what_it_wrote_with_history() {
     p.stacks[0].trend = Some(Trend::Growing);
     p.stacks[1].truncated = true;
     p.notes = vec!["a \u{1b} note".into()];
-    p.losses.stack_lost = 3;
+    p.losses.set(tracer_common::counter::STACK_LOST, 3);
     let back = json(&json_of(&p)).expect("parse");
     assert_eq!(back, p);
 }

@@ -34,8 +34,8 @@ use encode::encode_rule;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
-/// Bytes per encoded row.
-pub(crate) const ROW_BYTES: usize = 8;
+pub(crate) use tracer_common::unwind_row::ROW_BYTES;
+use tracer_common::unwind_row::{offset_fits, CFA_OFF_BITS, FP_OFF_BITS};
 
 /// A CFI section larger than this (after decompression) is refused, not
 /// read: the file belongs to the traced process. The largest seen here is
@@ -49,11 +49,6 @@ pub(crate) const MAX_ROWS: usize = 1 << 22;
 const RBP: Register = Register(6);
 const RSP: Register = Register(7);
 const RA: Register = Register(16);
-
-/// Offsets are stored in units of 8 bytes, signed: CFA offsets in 20 bits
-/// (±4 MiB of frame), saved-RBP offsets in 6 bits (CFA-256 .. CFA+248).
-const CFA_OFF_BITS: u32 = 20;
-const FP_OFF_BITS: u32 = 6;
 
 /// How to find the CFA at an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,7 +261,7 @@ impl UnwindTable {
             .iter()
             .map(|r| {
                 let rel = u32::try_from(r.pc - self.base).map_err(|_| TableError::TooLarge)?;
-                Ok(u64::from(rel) << 32 | u64::from(encode_rule(r.rule)))
+                Ok(tracer_common::unwind_row::row(rel, encode_rule(r.rule)))
             })
             .collect()
     }
@@ -366,13 +361,12 @@ fn rule_of<'a, S: UnwindSection<Slice<'a>>>(
 }
 
 /// `offset` if it is a multiple of 8 that fits `bits` signed bits once
-/// divided by 8.
+/// divided by 8 (CFA offsets in 20 bits: ±4 MiB of frame; saved-RBP
+/// offsets in 6 bits: CFA-256 .. CFA+248).
 fn words(offset: i64, bits: u32) -> Option<i32> {
-    let limit = 8i64 << (bits - 1);
-    if offset % 8 != 0 || offset < -limit || offset >= limit {
-        return None;
-    }
-    i32::try_from(offset).ok()
+    offset_fits(offset, bits)
+        .then(|| i32::try_from(offset).ok())
+        .flatten()
 }
 
 /// Recognises the CFA expressions that occur in practice on x86-64:

@@ -95,11 +95,9 @@ fn profile() -> Profile {
             // Nothing to show: left out.
             stack(8, vec![], Counts::default(), false),
         ],
-        losses: Losses {
-            ringbuf_full: 12,
-            unknown_frees: 3,
-            ..Default::default()
-        },
+        losses: Losses::default()
+            .with(tracer_common::counter::RINGBUF_FULL, 12)
+            .with(tracer_common::counter::UNKNOWN_FREE, 3),
         ..Default::default()
     }
 }

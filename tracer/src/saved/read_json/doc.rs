@@ -31,7 +31,7 @@ pub(super) struct Doc {
     totals: CountsDoc,
     stacks: Vec<StackDoc>,
     not_freed_at_exit: AtExitDoc,
-    losses: LossesDoc,
+    losses: Losses,
     notes: Vec<String>,
     frames: Vec<FrameDoc>,
     oom_kills: u64,
@@ -173,23 +173,6 @@ struct ExitStackDoc {
     truncated: bool,
 }
 
-#[derive(Deserialize, Default, Clone, Copy)]
-#[serde(default)]
-struct LossesDoc {
-    ringbuf_full: u64,
-    live_map_full: u64,
-    stack_lost: u64,
-    unknown_frees: u64,
-    unknown_free_bytes: u64,
-    return_without_entry: u64,
-    inflight_full: u64,
-    read_failed: u64,
-    stale_inflight: u64,
-    nested_lost: u64,
-    frees_dropped: u64,
-    frees_of_dropped_allocs: u64,
-}
-
 #[derive(Deserialize, Default)]
 #[serde(default)]
 pub(super) struct FrameDoc {
@@ -232,7 +215,7 @@ impl Doc {
             totals: self.totals.counts(),
             stacks,
             not_freed_at_exit: self.not_freed_at_exit.into_section(&table, budget)?,
-            losses: self.losses.losses(),
+            losses: self.losses,
             notes: self
                 .notes
                 .into_iter()
@@ -409,25 +392,6 @@ impl AtExitDoc {
             stacks,
             stacks_left_out: self.stacks_left_out,
         })
-    }
-}
-
-impl LossesDoc {
-    fn losses(self) -> Losses {
-        Losses {
-            ringbuf_full: self.ringbuf_full,
-            live_map_full: self.live_map_full,
-            stack_lost: self.stack_lost,
-            unknown_frees: self.unknown_frees,
-            unknown_free_bytes: self.unknown_free_bytes,
-            return_without_entry: self.return_without_entry,
-            inflight_full: self.inflight_full,
-            read_failed: self.read_failed,
-            stale_inflight: self.stale_inflight,
-            nested_lost: self.nested_lost,
-            frees_dropped: self.frees_dropped,
-            frees_of_dropped_allocs: self.frees_of_dropped_allocs,
-        }
     }
 }
 
