@@ -335,7 +335,7 @@ impl StackInterner {
         if sample.stack.is_empty() {
             return self.intern_stack_id(modules, pid, process, -1);
         }
-        modules.observe(pid, gen);
+        modules.stack_taken(pid, gen, None);
         let unwound = self.unwind_sample(modules, pid, sample, gen);
         self.intern_addrs(
             modules,
@@ -397,16 +397,13 @@ impl StackInterner {
                 .chunks_exact(8)
                 .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())),
         );
-        let pid = h.event.pid;
-        modules.observe(pid, h.maps_gen);
         // A walk that ended at a frame it could not follow may have used
         // the table of a library unloaded since, at an address where
         // another is loaded now (dlclose, dlopen): the maps are read again,
         // which describes the new one to the kernel for the next walks and
         // names this stack with it.
-        if let Some(&pc) = frames.last().filter(|_| h.flags & FRAMES_ENDED != 0) {
-            modules.walk_ended_at(pid, pc);
-        }
+        let ended_at = frames.last().filter(|_| h.flags & FRAMES_ENDED != 0);
+        modules.stack_taken(h.event.pid, h.maps_gen, ended_at.copied());
         let handle = if h.flags & FRAMES_RESUME == 0 {
             Some(self.intern_frames(modules, &h, process, &frames, None))
         } else {
@@ -452,10 +449,7 @@ impl StackInterner {
                 unwound = self.unwind(modules, pid, sample);
             }
         }
-        let unsure = unwound
-            .addrs
-            .iter()
-            .position(|&a| !modules.sure(pid, a.saturating_sub(1), Some(gen)));
+        let unsure = modules.first_unsure(pid, &unwound.addrs, Some(gen));
         if let Some(i) = unsure.filter(|&i| i + 1 < unwound.addrs.len()) {
             unwound.addrs.truncate(i + 1);
             unwound.truncated = true;
@@ -482,10 +476,7 @@ impl StackInterner {
         // A stack with an address whose code was replaced since it was
         // taken is not shared with the same addresses of the new code.
         let gen = Some(gen);
-        if addrs
-            .iter()
-            .any(|&a| !modules.sure(pid, a.saturating_sub(1), gen))
-        {
+        if modules.first_unsure(pid, addrs, gen).is_some() {
             let frames = modules.normalize(pid, addrs, gen);
             let frames = self.table.intern_frames(frames);
             return self.table.push(Stack {
