@@ -21,7 +21,7 @@ use crate::profile::Frame;
 /// Symbolizes every distinct frame once and answers per frame. Kept for
 /// the whole trace: a snapshot names only frames new since the last one
 /// (a module id stays valid while frames refer to it, see
-/// `Modules::release_object`).
+/// `ObjectTable::release`).
 #[derive(Default)]
 pub struct Names {
     names: HashMap<NormFrame, Vec<Arc<Frame>>>,
