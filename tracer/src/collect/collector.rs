@@ -149,15 +149,13 @@ impl Collector {
         pid: u32,
         libraries: impl Iterator<Item = &'p std::path::Path>,
     ) -> bool {
-        if self.state.modules.kernel.is_none() {
+        if self.state.modules.kernel().tables().is_none() {
             return false;
         }
         self.drain_all();
         self.state.modules.refresh_now(pid);
-        if let Some(kernel) = &mut self.state.modules.kernel {
-            for path in libraries {
-                kernel.prepare(path);
-            }
+        for path in libraries {
+            self.state.modules.prepare_table(path);
         }
         true
     }
@@ -197,7 +195,7 @@ impl Collector {
         &self,
         counters: &aya::maps::PerCpuArray<MapData, u64>,
     ) -> Option<super::unwind_notes::KernelUnwind> {
-        let tables = self.state.modules.kernel.as_ref()?;
+        let tables = self.state.modules.kernel().tables()?;
         Some(super::unwind_notes::KernelUnwind {
             resumed_cut: self.state.stacks.unwinders.stats.resumed_cut,
             ..super::unwind_notes::KernelUnwind::read(counters, tables.stats)
@@ -207,28 +205,28 @@ impl Collector {
     /// `--unwind tables`: the file with the most rows among those whose
     /// table did not fit (its path: hostile), and its rows.
     pub fn largest_unfit_table(&self) -> Option<(&str, u32)> {
-        self.state.modules.largest_unfit_table()
+        self.state.modules.kernel().largest_unfit_table()
     }
 
     /// Stacks with frames left unnamed because their code was replaced.
     pub fn code_stats(&self) -> crate::stacks::modules::CodeStats {
-        self.state.modules.code_stats
+        self.state.modules.code_stats()
     }
 
     /// Objects named so far whose debug link was refused, and one of them.
     pub fn refused_debug_links(&self) -> (u64, Option<String>) {
-        self.state.modules.refused_debug_links()
+        self.state.modules.objects().refused_debug_links()
     }
 
     /// `--unwind tables`: the rows and trie entries in use now.
     pub fn tables_in_use(&self) -> Option<crate::stacks::kernel_tables::TablesInUse> {
-        Some(self.state.modules.kernel.as_ref()?.in_use())
+        self.state.modules.kernel().in_use()
     }
 
     /// JIT names: files read and refused, entries dropped at the caps, and
     /// frames left unnamed at the interning cap.
     pub fn jit_stats(&self) -> (crate::stacks::jit::JitStats, u64) {
-        self.state.modules.jit_stats()
+        self.state.modules.jit_frames().stats()
     }
 
     /// The unwinders' counters (--verbose).

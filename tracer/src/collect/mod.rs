@@ -16,6 +16,7 @@ mod profile_notes;
 pub mod reader;
 mod ring;
 mod roots;
+mod stack_table;
 pub mod stacks;
 mod state;
 pub mod unwind_notes;

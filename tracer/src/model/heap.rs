@@ -12,7 +12,7 @@ use crate::{
     report::Counts,
 };
 
-/// Interned call stack (see `collect::stacks::StackTable`).
+/// Interned call stack (see `collect::stack_table::StackTable`).
 pub type StackHandle = u32;
 
 /// One per live block: kept at 24 bytes (`born` fills what was padding

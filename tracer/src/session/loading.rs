@@ -7,7 +7,7 @@
 
 use tokio::runtime::Runtime;
 
-use super::trace_loop::Signals;
+use super::{scope::Scope, trace_loop::Signals};
 use crate::{
     error::TraceError,
     probes::{
@@ -15,6 +15,7 @@ use crate::{
         loader::{self, EventMaps, Loaded},
         Limits,
     },
+    stacks::modules::Modules,
 };
 
 /// `loader::load` on a thread, given up on SIGINT, SIGTERM or SIGHUP
@@ -72,3 +73,22 @@ struct Handover(anyhow::Result<(Loaded, EventMaps)>);
 // maps own (the mmap'ed unwind rows), which move with their owner; the
 // loading thread keeps no reference and ends after the handover.
 unsafe impl Send for Handover {}
+
+/// The processes' maps and objects, built complete from what the load
+/// handed over: the kernel side's code generations and `--unwind tables`'
+/// maps taken from `maps`, and `--binary LINK`'s program named as given.
+pub fn modules(maps: &mut EventMaps, scope: &Scope) -> Modules {
+    let code_gens = maps
+        .code_gens
+        .take()
+        .map(|g| Box::new(g) as Box<dyn crate::stacks::modules::CodeGens>);
+    let kernel = maps
+        .unwind
+        .take()
+        .map(|unwind| crate::stacks::kernel_tables::KernelTables::new(Box::new(unwind)));
+    let mut shown_as = crate::stacks::shown_as::ShownAs::default();
+    if let Some((file, given)) = scope.binary_alias() {
+        shown_as.insert(file, given);
+    }
+    Modules::new(kernel, code_gens, shown_as)
+}

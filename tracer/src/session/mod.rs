@@ -48,7 +48,7 @@ use crate::{
         settings::Settings,
         trace_loop::{Phase, Signals},
     },
-    stacks::{modules::Modules, symbolize::Names},
+    stacks::symbolize::Names,
 };
 
 /// Runs the trace and writes the report; returns the exit code (0, or the
@@ -187,19 +187,10 @@ impl<'a> Trace<'a> {
                 ));
             }
         }
-        let mut modules = Modules::default();
-        modules.code_gens = maps
-            .code_gens
-            .take()
-            .map(|g| Box::new(g) as Box<dyn crate::stacks::modules::CodeGens>);
-        if let Some(unwind) = maps.unwind.take() {
-            modules.kernel = Some(crate::stacks::kernel_tables::KernelTables::new(Box::new(
-                unwind,
-            )));
-        }
+        let mut modules = loading::modules(&mut maps, &scope);
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;
-        if let Some(kernel) = &mut modules.kernel {
+        if modules.kernel().tables().is_some() {
             // Tables built before a started command runs: its first
             // allocations are walked in the kernel, not handed back.
             let hooked = hooks.hooked_objects();
@@ -209,7 +200,7 @@ impl<'a> Trace<'a> {
                 .map(Into::into)
                 .chain(hooked.map(|h| h.host_path.clone()))
             {
-                kernel.prepare(&path);
+                modules.prepare_table(&path);
             }
         }
         if config.verbose {
@@ -236,9 +227,6 @@ impl<'a> Trace<'a> {
             modules.refresh(pid);
         }
         hooks.announce_from_now();
-        if let Some((file, given)) = scope.binary_alias() {
-            modules.shown_as.insert(file, given);
-        }
         let collector = Collector::new(
             maps,
             modules,

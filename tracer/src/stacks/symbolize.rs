@@ -21,7 +21,7 @@ use crate::profile::Frame;
 /// Symbolizes every distinct frame once and answers per frame. Kept for
 /// the whole trace: a snapshot names only frames new since the last one
 /// (a module id stays valid while frames refer to it, see
-/// `Modules::release_object`).
+/// `ObjectTable::release`).
 #[derive(Default)]
 pub struct Names {
     names: HashMap<NormFrame, Vec<Arc<Frame>>>,
@@ -88,7 +88,7 @@ impl Names {
             .enable_demangling(false)
             .build();
         for (module, mut offsets) in by_module {
-            if let Some(name) = module.and_then(|m| modules.jit_name(m)) {
+            if let Some(name) = module.and_then(|m| modules.jit_frames().name_of(m)) {
                 for offset in offsets {
                     let frame = Frame {
                         function: name.to_string(),
@@ -101,11 +101,12 @@ impl Names {
             }
             offsets.sort_unstable();
             offsets.dedup();
-            let module_path = module.map_or("[unknown]", |m| modules.shown_as.get(modules.path(m)));
-            let debug = module.and_then(|m| modules.debug_info(m));
+            let module_path =
+                module.map_or("[unknown]", |m| modules.shown_as().get(modules.path(m)));
+            let debug = module.and_then(|m| modules.objects().debug_info(m));
             let fetched = module.and_then(|m| self.fetched(modules, m));
             let resolved = module
-                .and_then(|m| modules.open_path(m))
+                .and_then(|m| modules.objects().open_path(m))
                 .map(|path| {
                     let object = Object {
                         path: &path,

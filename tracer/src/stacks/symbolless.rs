@@ -86,10 +86,10 @@ impl Names {
         let unnamed: BTreeSet<u32> = self.unknown_modules().collect();
         let mut without: Vec<String> = unnamed
             .into_iter()
-            .filter(|&m| modules.jit_name(m).is_none())
+            .filter(|&m| modules.jit_frames().name_of(m).is_none())
             .filter(|&m| self.fetched(modules, m).is_none())
             .filter_map(|m| {
-                let d = modules.debug_info(m)?;
+                let d = modules.objects().debug_info(m)?;
                 (!d.symbols).then(|| {
                     let id = d.build_id.as_deref().unwrap_or("none");
                     format!("{} (build id {id})", escape::text(modules.path(m)))
@@ -113,10 +113,10 @@ impl Names {
 /// The build id to ask a server for, if module `m` wants a debug file:
 /// it has no DWARF of its own and none was found on this machine.
 fn wanted(modules: &Modules, m: u32) -> Option<Arc<str>> {
-    if modules.jit_name(m).is_some() {
+    if modules.jit_frames().name_of(m).is_some() {
         return None;
     }
-    let d = modules.debug_info(m)?;
+    let d = modules.objects().debug_info(m)?;
     if d.has_dwarf || d.debug_file.is_some() {
         return None;
     }

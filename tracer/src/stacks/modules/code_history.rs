@@ -57,6 +57,23 @@ impl CodeGens for BpfCodeGens {
     }
 }
 
+/// /proc/PID/maps and the code generation they show: read again (at most
+/// 3 times) while the process maps code meanwhile.
+pub fn read_maps(pid: u32, gens: Option<&dyn CodeGens>) -> Option<(Vec<u8>, Option<CodeMaps>)> {
+    let current = |pid| gens.and_then(|g| g.current(pid));
+    let mut before = current(pid);
+    let mut attempt = 0;
+    loop {
+        let text = std::fs::read(format!("/proc/{pid}/maps")).ok()?;
+        let after = current(pid);
+        attempt += 1;
+        if after.map(|m| m.gen) == before.map(|m| m.gen) || attempt == 3 {
+            return Some((text, after));
+        }
+        before = after;
+    }
+}
+
 /// Whether generation `a` comes after `b` (they only go up, by one per
 /// mapping; compared as a wrapping difference).
 pub fn newer(a: u32, b: u32) -> bool {

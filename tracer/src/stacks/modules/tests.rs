@@ -37,7 +37,10 @@ fn processes_mapping_one_file_share_one_object_kept_while_frames_refer_to_it() {
     modules.drop_process(NO_SUCH_PID);
     assert_eq!(modules.held(), (0, 1), "an interned frame refers to it");
     assert_eq!(modules.path(fa[0].module.expect("module")), a.path);
-    assert!(modules.open_path(fa[0].module.expect("module")).is_some());
+    assert!(modules
+        .objects()
+        .open_path(fa[0].module.expect("module"))
+        .is_some());
 }
 
 #[test]
@@ -48,8 +51,10 @@ fn an_object_no_process_maps_and_no_frame_refers_to_is_closed() {
     modules.drop_process(NO_SUCH_PID);
     assert_eq!(modules.held(), (0, 0));
     // Its slot is reused by the next file.
-    modules.set_maps(NO_SUCH_PID + 1, vec![exe_mapping(0)], Vec::new());
-    assert_eq!(modules.objects.len(), 1);
+    let m = exe_mapping(0);
+    modules.set_maps(NO_SUCH_PID + 1, vec![m.clone()], Vec::new());
+    let frames = modules.normalize(NO_SUCH_PID + 1, &[m.start + 0x11], None);
+    assert_eq!(frames[0].module, Some(0));
 }
 
 #[test]
@@ -66,73 +71,6 @@ fn exec_keeps_the_objects_of_old_frames_and_unchanged_maps_keep_their_generation
     modules.merge_maps(NO_SUCH_PID, vec![m.clone()]);
     assert_eq!(modules.generation(NO_SUCH_PID), generation);
     assert_eq!(modules.normalize(NO_SUCH_PID, &[m.start + 0x11], None), old);
-}
-
-/// Other code at an address range known before (a library unloaded and
-/// another loaded in its place) counts as a remap; a new range, or the
-/// same file split at the same place (mprotect), does not.
-#[test]
-fn another_file_at_known_addresses_is_a_remap_and_a_new_range_is_not() {
-    let mut modules = Modules::default();
-    let pid = NO_SUCH_PID;
-    let lib = |path: &str, start: u64, end: u64, offset: u64| Mapping {
-        start,
-        end,
-        offset,
-        executable: true,
-        path: path.to_string(),
-        dev_inode: (0, 0),
-    };
-    let a = lib("/plugins/a.so", 0x7f00_0000_1000, 0x7f00_0000_3000, 0x1000);
-    modules.set_maps(pid, vec![a.clone()], Vec::new());
-    assert_eq!(modules.remaps(pid), 0);
-    // The same file split in two at the same place, and a new library.
-    let split = vec![
-        lib("/plugins/a.so", 0x7f00_0000_1000, 0x7f00_0000_2000, 0x1000),
-        lib("/plugins/a.so", 0x7f00_0000_2000, 0x7f00_0000_3000, 0x2000),
-        lib("/plugins/c.so", 0x7f00_1000_0000, 0x7f00_1000_2000, 0),
-    ];
-    modules.merge_maps(pid, split.clone());
-    assert_eq!(modules.remaps(pid), 0);
-    // b.so where a.so was.
-    let mut b = split;
-    b[0] = lib("/plugins/b.so", 0x7f00_0000_1000, 0x7f00_0000_3000, 0x1000);
-    b.remove(1);
-    modules.merge_maps(pid, b.clone());
-    assert_eq!(modules.remaps(pid), 1);
-    assert_eq!(modules.maps(pid)[0].path, "/plugins/b.so");
-    // Read again unchanged: no further remap.
-    modules.merge_maps(pid, b);
-    assert_eq!(modules.remaps(pid), 1);
-}
-
-/// A data file mapped where another was (an mmap'ed database, a locale
-/// file) holds no code: no interned address changed meaning.
-#[test]
-fn another_data_file_at_known_addresses_is_no_remap() {
-    let mut modules = Modules::default();
-    let pid = NO_SUCH_PID;
-    let file = |path: &str, executable: bool| Mapping {
-        start: 0x7f00_0000_1000,
-        end: 0x7f00_0000_3000,
-        offset: 0,
-        executable,
-        path: path.to_string(),
-        dev_inode: (0, 0),
-    };
-    // Given a data file at an address, then another in its place
-    modules.set_maps(pid, vec![file("/data/a.db", false)], Vec::new());
-    modules.merge_maps(pid, vec![file("/data/b.db", false)]);
-    // Then no remap
-    assert_eq!(modules.remaps(pid), 0);
-    // Code where data was, or data where code was: none either
-    modules.merge_maps(pid, vec![file("/lib/a.so", true)]);
-    modules.merge_maps(pid, vec![file("/data/c.db", false)]);
-    assert_eq!(modules.remaps(pid), 0);
-    // Code where code was: a remap
-    modules.merge_maps(pid, vec![file("/lib/a.so", true)]);
-    modules.merge_maps(pid, vec![file("/lib/b.so", true)]);
-    assert_eq!(modules.remaps(pid), 1);
 }
 
 /// Where kernel walks ended is kept while the code is the same: a data
@@ -152,11 +90,12 @@ fn where_walks_ended_is_forgotten_when_code_changes_only() {
     };
     let lib = file("/lib/a.so", 0x7f00_0000_1000, true);
     modules.set_maps(pid, vec![lib.clone()], Vec::new());
-    let ended_at = |modules: &Modules| modules.procs.get(&pid).map_or(0, |p| p.ended_at.len());
+    let ended_at = |modules: &Modules| modules.procs.get(&pid).map_or(0, |p| p.reads.walk_ends());
     // Given a walk that ended in the library
     if let Some(p) = modules.procs.get_mut(&pid) {
-        p.ended_at.insert(lib.start + 0x10);
+        p.reads.after_walk_end(lib.start + 0x10, Instant::now());
     }
+    assert_eq!(ended_at(&modules), 1);
     // When a data file is mapped, then another in its place
     modules.merge_maps(
         pid,
@@ -173,42 +112,6 @@ fn where_walks_ended_is_forgotten_when_code_changes_only() {
     assert_eq!(ended_at(&modules), 0);
 }
 
-/// A walk that first ends at an address reads the maps soon, at most
-/// every MIN_WALK_REREAD_INTERVAL; one refused is a first one still.
-#[test]
-fn first_walk_ends_read_the_maps_at_most_every_few_milliseconds() {
-    let mut modules = Modules::default();
-    let me = std::process::id();
-    let a = exe_mapping(0);
-    modules.set_maps(me, vec![a.clone()], Vec::new());
-    let read_at = |modules: &Modules| modules.procs.get(&me).and_then(|p| p.last_read);
-    // Given maps just read, with the quick reads after exec used up (a
-    // read stamped in the future: its elapsed time is 0 however slowly
-    // this test runs)
-    let just_read = Instant::now() + Duration::from_secs(3600);
-    if let Some(p) = modules.procs.get_mut(&me) {
-        p.quick_reads = QUICK_READS;
-        p.last_read = Some(just_read);
-    }
-    // When a walk first ends at an address now
-    modules.walk_ended_at(me, a.start + 0x10);
-    // Then the maps are not read, and the address is not taken as seen
-    assert_eq!(read_at(&modules), Some(just_read));
-    assert!(modules
-        .procs
-        .get(&me)
-        .is_some_and(|p| p.ended_at.is_empty()));
-    // And once the interval passed, the same address reads them
-    let long_ago = Instant::now()
-        .checked_sub(2 * MIN_WALK_REREAD_INTERVAL)
-        .expect("an instant 20 ms ago");
-    if let Some(p) = modules.procs.get_mut(&me) {
-        p.last_read = Some(long_ago);
-    }
-    modules.walk_ended_at(me, a.start + 0x10);
-    assert!(read_at(&modules).is_some_and(|t| t > long_ago));
-}
-
 #[test]
 fn a_file_mapped_again_is_found_by_the_maps_id_without_opening_it() {
     let mut modules = Modules::default();
@@ -216,7 +119,11 @@ fn a_file_mapped_again_is_found_by_the_maps_id_without_opening_it() {
     let a = exe_mapping(0);
     assert_ne!(a.dev_inode.1, 0, "the maps give the inode");
     modules.set_maps(me, vec![a.clone()], Vec::new());
-    assert_eq!(modules.by_maps_id.len(), 1, "opened through map_files");
+    assert_eq!(
+        modules.objects.found_by_maps_id(),
+        1,
+        "opened through map_files"
+    );
     // Another process maps the same file under a path that opens nothing
     // here: the maps' (device, inode) alone names the object.
     let b = Mapping {
@@ -248,7 +155,11 @@ fn the_maps_id_cache_goes_with_its_object_and_another_inode_misses_it() {
     modules.drop_process(NO_SUCH_PID);
     modules.drop_process(me);
     assert_eq!(modules.held(), (0, 0));
-    assert!(modules.by_maps_id.is_empty(), "freed with the object");
+    assert_eq!(
+        modules.objects.found_by_maps_id(),
+        0,
+        "freed with the object"
+    );
     // Once the object is gone its id names nothing: an unopenable path
     // stays unopened.
     let b = Mapping {
@@ -256,7 +167,7 @@ fn the_maps_id_cache_goes_with_its_object_and_another_inode_misses_it() {
         ..a.clone()
     };
     modules.set_maps(NO_SUCH_PID, vec![b], Vec::new());
-    assert!(modules.open_path(0).is_none());
+    assert!(modules.objects().open_path(0).is_none());
 }
 
 /// A mapping of this test process of another file than its executable
@@ -295,8 +206,9 @@ fn two_files_the_maps_show_with_one_id_are_two_objects() {
     let fb = modules.normalize(NO_SUCH_PID, &[b.start + 0x11], None);
     assert_ne!(fa[0].module, fb[0].module);
     assert_eq!(modules.path(fb[0].module.expect("module")), other.path);
-    assert!(
-        modules.by_maps_id.is_empty(),
+    assert_eq!(
+        modules.objects.found_by_maps_id(),
+        0,
         "no id that is not the file's own"
     );
 }
@@ -312,7 +224,7 @@ fn exec_forgets_the_old_images_jit_code_and_walk_ends() {
     let jit = 0x7f00_0000_0000..0x7f00_0001_0000;
     modules.set_maps(pid, vec![m], vec![jit]);
     if let Some(p) = modules.procs.get_mut(&pid) {
-        p.ended_at.insert(0x7f00_0000_0010);
+        p.reads.after_walk_end(0x7f00_0000_0010, Instant::now());
     }
     // When it exec'ed
     modules.forget(pid);
@@ -321,7 +233,7 @@ fn exec_forgets_the_old_images_jit_code_and_walk_ends() {
     assert!(modules
         .procs
         .get(&pid)
-        .is_some_and(|p| p.ended_at.is_empty()));
+        .is_some_and(|p| p.reads.walk_ends() == 0));
 }
 
 #[test]
