@@ -6,6 +6,7 @@ use super::*;
 use crate::report::{proto, Counts, Frame, SnapshotPoint, StackReport, Trend};
 use limits::Budget;
 
+mod golden;
 mod hostile;
 mod sizes;
 
