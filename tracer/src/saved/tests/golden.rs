@@ -2,7 +2,8 @@
 //! `memtrace-bpf report FILE` reads them: each renders the text report and
 //! the JSON kept in tracer/tests/golden/saved/. `v2-first.json` is version
 //! 2 as first written (without the fields added since), `v1.json` the same
-//! profile with each stack's frames in place: both render the same.
+//! profile with each stack's frames in place: both render the same, and
+//! what is read is written back and read again unchanged.
 //! `MEMTRACE_BLESS=1 cargo test -p memtrace-bpf --lib saved::` rewrites the
 //! expected outputs (never the inputs); then read the diff.
 
@@ -69,5 +70,23 @@ fn each_format_version_renders_as_before() {
             &format!("{version}.report.json"),
             &report_of(&format!("{version}.json"), Format::Json),
         );
+    }
+}
+
+#[test]
+fn version_1_renders_as_the_same_profile_in_version_2() {
+    check("v2-first.report.txt", &report_of("v1.json", Format::Text));
+    check("v2-first.report.json", &report_of("v1.json", Format::Json));
+}
+
+#[test]
+fn what_is_written_reads_back_whole() {
+    // Between them the two set every field a trace writes.
+    for file in ["v2.json", "v2-history.json"] {
+        let p = load(&dir().join(file)).expect("reads");
+        let mut written = Vec::new();
+        report::write_json(&p, &mut written).expect("json");
+        let back = super::json(&written).expect("reads back");
+        assert_eq!(back, p, "{file}");
     }
 }
