@@ -92,8 +92,9 @@ fn resolve(
 /// every object (`{`) as the structs it becomes: in the top-level
 /// `stacks`, `frames`, `processes` and `hooks` as theirs, elsewhere as the
 /// largest; every array element (`[`, and `,` in an array) as an index
-/// and the frame pointer it becomes; and a copy of every string. A JSON value is at least 2 bytes,
-/// so this is what bounds a file of `[{},{},...]`.
+/// and the frame pointer it becomes; and a copy of every string. A JSON
+/// value is at least 2 bytes, so this is what bounds a file of
+/// `[{},{},...]`.
 fn decoded_size(raw: &[u8]) -> usize {
     // A stack as read, as its frames are resolved, and as the profile's.
     const STACK: usize = size_of::<StackReportOf<WrittenFrames>>()
