@@ -3,7 +3,8 @@
 //! the JSON kept in tracer/tests/golden/saved/. `v2-first.json` is version
 //! 2 as first written (without the fields added since), `v1.json` the same
 //! profile with each stack's frames in place: both render the same, and
-//! what is read is written back and read again unchanged.
+//! what is read is written back and read again unchanged. Other versions
+//! are refused with theirs, and a list of frames is one form or the other.
 //! `MEMTRACE_BLESS=1 cargo test -p memtrace-bpf --lib saved::` rewrites the
 //! expected outputs (never the inputs); then read the diff.
 
@@ -89,4 +90,40 @@ fn what_is_written_reads_back_whole() {
         let back = super::json(&written).expect("reads back");
         assert_eq!(back, p, "{file}");
     }
+}
+
+#[test]
+fn json_of_another_version_is_refused_with_the_version() {
+    let text = String::from_utf8(super::json_of(&super::profile(1, 10))).expect("utf-8");
+    let other = text.replace("memtrace-bpf/2", "memtrace-bpf/9");
+    let err = super::err_of(super::json(other.as_bytes()));
+    assert!(
+        err.contains("memtrace-bpf/9") && err.contains("memtrace-bpf/2"),
+        "{err}"
+    );
+    // A field of another shape still names the version first.
+    let odd = other.replace("\"stacks\": [", "\"stacks\": 3, \"x\": [");
+    let err = super::err_of(super::json(odd.as_bytes()));
+    assert!(err.contains("memtrace-bpf/9"), "{err}");
+    let err = super::err_of(super::json(b"{\"format\": \"memtrace-bpf-diff/1\"}"));
+    assert!(err.contains("it is a diff"), "{err}");
+    let err = super::err_of(super::json(b"{\"stacks\": []}"));
+    assert!(err.contains("no \"format\""), "{err}");
+}
+
+#[test]
+fn a_list_of_frames_is_indices_or_frames_not_both() {
+    let v1 = fs::read_to_string(dir().join("v1.json")).expect("v1.json");
+    let mixed = v1.replacen("\"frames\": [\n", "\"frames\": [\n        0,\n", 1);
+    assert_ne!(mixed, v1, "v1.json changed");
+    let err = super::err_of(super::json(mixed.as_bytes()));
+    assert!(err.contains("mixes indices and frames"), "{err}");
+    let v2 = fs::read_to_string(dir().join("v2.json")).expect("v2.json");
+    let far = v2.replacen("\"frames\":[0,", "\"frames\":[4294967296,", 1);
+    assert_ne!(far, v2, "v2.json changed");
+    let err = super::err_of(super::json(far.as_bytes()));
+    assert!(
+        err.contains("frame index 4294967296 is out of range"),
+        "{err}"
+    );
 }
