@@ -21,8 +21,8 @@ const MIN_DEPTH: usize = 30;
 const MAX_DEPTH: usize = 70;
 const DISTINCT_FRAMES: usize = 30_000;
 
-/// Most a `report` or `diff` of this file may take (peak RSS, MiB; 221
-/// measured for report, 353 for diff, which reads two): the profile holds
+/// Most a `report` or `diff` of this file may take (peak RSS, MiB; 185
+/// measured for report, 289 for diff, which reads two): the profile holds
 /// one pointer per reference (55 MiB here) and a few hundred bytes per
 /// stack; each renderer adds a 4-byte id per reference. Before, every
 /// reference was charged its names (about 130 bytes here) and the file

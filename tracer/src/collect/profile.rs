@@ -420,7 +420,7 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
             bytes: unfreed.bytes,
             objects: unfreed.objects,
             truncated: super::roots::cut_short(&frames, truncated),
-            frames,
+            frames: frames.into(),
         });
     }
     out

@@ -37,6 +37,17 @@ impl Frames {
     }
 }
 
+impl Frames {
+    /// The stack whose frames are `at` in `all`, a list other stacks share.
+    pub fn part(all: &Arc<Vec<Arc<Frame>>>, at: Range<usize>) -> Frames {
+        debug_assert!(at.end <= all.len());
+        Frames {
+            all: Arc::clone(all),
+            at,
+        }
+    }
+}
+
 impl Deref for Frames {
     type Target = [Arc<Frame>];
 

@@ -5,19 +5,32 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 mod frames;
 mod losses;
+mod map_frames;
 mod note;
 
 pub use frames::Frames;
 pub use losses::Losses;
+pub use map_frames::FramesAt;
 pub use note::{CgroupRemoval, Note};
 
-/// Everything a report shows. Built once at the end of a trace.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct Profile {
+/// The profile as the tracer holds it: each stack's frames a `Frames`.
+pub type Profile = ProfileOf<Frames>;
+pub type StackReport = StackReportOf<Frames>;
+pub type NotFreedAtExit = NotFreedAtExitOf<Frames>;
+pub type ExitStack = ExitStackOf<Frames>;
+
+/// Everything a report shows. Built once at the end of a trace. `F` is
+/// how a list of frames is held: `Frames` in memory (`Profile`); a saved
+/// file is read with the form its lists are written in, then converted
+/// (`map_frames`, saved/read_json). Every field may be absent from a saved
+/// file (fields were added over time): it reads as its default.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, bound(deserialize = "F: Deserialize<'de> + Default"))]
+pub struct ProfileOf<F> {
     /// What was traced, as the user named it (e.g. "pid 4242").
     pub target: String,
     /// Wall-clock seconds between attach and the end of the trace.
@@ -41,12 +54,12 @@ pub struct Profile {
     pub totals: Counts,
     /// One entry per unique (process, call stack), sorted by inuse_bytes
     /// descending, then alloc_bytes descending.
-    pub stacks: Vec<StackReport>,
+    pub stacks: Vec<StackReportOf<F>>,
     /// What processes that exited during the trace had not freed: no live
     /// process holds it, so it is not in-use (the process whose exit ends a
     /// --pid or -- CMD trace is the exception: its in-use is its heap at
     /// exit).
-    pub not_freed_at_exit: NotFreedAtExit,
+    pub not_freed_at_exit: NotFreedAtExitOf<F>,
     pub losses: Losses,
     /// Remarks for the user (skipped optional hooks, limits hit...), put
     /// into words by `report/notes.rs`.
@@ -70,6 +83,8 @@ pub struct Profile {
 
 /// What the top level of a report is: each process, each cgroup, or each
 /// container (or pod, or systemd unit).
+/// A saved file's grouping that is not one of these (or null) reads as
+/// `Process`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum GroupBy {
@@ -79,9 +94,20 @@ pub enum GroupBy {
     Container,
 }
 
+impl<'de> Deserialize<'de> for GroupBy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<GroupBy, D::Error> {
+        Ok(match Option::<String>::deserialize(d)?.as_deref() {
+            Some("cgroup") => GroupBy::Cgroup,
+            Some("container") => GroupBy::Container,
+            _ => GroupBy::Process,
+        })
+    }
+}
+
 /// Allocations freed by the thread that made them before its next
 /// allocation (heaptrack's "temporary"), and their bytes.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Temporary {
     pub objects: u64,
     pub bytes: u64,
@@ -97,7 +123,8 @@ impl Temporary {
 /// A process the OOM killer chose: when, and its traced heap then (what
 /// it had allocated during the trace and not freed when it died; kept in
 /// the report's in-use).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct OomKilled {
     /// Seconds since the trace started.
     pub secs: f64,
@@ -106,7 +133,8 @@ pub struct OomKilled {
 }
 
 /// One snapshot of the heap's history: when, and the totals then.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct SnapshotPoint {
     /// Seconds since the trace started. When the history's resolution was
     /// halved, the time of the later snapshot of each merged pair.
@@ -125,7 +153,7 @@ impl Profile {
 
 /// How a stack's in-use bytes moved over the history (docs/growth.md has
 /// the rule and its thresholds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Trend {
     /// Rises across the trace: a leak candidate.
@@ -141,7 +169,8 @@ pub enum Trend {
     Replacing,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct ProcessInfo {
     pub pid: u32,
     /// When it started, in clock ticks after boot (/proc/PID/stat field
@@ -178,7 +207,8 @@ pub struct ProcessInfo {
 }
 
 /// A process's traced in-use at its highest moment (docs/peak.md).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Peak {
     /// Seconds after the trace started; null for a folded group (its
     /// processes peaked at different times).
@@ -192,7 +222,8 @@ pub struct Peak {
 /// Each is null when unknown or not named. Read from /proc, which the
 /// process controls in part (a container picks its own cgroup names):
 /// bounded when read, escaped by the renderers.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Identity {
     /// Its cgroup v2 path from the hierarchy's root (`/system.slice/x.service`).
     pub cgroup: Option<String>,
@@ -231,7 +262,8 @@ impl Identity {
 }
 
 /// One allocator object a process uses and what of it is hooked.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct ProcessAllocator {
     /// "glibc", "jemalloc", "tcmalloc", "mimalloc", "interposer" or "own".
     pub kind: String,
@@ -243,7 +275,8 @@ pub struct ProcessAllocator {
     pub functions: Vec<String>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Hook {
     /// Allocator function, e.g. "malloc".
     pub function: String,
@@ -261,7 +294,8 @@ pub struct Hook {
 }
 
 /// pprof's four sample types, for one stack or for the total.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Counts {
     /// Bytes allocated during the trace and still live at report time.
     pub inuse_bytes: u64,
@@ -276,8 +310,9 @@ pub struct Counts {
     pub peak_inuse_objects: u64,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct StackReport {
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, bound(deserialize = "F: Deserialize<'de> + Default"))]
+pub struct StackReportOf<F> {
     pub pid: u32,
     /// The process's start time (see `ProcessInfo::start_time`).
     pub start_time: Option<u64>,
@@ -292,7 +327,7 @@ pub struct StackReport {
     /// Shared: a frame named once serves every stack it appears in (a
     /// report of 100 k stacks holds each distinct frame once), and the
     /// stacks of one report are slices of one list (`Frames`).
-    pub frames: Frames,
+    pub frames: F,
     /// The stack ends before its root: the unwinder ran out of copied stack
     /// bytes or unwind information. Shown as a `[truncated]` root frame.
     pub truncated: bool,
@@ -303,28 +338,32 @@ pub struct StackReport {
     pub growth_bytes_per_sec: Option<f64>,
     /// Null with too few snapshots to tell.
     pub trend: Option<Trend>,
-    /// Its temporary allocations (exact mode; null when sampling).
+    /// Its temporary allocations (exact mode; null when sampling),
+    /// written as `temporary_objects` and `temporary_bytes`.
+    #[serde(flatten, with = "map_frames::stack_temporary")]
     pub temporary: Option<Temporary>,
 }
 
 /// "Not freed at exit", aggregated per program and call stack.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct NotFreedAtExit {
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, bound(deserialize = "F: Deserialize<'de> + Default"))]
+pub struct NotFreedAtExitOf<F> {
     /// Processes that exited during the trace with blocks not freed.
     pub processes: u64,
     pub bytes: u64,
     pub objects: u64,
     /// Largest first; at most `MAX_EXIT_STACKS` (the rest are counted in
     /// `bytes`, `objects` and `stacks_left_out`).
-    pub stacks: Vec<ExitStack>,
+    pub stacks: Vec<ExitStackOf<F>>,
     pub stacks_left_out: u64,
 }
 
 /// Most entries in `NotFreedAtExit::stacks`.
 pub const MAX_EXIT_STACKS: usize = 10_000;
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct ExitStack {
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, bound(deserialize = "F: Deserialize<'de> + Default"))]
+pub struct ExitStackOf<F> {
     /// The program of the processes (see `ProcessInfo::program`).
     pub program: String,
     /// How many of its processes left blocks from this stack.
@@ -332,11 +371,12 @@ pub struct ExitStack {
     pub bytes: u64,
     pub objects: u64,
     /// Leaf first, as in `StackReport`.
-    pub frames: Vec<Arc<Frame>>,
+    pub frames: F,
     pub truncated: bool,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Frame {
     /// Demangled function name, or "[unknown]" when it could not be named.
     pub function: String,

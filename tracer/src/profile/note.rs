@@ -3,7 +3,7 @@
 //! the JSON keeps those words (an array of strings), so a profile read back
 //! from a file carries them as `Note::Text`.
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Note {
@@ -200,5 +200,12 @@ impl From<&str> for Note {
 impl Serialize for Note {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
+    }
+}
+
+/// From its words: a note read back is a `Note::Text`.
+impl<'de> Deserialize<'de> for Note {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Note, D::Error> {
+        String::deserialize(d).map(Note::Text)
     }
 }

@@ -410,7 +410,7 @@ fn two_processes_at_exit() -> NotFreedAtExit {
                 processes: 1,
                 bytes: 4096,
                 objects: 1,
-                frames: Vec::new(),
+                frames: crate::profile::Frames::default(),
                 truncated: true,
             },
         ],

@@ -24,7 +24,7 @@ pub const MAX_INPUT_BYTES: u64 = 128 << 20;
 /// more (the index read, the pointer it becomes, a renderer's id), and
 /// each stack at a few hundred bytes for 200 of text. So whatever a trace
 /// writes up to `MAX_INPUT_BYTES` is read (a unit test checks the ratio
-/// on a file shaped like the 73 MB one cc1plus gave, which 221 MiB read).
+/// on a file shaped like the 73 MB one cc1plus gave, which 185 MiB read).
 /// Files that reference much more densely than a trace writes, as a pprof
 /// repeating one location of thousands of lines, are refused.
 pub const MAX_PROFILE_BYTES: usize = 4 * MAX_INPUT_BYTES as usize;

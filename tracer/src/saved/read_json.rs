@@ -1,23 +1,28 @@
-//! Reads a saved `--format json` profile (`memtrace-bpf/2`, report/json.rs)
-//! back into a `Profile`. Fields added after version 2 (history, min age)
-//! are read when present and default when absent; every frame index is
-//! checked against the `frames` table, and the memory the document takes
-//! is estimated and spent from a `Budget` before it is parsed.
+//! Reads a saved `--format json` profile (report/json.rs) back into a
+//! `Profile`, through the profile types' own `Deserialize`: version 2
+//! (stacks' frames are indices into the `frames` table) and version 1
+//! (frames written in place). Fields added since a file was written read
+//! as their defaults; every frame index is checked against the table, and
+//! the memory the document takes is estimated and spent from a `Budget`
+//! before it is parsed.
 
-use std::mem::size_of;
+use std::{convert::Infallible, mem::size_of, ops::Range, sync::Arc};
 
 use anyhow::{bail, Context as _};
 use serde::Deserialize;
 
-use super::limits::Budget;
-use crate::report::{Frame, Hook, ProcessInfo, Profile, StackReport};
+use super::limits::{self, Budget};
+use crate::profile::{Frame, Frames, ProcessInfo, Profile, StackReport, StackReportOf};
+use crate::report::Hook;
 
-mod doc;
+mod written;
 
-use doc::{Doc, FrameDoc, HookDoc, ProcessDoc, StackDoc};
+use written::{Written, WrittenFrames};
 
-/// The version this reader understands (report/json.rs `FORMAT`).
+/// The version written today (report/json.rs `FORMAT`), and the versions
+/// read.
 const FORMAT: &str = "memtrace-bpf/2";
+const READ: [&str; 2] = [FORMAT, "memtrace-bpf/1"];
 
 /// Parses `raw` as a memtrace-bpf JSON profile, within `budget`.
 pub fn parse(raw: Vec<u8>, budget: &mut Budget) -> anyhow::Result<Profile> {
@@ -25,22 +30,85 @@ pub fn parse(raw: Vec<u8>, budget: &mut Budget) -> anyhow::Result<Profile> {
     let doc = parse_doc(&raw)?;
     drop(raw);
     check_format(doc.format.clone())?;
-    doc.into_profile(budget)
+    into_profile(doc, budget)
+}
+
+/// The profile with every list of frames resolved: slices of one list of
+/// all the references (as a trace builds them, `Frames`), each index
+/// checked against the table and each reference's renderer cost spent
+/// from `budget` (the pointer is in the count of the element it is read
+/// from, the table's names in the input's).
+fn into_profile(doc: Written, budget: &mut Budget) -> anyhow::Result<Profile> {
+    let Written { profile, table, .. } = doc;
+    let refs = profile.stacks.iter().map(|s| s.frames.len()).sum::<usize>()
+        + (profile.not_freed_at_exit.stacks.iter())
+            .map(|s| s.frames.len())
+            .sum::<usize>();
+    let mut all: Vec<Arc<Frame>> = Vec::with_capacity(refs);
+    let ranges = profile.map_frames(&mut |frames, at| {
+        resolve(frames, &table, &mut all, budget).with_context(|| at.to_string())
+    })?;
+    let all = Arc::new(all);
+    let resolved =
+        ranges.map_frames(&mut |at: Range<usize>, _| Ok::<_, Infallible>(Frames::part(&all, at)));
+    match resolved {
+        Ok(p) => Ok(p),
+        Err(never) => match never {},
+    }
+}
+
+/// Appends the frames of one list to `all`; where they are in it.
+fn resolve(
+    frames: WrittenFrames,
+    table: &[Arc<Frame>],
+    all: &mut Vec<Arc<Frame>>,
+    budget: &mut Budget,
+) -> anyhow::Result<Range<usize>> {
+    let start = all.len();
+    match frames {
+        WrittenFrames::Indices(indices) => {
+            for i in indices {
+                let frame = table.get(i as usize).with_context(|| {
+                    format!(
+                        "frame index {i} is out of range (the frames table has {} entries)",
+                        table.len()
+                    )
+                })?;
+                budget.spend(limits::RENDER_COST)?;
+                all.push(Arc::clone(frame));
+            }
+        }
+        WrittenFrames::InPlace(frames) => {
+            for frame in frames {
+                budget.spend(limits::RENDER_COST)?;
+                all.push(Arc::new(frame));
+            }
+        }
+    }
+    Ok(start..all.len())
 }
 
 /// Bytes the parsed document and the profile made from it take, at most:
-/// every object (`{`) as the struct it becomes, twice (the document's and
-/// the profile's): in the top-level `stacks`, `frames`, `processes` and
-/// `hooks` as theirs, elsewhere as the largest; every array element
-/// (`[`, and `,` in an array) as an index and the frame pointer it
-/// becomes; and a copy of every string. A JSON value is at least 2 bytes,
-/// so this is what bounds a file of `[{},{},...]`.
+/// every object (`{`) as the structs it becomes: in the top-level
+/// `stacks`, `frames`, `processes` and `hooks` as theirs, elsewhere as the
+/// largest; every array element (`[`, and `,` in an array) as an index
+/// and the frame pointer it becomes; and a copy of every string. A JSON
+/// value is at least 2 bytes, so this is what bounds a file of
+/// `[{},{},...]`.
 fn decoded_size(raw: &[u8]) -> usize {
-    const STACK: usize = size_of::<StackDoc>() + size_of::<StackReport>();
-    const FRAME: usize = size_of::<FrameDoc>() + size_of::<Frame>() + 3 * size_of::<usize>();
-    const PROCESS: usize = size_of::<ProcessDoc>() + size_of::<ProcessInfo>();
-    const HOOK: usize = size_of::<HookDoc>() + size_of::<Hook>();
-    const OBJECT: usize = max(max(STACK, FRAME), max(PROCESS, HOOK));
+    // A stack as read, as its frames are resolved, and as the profile's.
+    const STACK: usize = size_of::<StackReportOf<WrittenFrames>>()
+        + size_of::<StackReportOf<Range<usize>>>()
+        + size_of::<StackReport>();
+    // A table frame: the frame, its `Arc`'s counts, the table's pointer.
+    const FRAME: usize = size_of::<Frame>() + 3 * size_of::<usize>();
+    // A version 1 frame in place: as read, then in its `Arc`.
+    const IN_PLACE: usize = size_of::<Frame>() + FRAME;
+    // A process is read whole before its flattened identity (serde's
+    // `flatten` buffers it), then as itself.
+    const PROCESS: usize = 2 * size_of::<ProcessInfo>();
+    const HOOK: usize = size_of::<Hook>();
+    const OBJECT: usize = max(max(STACK, max(FRAME, IN_PLACE)), max(PROCESS, HOOK));
     const ELEMENT: usize = 2 * size_of::<u64>();
     let mut scan = Scan::default();
     let mut total = raw.len();
@@ -144,7 +212,7 @@ const fn max(a: usize, b: usize) -> usize {
     }
 }
 
-fn parse_doc(raw: &[u8]) -> anyhow::Result<Doc> {
+fn parse_doc(raw: &[u8]) -> anyhow::Result<Written> {
     match serde_json::from_slice(raw) {
         Ok(doc) => Ok(doc),
         Err(err) => {
@@ -161,15 +229,15 @@ fn parse_doc(raw: &[u8]) -> anyhow::Result<Doc> {
 
 fn check_format(format: Option<String>) -> anyhow::Result<()> {
     match format.as_deref() {
-        Some(FORMAT) => Ok(()),
+        Some(f) if READ.contains(&f) => Ok(()),
         Some(diff) if diff.starts_with("memtrace-bpf-diff/") => bail!(
             "it is a diff ({diff:?}, from `memtrace-bpf diff --format json`), not a profile: \
              report and diff read the profiles a trace saves"
         ),
         Some(other) => bail!(
-            "its format is {:?}; this memtrace-bpf reads {FORMAT:?} (re-save it with a matching \
+            "its format is {other:?}; this memtrace-bpf reads {} (re-save it with a matching \
              memtrace-bpf, or use that version's `report`)",
-            other
+            READ.map(|f| format!("{f:?}")).join(" and ")
         ),
         None => bail!(
             "it has no \"format\" field: not a JSON profile written by memtrace-bpf --format json"
