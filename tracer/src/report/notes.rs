@@ -64,101 +64,148 @@ impl fmt::Display for Note {
                  are not in the report",
                 counted(*execs, "time", "times")
             ),
-            Note::RootExited { pid, status } => root_exited(f, *pid, status.as_deref()),
-            Note::ProcessesExited {
-                processes,
-                unfreed,
-                bytes,
-                objects,
-            } => processes_exited(f, *processes, *unfreed, *bytes, *objects),
-            Note::UnnamedStacks { stacks, processes } => unnamed_stacks(f, *stacks, *processes),
-            Note::Sampled { rate } => sampled(f, *rate),
-            Note::UnknownFrees {
-                frees,
-                bytes,
-                traced_from_start,
-                live_map_full,
-            } => unknown_frees(f, (*frees, *bytes), *traced_from_start, *live_map_full),
-            Note::RingbufFull {
-                dropped,
-                frees_dropped,
-                frees_of_dropped_allocs,
-            } => ringbuf_full(f, *dropped, *frees_dropped, *frees_of_dropped_allocs),
-            Note::ReusedAddresses { allocations } => write!(
-                f,
-                "{} reused an address whose free was not seen (lost events)",
-                counted(*allocations, "allocation", "allocations")
-            ),
-            Note::UnmatchedFrees { frees, malformed } => unmatched_frees(f, *frees, *malformed),
-            Note::FramePointerStacks => f.write_str(FRAME_POINTER_STACKS),
-            Note::StacksCut {
-                stacks,
-                stack_bytes,
-            } => stacks_cut(f, *stacks, *stack_bytes),
-            Note::KernelWalksCut { .. } => kernel_walks_cut(f, self),
-            Note::UnwindTablesFull {
-                files,
-                rows_capacity,
-                mappings,
-            } => unwind_tables_full(f, *files, *rows_capacity, *mappings),
-            Note::JitNamesIncomplete {
-                refused_files,
-                capped_entries,
-                unnamed_frames,
-            } => jit_names_incomplete(f, *refused_files, *capped_entries, *unnamed_frames),
-            Note::CommandLeftRunning { pid } => write!(
-                f,
-                "the command (pid {pid}) was left running, no longer traced (--keep-running)"
-            ),
-            Note::CommandSignalled { pid, signal, how } => write!(
-                f,
-                "the trace ended before the command (pid {pid}): it was sent {signal} and {how}"
-            ),
-            Note::Delta { seconds } => delta(f, *seconds),
-            Note::ReadFromPprof => f.write_str(READ_FROM_PPROF),
-            Note::NegativeSamples { values } => write!(
-                f,
-                "{values} negative sample values were read as 0 (a diff profile?)"
-            ),
-            Note::IgnoredSampleType { name, unit } => write!(
-                f,
-                "sample type {name}/{unit} is not a heap number memtrace-bpf knows: ignored"
-            ),
-            Note::OtlpPushes {
-                url,
-                sent,
-                failed,
-                dropped,
-            } => otlp_pushes(f, url, *sent, *failed, *dropped),
-            Note::ModulesWithoutSymbols {
-                modules,
-                listed,
-                debuginfod,
-            } => super::symbol_notes::without_symbols(f, *modules, listed, *debuginfod),
-            Note::DebuginfodFetches {
-                asked,
-                found,
-                not_found,
-                failed,
-                unfinished,
-                over_cap,
-                example,
-            } => super::symbol_notes::fetches(
-                f,
-                (*asked, *found, *not_found),
-                (*failed, *unfinished, *over_cap),
-                example.as_deref(),
-            ),
-            Note::DebugLinksRefused { objects, example } => write!(
-                f,
-                "{} a debug link that is not a bare file name, not followed ({example}): \
+            _ => words_of_data_and_output(self, f),
+        }
+    }
+}
+
+/// The notes about what was recorded and how the report was made (those
+/// about the trace's set-up and scope are worded in `fmt`).
+fn words_of_data_and_output(note: &Note, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match note {
+        Note::RootExited { pid, status } => root_exited(f, *pid, status.as_deref()),
+        Note::ProcessesExited {
+            processes,
+            unfreed,
+            bytes,
+            objects,
+        } => processes_exited(f, *processes, *unfreed, *bytes, *objects),
+        Note::UnnamedStacks { stacks, processes } => unnamed_stacks(f, *stacks, *processes),
+        Note::Sampled { rate } => sampled(f, *rate),
+        Note::UnknownFrees {
+            frees,
+            bytes,
+            traced_from_start,
+            live_map_full,
+        } => unknown_frees(f, (*frees, *bytes), *traced_from_start, *live_map_full),
+        Note::RingbufFull {
+            dropped,
+            frees_dropped,
+            frees_of_dropped_allocs,
+        } => ringbuf_full(f, *dropped, *frees_dropped, *frees_of_dropped_allocs),
+        Note::ReusedAddresses { allocations } => write!(
+            f,
+            "{} reused an address whose free was not seen (lost events)",
+            counted(*allocations, "allocation", "allocations")
+        ),
+        Note::UnmatchedFrees { frees, malformed } => unmatched_frees(f, *frees, *malformed),
+        Note::FramePointerStacks => f.write_str(FRAME_POINTER_STACKS),
+        Note::StacksCut {
+            stacks,
+            stack_bytes,
+        } => stacks_cut(f, *stacks, *stack_bytes),
+        Note::KernelWalksCut { .. } => kernel_walks_cut(f, note),
+        Note::UnwindTablesFull {
+            files,
+            rows_capacity,
+            mappings,
+        } => unwind_tables_full(f, *files, *rows_capacity, *mappings),
+        Note::JitNamesIncomplete {
+            refused_files,
+            capped_entries,
+            unnamed_frames,
+        } => jit_names_incomplete(f, *refused_files, *capped_entries, *unnamed_frames),
+        _ => words_of_output(note, f),
+    }
+}
+
+/// The notes about how the trace ended and how the report was made and
+/// pushed.
+fn words_of_output(note: &Note, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match note {
+        Note::CommandLeftRunning { pid } => write!(
+            f,
+            "the command (pid {pid}) was left running, no longer traced (--keep-running)"
+        ),
+        Note::CommandSignalled { pid, signal, how } => write!(
+            f,
+            "the trace ended before the command (pid {pid}): it was sent {signal} and {how}"
+        ),
+        Note::Delta { seconds } => delta(f, *seconds),
+        Note::ReadFromPprof => f.write_str(READ_FROM_PPROF),
+        Note::NegativeSamples { values } => write!(
+            f,
+            "{values} negative sample values were read as 0 (a diff profile?)"
+        ),
+        Note::IgnoredSampleType { name, unit } => write!(
+            f,
+            "sample type {name}/{unit} is not a heap number memtrace-bpf knows: ignored"
+        ),
+        Note::OtlpPushes {
+            url,
+            sent,
+            failed,
+            dropped,
+        } => otlp_pushes(f, url, *sent, *failed, *dropped),
+        Note::ModulesWithoutSymbols {
+            modules,
+            listed,
+            debuginfod,
+        } => super::symbol_notes::without_symbols(f, *modules, listed, *debuginfod),
+        Note::DebuginfodFetches {
+            asked,
+            found,
+            not_found,
+            failed,
+            unfinished,
+            over_cap,
+            example,
+        } => super::symbol_notes::fetches(
+            f,
+            (*asked, *found, *not_found),
+            (*failed, *unfinished, *over_cap),
+            example.as_deref(),
+        ),
+        Note::DebugLinksRefused { objects, example } => write!(
+            f,
+            "{} a debug link that is not a bare file name, not followed ({example}): \
                  docs/debug-files.md",
-                counted(*objects, "object has", "objects have"),
-            ),
-            Note::CodeReplaced {
-                replaced,
-                beyond_history,
-            } => code_replaced(f, *replaced, *beyond_history),
+            counted(*objects, "object has", "objects have"),
+        ),
+        Note::CodeReplaced {
+            replaced,
+            beyond_history,
+        } => code_replaced(f, *replaced, *beyond_history),
+        // Worded in `fmt` or `words_of_data_and_output`, which hand only the
+        // others here: listed, so that a new note must be given a place.
+        Note::Text(_)
+        | Note::AllocatorHooked { .. }
+        | Note::HookFailed { .. }
+        | Note::NoUprobeSessions { .. }
+        | Note::UnwindFallback { .. }
+        | Note::ExecsNotInspected { .. }
+        | Note::DroppedByExec { .. }
+        | Note::ChildrenNotTraced { .. }
+        | Note::ChildrenNotFollowed { .. }
+        | Note::BinaryProcessesNotTraced { .. }
+        | Note::PeakSnapshotsCapped { .. }
+        | Note::ExecedAway { .. }
+        | Note::CgroupRemoved { .. }
+        | Note::ExecsFromThreads { .. }
+        | Note::RootExited { .. }
+        | Note::ProcessesExited { .. }
+        | Note::UnnamedStacks { .. }
+        | Note::Sampled { .. }
+        | Note::UnknownFrees { .. }
+        | Note::RingbufFull { .. }
+        | Note::ReusedAddresses { .. }
+        | Note::UnmatchedFrees { .. }
+        | Note::FramePointerStacks
+        | Note::StacksCut { .. }
+        | Note::KernelWalksCut { .. }
+        | Note::UnwindTablesFull { .. }
+        | Note::JitNamesIncomplete { .. } => {
+            unreachable!("worded before")
         }
     }
 }
