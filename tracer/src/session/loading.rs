@@ -9,8 +9,11 @@ use tokio::runtime::Runtime;
 
 use super::{scope::Scope, trace_loop::Signals};
 use crate::{
+    console,
     error::TraceError,
+    escape,
     probes::{
+        hooks::Hooks,
         kernel_features::KernelFeatures,
         loader::{self, EventMaps, Loaded},
         Limits,
@@ -91,4 +94,60 @@ pub fn modules(maps: &mut EventMaps, scope: &Scope) -> Modules {
         shown_as.insert(file, given);
     }
     Modules::new(kernel, code_gens, shown_as)
+}
+
+/// --verbose: the mode in one line and each program's verified
+/// instructions (a mode the verifier refused was said on its own, and the
+/// report's header and notes say what was used in any case).
+pub fn say_mode(loaded: &Loaded, sessions: bool) {
+    console::say(format_args!(
+        "{}",
+        escape::text(&loaded.mode_line(sessions))
+    ));
+    for (program, n) in loaded.verified_instructions() {
+        console::say(format_args!(
+            "program {program} verified in {n} instructions"
+        ));
+    }
+}
+
+/// With `--unwind tables`, the tables of a command about to start and of
+/// the hooked objects, built before the command runs: its first
+/// allocations are walked in the kernel, not handed back.
+pub fn prepare_tables(modules: &mut Modules, scope: &Scope, hooks: &Hooks) {
+    if modules.kernel().tables().is_none() {
+        return;
+    }
+    let hooked = hooks.hooked_objects();
+    for path in scope
+        .command_path()
+        .into_iter()
+        .map(Into::into)
+        .chain(hooked.map(|h| h.host_path.clone()))
+    {
+        modules.prepare_table(&path);
+    }
+}
+
+/// --verbose: how code generations are kept, and why uprobe sessions are
+/// not used when they were wanted.
+pub fn say_code_gen_and_sessions(loaded: &Loaded) {
+    let said = match &loaded.code_gen {
+        Ok((true, _)) => "code generations kept by an fexit program on mmap".to_string(),
+        Ok((false, why)) => format!(
+            "code generations kept by a tracepoint on every system call's exit \
+             (fexit refused: {})",
+            why.as_deref().unwrap_or("")
+        ),
+        Err(why) => {
+            format!("code generations unavailable, frames named from the maps as read: {why}")
+        }
+    };
+    console::say(format_args!("{}", escape::text(&said)));
+    if let Some(why) = &loaded.session_error {
+        console::say(format_args!(
+            "uprobe sessions unavailable, using uprobes + uretprobes: {}",
+            escape::text(why)
+        ));
+    }
 }

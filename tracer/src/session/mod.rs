@@ -173,55 +173,15 @@ impl<'a> Trace<'a> {
             features,
             config.verbose,
         )?;
-        // The mode in one line with --verbose; a mode the verifier refused
-        // was said on its own, and the report's header and notes say what
-        // was used in any case.
         if config.verbose {
-            console::say(format_args!(
-                "{}",
-                escape::text(&loaded.mode_line(settings.attach.sessions))
-            ));
-            for (program, n) in loaded.verified_instructions() {
-                console::say(format_args!(
-                    "program {program} verified in {n} instructions"
-                ));
-            }
+            loading::say_mode(&loaded, settings.attach.sessions);
         }
         let mut modules = loading::modules(&mut maps, &scope);
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;
-        if modules.kernel().tables().is_some() {
-            // Tables built before a started command runs: its first
-            // allocations are walked in the kernel, not handed back.
-            let hooked = hooks.hooked_objects();
-            for path in scope
-                .command_path()
-                .into_iter()
-                .map(Into::into)
-                .chain(hooked.map(|h| h.host_path.clone()))
-            {
-                modules.prepare_table(&path);
-            }
-        }
+        loading::prepare_tables(&mut modules, &scope, &hooks);
         if config.verbose {
-            let said = match &loaded.code_gen {
-                Ok((true, _)) => "code generations kept by an fexit program on mmap".to_string(),
-                Ok((false, why)) => format!(
-                    "code generations kept by a tracepoint on every system call's exit \
-                     (fexit refused: {})",
-                    why.as_deref().unwrap_or("")
-                ),
-                Err(why) => format!(
-                    "code generations unavailable, frames named from the maps as read: {why}"
-                ),
-            };
-            console::say(format_args!("{}", escape::text(&said)));
-        }
-        if let (Some(why), true) = (&loaded.session_error, config.verbose) {
-            console::say(format_args!(
-                "uprobe sessions unavailable, using uprobes + uretprobes: {}",
-                escape::text(why)
-            ));
+            loading::say_code_gen_and_sessions(&loaded);
         }
         for pid in scope.begin(config, &mut loaded, &mut hooks)? {
             modules.refresh(pid);

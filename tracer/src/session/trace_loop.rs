@@ -167,9 +167,7 @@ impl Trace<'_> {
                     }
                 },
                 _ = poll.tick() => {
-                    for pid in self.scope.poll(&mut self.loaded, &mut self.hooks) {
-                        self.collector.refresh_maps(pid);
-                    }
+                    self.poll_scope();
                     Next::Continue
                 }
                 _ = self.signals.sigchld.recv() => {
@@ -194,14 +192,7 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = stats_tick.tick(), if verbose => {
-                    self.stats.print(
-                        self.collector.stats(),
-                        self.collector.live_map_entries(),
-                        self.collector.tables_in_use(),
-                    );
-                    if let Some(push) = &self.otlp {
-                        push.say_stats();
-                    }
+                    self.print_stats();
                     Next::Continue
                 }
                 guard = events.readable() => {
@@ -219,6 +210,25 @@ impl Trace<'_> {
                 .on_process_changes(self.collector.take_process_changes());
             self.handle_execs(EXEC_BUDGET);
             self.peak_snapshot();
+        }
+    }
+
+    /// --verbose's periodic line, and the OTLP pushes' when pushing.
+    fn print_stats(&mut self) {
+        self.stats.print(
+            self.collector.stats(),
+            self.collector.live_map_entries(),
+            self.collector.tables_in_use(),
+        );
+        if let Some(push) = &self.otlp {
+            push.say_stats();
+        }
+    }
+
+    /// The scope's look for new processes (--binary), whose maps are read.
+    fn poll_scope(&mut self) {
+        for pid in self.scope.poll(&mut self.loaded, &mut self.hooks) {
+            self.collector.refresh_maps(pid);
         }
     }
 
