@@ -2,7 +2,7 @@
 //! interned stacks), and about once a second drops what is kept for
 //! processes that exited. The session reads it through methods.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aya::maps::MapData;
 use tracer_common::counter;
@@ -20,7 +20,6 @@ use crate::{
     profile::Losses,
     stacks::modules::Modules,
     trace_stats::TraceStats,
-    tracee::liveness::{has_exited_since, start_time},
 };
 
 /// Turns the BPF programs' events into the heap model and interned stacks.
@@ -100,20 +99,20 @@ impl Collector {
     /// --snapshot-on-peak: the trace's heap grew past its threshold since
     /// the last `peak_snapshot_taken`.
     pub fn peak_grown(&self) -> bool {
-        self.state.heap.peak_trigger.is_some_and(|t| t.grown())
+        self.state.heap().peak_trigger.is_some_and(|t| t.grown())
     }
 
     /// A snapshot was written for --snapshot-on-peak: the threshold counts
     /// from the heap now.
     pub fn peak_snapshot_taken(&mut self) {
-        if let Some(t) = &mut self.state.heap.peak_trigger {
+        if let Some(t) = &mut self.state.heap_mut().peak_trigger {
             t.taken();
         }
     }
 
     /// Every process an allocation came from.
     pub fn processes(&self) -> &ProcessTable {
-        &self.state.processes
+        self.state.processes()
     }
 
     /// The loss counters BPF counted (`kernel`), with what user space
@@ -121,14 +120,14 @@ impl Collector {
     /// and frees of blocks never seen allocated.
     pub fn losses(&self, kernel: Losses) -> Losses {
         let mut losses = kernel;
-        losses.add(counter::LIVE_MAP_FULL, self.state.untracked_allocs);
-        losses.add(counter::UNKNOWN_FREE, self.state.unknown_frees);
+        losses.add(counter::LIVE_MAP_FULL, self.state.untracked_allocs());
+        losses.add(counter::UNKNOWN_FREE, self.state.unknown_frees());
         losses
     }
 
     /// The heap model, read-only (progress, stats, notes).
     pub fn heap(&self) -> &Heap {
-        &self.state.heap
+        self.state.heap()
     }
 
     /// Records the heap's per-stack sums as a history point at `secs`,
@@ -149,13 +148,13 @@ impl Collector {
         pid: u32,
         libraries: impl Iterator<Item = &'p std::path::Path>,
     ) -> bool {
-        if self.state.modules.kernel().tables().is_none() {
+        if self.state.modules_mut().kernel().tables().is_none() {
             return false;
         }
         self.drain_all();
-        self.state.modules.refresh_now(pid);
+        self.state.modules_mut().refresh_now(pid);
         for path in libraries {
-            self.state.modules.prepare_table(path);
+            self.state.modules_mut().prepare_table(path);
         }
         true
     }
@@ -166,23 +165,23 @@ impl Collector {
     /// later are described when their addresses first come back unknown
     /// (the maps are read again).
     pub fn describe_at_entry(&mut self, pid: u32) {
-        self.state.modules.refresh_now(pid);
+        self.state.modules_mut().refresh_now(pid);
     }
 
     /// Reads `pid`'s memory maps now (a process the scope just found).
     pub fn refresh_maps(&mut self, pid: u32) {
-        self.state.modules.refresh(pid);
+        self.state.modules_mut().refresh(pid);
     }
 
     /// BPF's LIVE map entries now, and those of exited processes deleted.
     /// FREE events read from the ring buffer, and of them frees of blocks
     /// the trace had no record of.
     pub fn free_events(&self) -> (u64, u64) {
-        (self.state.free_events, self.state.unknown_frees)
+        (self.state.free_events(), self.state.unknown_frees())
     }
 
     pub fn live_entries(&self) -> (usize, u64) {
-        (self.state.live_entries(), self.state.purged_live)
+        (self.state.live_entries(), self.state.purged_live())
     }
 
     /// Processes with state here.
@@ -195,9 +194,9 @@ impl Collector {
         &self,
         counters: &aya::maps::PerCpuArray<MapData, u64>,
     ) -> Option<super::unwind_notes::KernelUnwind> {
-        let tables = self.state.modules.kernel().tables()?;
+        let tables = self.state.modules().kernel().tables()?;
         Some(super::unwind_notes::KernelUnwind {
-            resumed_cut: self.state.stacks.unwinders.stats.resumed_cut,
+            resumed_cut: self.state.stacks().unwinders.stats.resumed_cut,
             ..super::unwind_notes::KernelUnwind::read(counters, tables.stats)
         })
     }
@@ -205,49 +204,49 @@ impl Collector {
     /// `--unwind tables`: the file with the most rows among those whose
     /// table did not fit (its path: hostile), and its rows.
     pub fn largest_unfit_table(&self) -> Option<(&str, u32)> {
-        self.state.modules.kernel().largest_unfit_table()
+        self.state.modules().kernel().largest_unfit_table()
     }
 
     /// Stacks with frames left unnamed because their code was replaced.
     pub fn code_stats(&self) -> crate::stacks::modules::CodeStats {
-        self.state.modules.code_stats()
+        self.state.modules().code_stats()
     }
 
     /// Objects named so far whose debug link was refused, and one of them.
     pub fn refused_debug_links(&self) -> (u64, Option<String>) {
-        self.state.modules.objects().refused_debug_links()
+        self.state.modules().objects().refused_debug_links()
     }
 
     /// `--unwind tables`: the rows and trie entries in use now.
     pub fn tables_in_use(&self) -> Option<crate::stacks::kernel_tables::TablesInUse> {
-        self.state.modules.kernel().in_use()
+        self.state.modules().kernel().in_use()
     }
 
     /// JIT names: files read and refused, entries dropped at the caps, and
     /// frames left unnamed at the interning cap.
     pub fn jit_stats(&self) -> (crate::stacks::jit::JitStats, u64) {
-        self.state.modules.jit_frames().stats()
+        self.state.modules().jit_frames().stats()
     }
 
     /// The unwinders' counters (--verbose).
     pub fn unwind_stats(&self) -> crate::stacks::unwind::UnwindStats {
-        self.state.stacks.unwinders.stats
+        self.state.stacks().unwinders.stats
     }
 
     /// What happened to processes since the last call: forks, execs and
     /// exits, in order (for the scope's bookkeeping).
     pub fn take_process_changes(&mut self) -> Vec<ProcessChange> {
-        std::mem::take(&mut self.state.process_changes)
+        self.state.take_process_changes()
     }
 
     /// The oldest exec whose new image the session has not inspected yet.
     pub fn next_exec(&mut self) -> Option<crate::collect::Exec> {
-        self.state.execs.pop_front()
+        self.state.next_exec()
     }
 
     /// Execs dropped from a full backlog or still waiting.
     pub fn execs_not_inspected(&self) -> u64 {
-        self.state.execs_skipped + self.state.execs.len() as u64
+        self.state.execs_not_inspected()
     }
 
     /// The numbers of now, for the progress line, --verbose and /metrics
@@ -255,9 +254,9 @@ impl Collector {
     pub fn stats(&self) -> TraceStats {
         let state = &self.state;
         TraceStats {
-            events: state.events,
-            live_bytes: state.heap.inuse_bytes(),
-            live_blocks: state.heap.live_blocks(),
+            events: state.events(),
+            live_bytes: state.heap().inuse_bytes(),
+            live_blocks: state.heap().live_blocks(),
             tracked_processes: state.tracked_processes(),
         }
     }
@@ -276,17 +275,14 @@ impl Collector {
     /// Process `pid` is held at its exit: its maps are read now, the last
     /// time they can be, and its events are handled with them.
     pub fn drain_exiting(&mut self, pid: u32) {
-        if self.state.modules.refresh_now(pid) {
-            self.state.stacks.unwinders.invalidate(pid);
+        if self.state.modules_mut().refresh_now(pid) {
+            self.state.interning_mut().0.unwinders.invalidate(pid);
         }
         self.drain_all();
         // Its JIT flushed its perf map on the way out: the last names.
-        let state = &mut self.state;
-        state.modules.read_jit_now(pid);
-        state
-            .stacks
-            .table
-            .name_pending(&mut state.modules, Some(pid));
+        let (stacks, modules) = self.state.interning_mut();
+        modules.read_jit_now(pid);
+        stacks.table.name_pending(modules, Some(pid));
     }
 
     /// Handles every event submitted until now (at the end of a trace).
@@ -294,7 +290,8 @@ impl Collector {
         let Collector { events, state } = self;
         let n = state.handle_batches(events.take_all());
         state.purge();
-        state.stacks.table.name_pending(&mut state.modules, None);
+        let (stacks, modules) = state.interning_mut();
+        stacks.table.name_pending(modules, None);
         n
     }
 
@@ -302,7 +299,7 @@ impl Collector {
     /// once a second, also drops what is kept for processes that exited.
     pub fn drain(&mut self) -> usize {
         let n = self.drain_events();
-        if self.state.last_reap.elapsed() >= REAP_INTERVAL {
+        if self.state.reap_due(REAP_INTERVAL) {
             self.reap_exited();
         }
         n
@@ -320,25 +317,14 @@ impl Collector {
     /// before this looked: the drain here handles the last of them first.
     /// What their interned stacks need (the objects) stays.
     pub fn reap_exited(&mut self) {
-        self.state.last_reap = Instant::now();
-        let state = &mut self.state;
-        state.stacks.table.name_pending(&mut state.modules, None);
+        let (stacks, modules) = self.state.interning_mut();
+        stacks.table.name_pending(modules, None);
         // The reader's batches (a burst of DWARF samples can queue hundreds
         // of MiB) are freed once handled, but glibc keeps freed heap pages
         // mapped: give them back, so the RSS follows what is really held.
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
-        // Processes the scope read maps for that sent no event yet.
-        let state = &mut self.state;
-        for pid in state.modules.pids() {
-            state.tracked.entry(pid).or_insert_with(|| start_time(pid));
-        }
-        let gone: Vec<u32> = state
-            .tracked
-            .iter()
-            .filter(|(&pid, &start)| has_exited_since(pid, start))
-            .map(|(&pid, _)| pid)
-            .collect();
+        let gone = self.state.exited_processes();
         if !gone.is_empty() {
             self.drain_all();
         }
@@ -347,8 +333,10 @@ impl Collector {
             // was lost (ring buffer full).
             self.state.process_gone(pid);
         }
-        self.state.stacks.unwinders.evict_unused();
-        self.state.modules.tick_tables(std::time::Instant::now());
+        self.state.interning_mut().0.unwinders.evict_unused();
+        self.state
+            .modules_mut()
+            .tick_tables(std::time::Instant::now());
     }
 }
 

@@ -26,17 +26,17 @@ pub(super) fn event_notes(meta: &Meta, collector: &Collector, losses: &Losses) -
             frees_of_dropped_allocs: losses.get(counter::FREE_OF_DROPPED_ALLOC),
         });
     }
-    let heap = &collector.state.heap;
+    let heap = &collector.state.heap();
     if heap.replaced_allocs > 0 {
         notes.push(Note::ReusedAddresses {
             allocations: heap.replaced_allocs,
         });
     }
     let state = &collector.state;
-    if state.unmatched_frees > 0 || state.malformed_events > 0 {
+    if state.unmatched_frees() > 0 || state.malformed_events() > 0 {
         notes.push(Note::UnmatchedFrees {
-            frees: state.unmatched_frees,
-            malformed: collector.state.malformed_events,
+            frees: state.unmatched_frees(),
+            malformed: collector.state.malformed_events(),
         });
     }
     notes

@@ -18,8 +18,8 @@ pub(super) fn fill_processes(
     now_ns: u64,
 ) -> Option<Temporary> {
     let since_start = meta.started.elapsed().as_secs_f64();
-    for victim in state.oom.victims() {
-        let Some(record) = state.processes.get(victim.process) else {
+    for victim in state.oom().victims() {
+        let Some(record) = state.processes().get(victim.process) else {
             continue;
         };
         let Some(p) = meta
@@ -32,14 +32,14 @@ pub(super) fn fill_processes(
         // Still dying (its exit not handled yet): its heap now.
         let heap = victim
             .heap
-            .unwrap_or_else(|| state.heap.inuse_of(victim.pid));
+            .unwrap_or_else(|| state.heap().inuse_of(victim.pid));
         p.oom_killed = Some(OomKilled {
             secs: secs_into_trace(victim.at_ns, now_ns, since_start),
             inuse_bytes: heap.bytes,
             inuse_objects: heap.objects,
         });
     }
-    state.temporaries.as_ref()?;
+    state.temporaries().as_ref()?;
     // A folded group is pid 0 and its program.
     type Key<'a> = (u32, Option<u64>, Option<&'a str>);
     let mut per_process: HashMap<Key<'_>, Temporary> = HashMap::new();

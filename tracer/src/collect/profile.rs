@@ -31,11 +31,11 @@ use crate::{
 /// named for earlier snapshots.
 pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Names) -> Profile {
     let state = &collector.state;
-    names.add(&state.modules, state.stacks.table.all_frames());
+    names.add(state.modules(), state.stacks().table.all_frames());
     let names = &*names;
     let mut meta = meta;
     let records: HashMap<RecordKey<'_>, ProcessIndex> = state
-        .processes
+        .processes()
         .indexed()
         .map(|(i, r)| (record_key(r.pid, r.start_time, r.folded, &r.program), i))
         .collect();
@@ -43,9 +43,9 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         let key = record_key(p.pid, p.start_time, p.folded, &p.program);
         p.peak = records.get(&key).and_then(|&i| process_peak(state, i));
     }
-    let timeline = state.history.as_ref().map(|h| {
+    let timeline = state.history().as_ref().map(|h| {
         let now = (
-            state.heap.inuse_bytes(),
+            state.heap().inuse_bytes(),
             losses.get(tracer_common::counter::UNKNOWN_FREE_BYTES),
         );
         Timeline::new(h, meta.duration.as_secs_f64(), now)
@@ -75,7 +75,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         &unnamed,
         &not_freed_at_exit,
     );
-    notes.extend(names.symbol_notes(&state.modules));
+    notes.extend(names.symbol_notes(state.modules()));
     Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),
@@ -94,7 +94,7 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
             .map(|t| t.snapshots(&unfiltered))
             .unwrap_or_default(),
         min_age_secs: meta.min_age.map(|age| age.as_secs_f64()),
-        oom_kills: state.oom.seen,
+        oom_kills: state.oom().seen,
         temporary,
         // The session sets it (--group-by).
         group_by: crate::profile::GroupBy::Process,
@@ -119,7 +119,7 @@ fn process_peak(state: &State, i: ProcessIndex) -> Option<Peak> {
     Some(Peak {
         secs: peak
             .at_ns
-            .map(|ns| ns.saturating_sub(state.started_ns) as f64 / 1e9),
+            .map(|ns| ns.saturating_sub(state.started_ns()) as f64 / 1e9),
         inuse_bytes,
         inuse_objects,
     })
@@ -136,36 +136,38 @@ fn stack_reports(
     unnamed: &mut Unnamed,
     unfiltered: &mut Counts,
 ) -> Vec<StackReport> {
-    let unread = state.modules.unread();
+    let unread = state.modules().unread();
     // In use: blocks live at least --min-age, allocated since the window
     // opened; None when neither filters.
     let aged = (meta.min_age.is_some() || meta.born_since_ns.is_some()).then(|| {
         let now = super::state::monotonic_ns();
         match now.checked_sub(meta.min_age.map_or(0, saturating_ns)) {
             Some(until) => state
-                .heap
+                .heap()
                 .inuse_born_between(meta.born_since_ns.unwrap_or(0), until),
             None => Default::default(),
         }
     });
     // Sized once: 100 k stacks grown by doubling would copy and briefly
     // hold them twice.
-    let mut stacks: Vec<StackReport> = Vec::with_capacity(state.heap.stack_count());
+    let mut stacks: Vec<StackReport> = Vec::with_capacity(state.heap().stack_count());
     // Every stack's frames in one list, each stack a range of it: one
     // allocation for all of them, not one per stack. Grown in place (a
     // list this large is remapped, not copied).
-    let mut all_frames: Vec<Arc<Frame>> = Vec::with_capacity(state.heap.stack_count() * 16);
-    let mut ranges = Vec::with_capacity(state.heap.stack_count());
+    let mut all_frames: Vec<Arc<Frame>> = Vec::with_capacity(state.heap().stack_count() * 16);
+    let mut ranges = Vec::with_capacity(state.heap().stack_count());
     // Until the list is shared: a stand-in that allocates nothing more.
     let no_frames = Frames::default();
     stacks.extend(
         state
-            .heap
+            .heap()
             .stacks()
             .filter(|(_, c)| c.alloc_objects > 0)
             .filter_map(|(h, mut counts)| {
-                let stack = state.stacks.table.get(h)?;
-                let at_peak = state.heap.stack_peak(h, state.process_peak(stack.process));
+                let stack = state.stacks().table.get(h)?;
+                let at_peak = state
+                    .heap()
+                    .stack_peak(h, state.process_peak(stack.process));
                 (counts.peak_inuse_bytes, counts.peak_inuse_objects) =
                     (at_peak.bytes, at_peak.objects);
                 // History and growth follow the whole heap: --min-age filters
@@ -190,11 +192,11 @@ fn stack_reports(
                 Some(StackReport {
                     pid: stack.pid,
                     start_time: state
-                        .processes
+                        .processes()
                         .get(stack.process)
                         .and_then(|p| p.start_time),
                     exited_group: state
-                        .processes
+                        .processes()
                         .get(stack.process)
                         .filter(|p| p.folded > 0)
                         .map(|p| p.program.clone()),
@@ -204,7 +206,7 @@ fn stack_reports(
                     series: growth.series,
                     growth_bytes_per_sec: growth.per_sec,
                     trend: growth.trend,
-                    temporary: state.temporaries.as_ref().map(|t| t.of(h)),
+                    temporary: state.temporaries().as_ref().map(|t| t.of(h)),
                 })
             }),
     );
@@ -247,7 +249,7 @@ fn name_into(out: &mut Vec<Arc<Frame>>, names: &Names, frames: Option<&[NormFram
 /// new image's.
 fn exited_early(state: &State, unread: &BTreeSet<u32>, stack: &Stack) -> bool {
     let folded_or_executed = state
-        .processes
+        .processes()
         .get(stack.process)
         .is_some_and(|p| p.folded > 0 || p.executed);
     (unread.contains(&stack.pid) || folded_or_executed)
@@ -372,17 +374,18 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
     type Key<'a> = (&'a str, Option<*const NormFrame>, bool);
     let state = &collector.state;
     let mut groups: HashMap<Key<'_>, (Unfreed, StackHandle)> = HashMap::new();
-    for (h, unfreed) in state.heap.unfreed_at_exit() {
-        let Some(stack) = state.stacks.table.get(h) else {
+    for (h, unfreed) in state.heap().unfreed_at_exit() {
+        let Some(stack) = state.stacks().table.get(h) else {
             continue;
         };
-        let program = state
-            .processes
-            .get(stack.process)
-            .map_or("", |p| match p.program.as_str() {
-                "" => p.command.split_whitespace().next().unwrap_or(""),
-                program => program,
-            });
+        let program =
+            state
+                .processes()
+                .get(stack.process)
+                .map_or("", |p| match p.program.as_str() {
+                    "" => p.command.split_whitespace().next().unwrap_or(""),
+                    program => program,
+                });
         let frames = stack.frames.as_ref().map(|f| f.as_ptr());
         let group = groups
             .entry((program, frames, stack.truncated))
@@ -394,7 +397,7 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
         group.0.processes += unfreed.processes;
     }
     let mut out = NotFreedAtExit {
-        processes: state.heap.exited_with_unfreed,
+        processes: state.heap().exited_with_unfreed,
         ..NotFreedAtExit::default()
     };
     let mut groups: Vec<_> = groups.into_iter().collect();
@@ -412,7 +415,11 @@ fn not_freed_at_exit(collector: &Collector, names: &Names) -> NotFreedAtExit {
         }
         let frames = named(
             names,
-            state.stacks.table.get(h).and_then(|s| s.frames.as_deref()),
+            state
+                .stacks()
+                .table
+                .get(h)
+                .and_then(|s| s.frames.as_deref()),
         );
         out.stacks.push(ExitStack {
             program: program.to_string(),

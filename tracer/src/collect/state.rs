@@ -10,17 +10,12 @@ use tracer_common::{Event, EventKind, LiveKey, LiveValue, Role, SampleHeader, EV
 
 use crate::{
     collect::{
-        oom::OomKills,
-        peaks::EndedPeaks,
-        processes::{ProcessIndex, ProcessTable},
-        reader::read_pod,
-        stacks::StackInterner,
-        ProcessChange,
+        oom::OomKills, peaks::EndedPeaks, processes::ProcessTable, reader::read_pod,
+        stacks::StackInterner, ProcessChange,
     },
     model::{
         heap::{Heap, StackHandle},
         history::History,
-        peak::ProcessPeak,
         peak_trigger::PeakTrigger,
         sampling::Sampling,
         temporary::Temporaries,
@@ -29,6 +24,9 @@ use crate::{
     stacks::{modules::Modules, unwind::Sample},
     tracee::liveness::start_time,
 };
+
+mod access;
+mod lifecycle;
 
 /// Most execs waiting for the session (see `State::execs`).
 const MAX_PENDING_EXECS: usize = 1 << 16;
@@ -47,33 +45,33 @@ pub struct State {
     /// LIVE entries of exited processes not deleted yet (see `purge`).
     stale_live: Vec<LiveKey>,
     /// LIVE entries of exited processes deleted so far.
-    pub purged_live: u64,
-    pub heap: Heap,
+    purged_live: u64,
+    heap: Heap,
     /// The heap's history (--interval, --serve): None without ticks.
-    pub history: Option<History>,
+    history: Option<History>,
     /// The interned stacks, and what turns events into them.
-    pub stacks: StackInterner,
-    pub modules: Modules,
+    stacks: StackInterner,
+    modules: Modules,
     sampling: Sampling,
     /// --max-live. In exact mode BPF sends every free and keeps no LIVE
     /// entry of reported blocks: this bounds the heap model instead (set
     /// by the collector; unbounded until then).
-    pub(super) max_live: usize,
+    max_live: usize,
     /// Exact mode: allocations not tracked because the model held
     /// `max_live` blocks (added to the `live_map_full` loss counter).
-    pub(super) untracked_allocs: u64,
+    untracked_allocs: u64,
     /// Exact mode: free() of blocks the trace never saw allocated (added
     /// to the `unknown_frees` counter, which BPF counts when sampling).
-    pub(super) unknown_frees: u64,
+    unknown_frees: u64,
     /// FREE events read (--verbose).
-    pub(super) free_events: u64,
+    free_events: u64,
     /// When sampling, FREE events for a block the model does not hold: BPF
     /// sends FREE only for blocks it recorded, so this stays 0 unless an
     /// ALLOC was lost.
-    pub unmatched_frees: u64,
+    unmatched_frees: u64,
     /// Every process an allocation came from, with its command line as
     /// read when its first event arrived.
-    pub processes: ProcessTable,
+    processes: ProcessTable,
     /// The process whose exit ends the trace (--pid, -- CMD): what it had
     /// not freed stays in-use (the heap at the end is its heap at exit).
     /// Other processes' unfreed blocks go to "not freed at exit".
@@ -83,38 +81,38 @@ pub struct State {
     /// so that what the tracer keeps is bounded by programs and stacks, not
     /// by how many processes ran.
     exited: std::collections::VecDeque<crate::collect::processes::ProcessIndex>,
-    pub keep_exited: usize,
+    keep_exited: usize,
     /// The peaks of processes that exited (running ones are the heap's).
     ended_peaks: EndedPeaks,
     /// When the trace started, on the events' clock (for peaks' times).
-    pub(super) started_ns: u64,
+    started_ns: u64,
     /// Events that could not be decoded (should never happen).
-    pub malformed_events: u64,
+    malformed_events: u64,
     /// Events handled since the trace started, by any drain.
-    pub(super) events: u64,
+    events: u64,
     /// Processes that called exec, not handled by the session yet.
-    pub(super) execs: std::collections::VecDeque<crate::collect::Exec>,
+    execs: std::collections::VecDeque<crate::collect::Exec>,
     /// Execs dropped from a full backlog (their new objects not inspected).
-    pub(super) execs_skipped: u64,
+    execs_skipped: u64,
     /// Processes that forked, exec'ed or exited since the session last
     /// looked, in order.
-    pub(super) process_changes: Vec<ProcessChange>,
+    process_changes: Vec<ProcessChange>,
     /// Read a process's maps at its exec event (and, with `--unwind
     /// tables`, describe them to the kernel). False under `--binary`, where
     /// every exec on the host is reported and the session reads the maps
     /// only of those that run the binary (`Collector::refresh_maps`):
     /// building tables for every program the host starts would keep the
     /// loop from draining events (seconds for a compiler's libraries).
-    pub(super) maps_at_exec: bool,
+    maps_at_exec: bool,
     /// Every process with state here, with its start time (/proc/PID/stat
     /// field 22) when first seen: a pid reused by a newer process differs.
-    pub(super) tracked: FastMap<u32, Option<u64>>,
-    pub(super) last_reap: Instant,
+    tracked: FastMap<u32, Option<u64>>,
+    last_reap: Instant,
     /// Processes the OOM killer chose.
-    pub oom: OomKills,
+    oom: OomKills,
     /// Temporary allocations per stack: exact mode only (None when
     /// sampling, see model/temporary.rs).
-    pub temporaries: Option<Temporaries>,
+    temporaries: Option<Temporaries>,
 }
 
 /// What a trace's state is set up with, once.
@@ -197,40 +195,6 @@ impl State {
         n
     }
 
-    /// Process `ev.pid` called exec: its old image's blocks and stacks go.
-    fn executed(&mut self, ev: &Event) {
-        self.heap.drop_process(ev.pid);
-        if let Some(t) = &mut self.temporaries {
-            t.forget_process(ev.pid);
-        }
-        self.stacks.forget_process(ev.pid);
-        self.modules.forget(ev.pid);
-        // Now, not at its first allocation: a short-lived process may be
-        // gone by then. The EXEC event wakes us at once; the program and
-        // its loader are mapped, the libraries follow (read again when an
-        // address falls outside these).
-        if self.maps_at_exec {
-            self.modules.refresh_now(ev.pid);
-        }
-        let comm = tracer_common::exec_comm(ev);
-        let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-        let comm = String::from_utf8_lossy(&comm[..len]).into_owned();
-        self.processes.executed(ev.pid, &comm);
-        // Bounded: a backlog beyond this (a host starting programs faster
-        // than their objects can be read) loses its oldest, counted and
-        // reported.
-        if self.execs.len() >= MAX_PENDING_EXECS {
-            self.execs.pop_front();
-            self.execs_skipped += 1;
-        }
-        self.execs.push_back(crate::collect::Exec {
-            pid: ev.pid,
-            from_thread: ev.tid != ev.pid,
-        });
-        self.process_changes
-            .push(ProcessChange::Executed { pid: ev.pid, comm });
-    }
-
     fn handle(&mut self, bytes: &[u8]) {
         let Some(ev) = read_pod::<Event>(bytes) else {
             self.malformed_events += 1;
@@ -255,31 +219,7 @@ impl State {
                         .intern_stack_id(&mut self.modules, ev.pid, process, ev.stack_id);
                 self.record(&ev, stack);
             }
-            EventKind::AllocSample => {
-                let Some(h) = read_pod::<SampleHeader>(bytes) else {
-                    self.malformed_events += 1;
-                    return;
-                };
-                let start = std::mem::size_of::<SampleHeader>();
-                let stack = bytes
-                    .get(start..start + h.stack_len as usize)
-                    .unwrap_or_default();
-                let sample = Sample {
-                    ip: h.ip,
-                    sp: h.sp,
-                    bp: h.bp,
-                    stack,
-                };
-                let process = self.processes.instance(ev.pid, started);
-                let handle = self.stacks.intern_sample(
-                    &mut self.modules,
-                    ev.pid,
-                    process,
-                    &sample,
-                    h.maps_gen,
-                );
-                self.record(&ev, handle);
-            }
+            EventKind::AllocSample => self.alloc_sample(&ev, bytes, started),
             EventKind::AllocFrames => {
                 let process = self.processes.instance(ev.pid, started);
                 let Some(handle) =
@@ -321,6 +261,29 @@ impl State {
                     .push(ProcessChange::Exited { pid: ev.pid });
             }
         }
+    }
+
+    /// An allocation with a copy of its stack for user space to unwind.
+    fn alloc_sample(&mut self, ev: &Event, bytes: &[u8], started: Option<u64>) {
+        let Some(h) = read_pod::<SampleHeader>(bytes) else {
+            self.malformed_events += 1;
+            return;
+        };
+        let start = std::mem::size_of::<SampleHeader>();
+        let stack = bytes
+            .get(start..start + h.stack_len as usize)
+            .unwrap_or_default();
+        let sample = Sample {
+            ip: h.ip,
+            sp: h.sp,
+            bp: h.bp,
+            stack,
+        };
+        let process = self.processes.instance(ev.pid, started);
+        let handle =
+            self.stacks
+                .intern_sample(&mut self.modules, ev.pid, process, &sample, h.maps_gen);
+        self.record(ev, handle);
     }
 
     /// Whether an exact-mode ALLOC enters the model: not when a call
@@ -394,83 +357,6 @@ impl State {
                 self.purged_live += 1;
             }
         }
-    }
-
-    /// Until it execs, a forked child has its parent's mappings and
-    /// program: a child that exits before its own maps and command line
-    /// are read still gets named frames and a program. A pid seen before
-    /// is a new process now.
-    fn forked(&mut self, child: u32, parent: u32) {
-        self.stacks.forget_process(child);
-        self.modules.forked(parent, child);
-        self.processes.forked(child, parent);
-    }
-
-    /// Process `pid` exited and its events are handled: its blocks leave
-    /// the heap model and the kernel's LIVE map, and what is kept to
-    /// resolve its stacks is dropped.
-    /// An OOM victim's blocks stay in use and its process is not folded
-    /// (see collect/oom.rs).
-    pub(super) fn process_gone(&mut self, pid: u32) {
-        let victim = self.oom.dying(pid).map(|v| {
-            v.heap = Some(self.heap.inuse_of(pid));
-        });
-        let root = self.trace_root == Some(pid) || victim.is_some();
-        let addrs = self.heap.exited(pid, root);
-        if let Some(t) = &mut self.temporaries {
-            t.forget_process(pid);
-        }
-        // In exact mode BPF keeps no LIVE entry of a reported block.
-        if !self.sampling.is_exact() {
-            self.stale_live
-                .extend(addrs.into_iter().map(|addr| LiveKey::reported(pid, addr)));
-        }
-        if let (Some(peak), Some(i)) = (self.heap.take_peak(pid), self.processes.current(pid)) {
-            self.ended_peaks.ended(i, peak);
-        }
-        if let Some(i) = self.processes.current(pid).filter(|_| !root) {
-            self.exited.push_back(i);
-        }
-        self.processes.exited(pid);
-        self.drop_process(pid);
-        while self.exited.len() > self.keep_exited {
-            let Some(oldest) = self.exited.pop_front() else {
-                break;
-            };
-            if let Some(group) = self.processes.fold(oldest) {
-                let peak = self.ended_peaks.fold(oldest, group);
-                let (stacks, heap, history) =
-                    (&mut self.stacks.table, &mut self.heap, &mut self.history);
-                let temporaries = &mut self.temporaries;
-                stacks.fold(oldest, group, |from, into| {
-                    heap.merge(from, into, peak.as_ref());
-                    if let Some(t) = temporaries.as_mut() {
-                        t.merge(from, into);
-                    }
-                    if let Some(history) = history.as_mut() {
-                        history.merge(from, into);
-                    }
-                });
-            }
-        }
-    }
-
-    /// The peak of process record `i`: the heap's while it runs, kept
-    /// from its exit on (a group's: the sum of its processes' peaks).
-    pub fn process_peak(&self, i: ProcessIndex) -> Option<&ProcessPeak> {
-        let record = self.processes.get(i)?;
-        match record.exited || record.folded > 0 {
-            true => self.ended_peaks.get(i),
-            false => self.heap.peak(record.pid),
-        }
-    }
-
-    fn drop_process(&mut self, pid: u32) {
-        self.tracked.remove(&pid);
-        // The last chance to read its JIT's names (a JIT flushes them at exit).
-        self.stacks.table.name_pending(&mut self.modules, Some(pid));
-        self.stacks.drop_process(pid);
-        self.modules.drop_process(pid);
     }
 
     fn record(&mut self, ev: &Event, stack: StackHandle) {
