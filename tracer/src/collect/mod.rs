@@ -19,6 +19,7 @@ mod roots;
 mod stack_table;
 pub mod stacks;
 mod state;
+mod timeline;
 pub mod unwind_notes;
 
 pub use changes::{Exec, ProcessChange};

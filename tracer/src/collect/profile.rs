@@ -12,16 +12,12 @@ use crate::{
     collect::stacks::Stack,
     collect::{
         collector::Collector, processes::ProcessIndex, profile_notes::Unnamed, state::State,
+        timeline::Timeline,
     },
-    model::{
-        heap::{StackHandle, Unfreed},
-        history::{self, History},
-        sampling::Sampling,
-        trend,
-    },
+    model::heap::{InUse, StackHandle, Unfreed},
     profile::{
-        Counts, ExitStack, Frame, Frames, Losses, NotFreedAtExit, Peak, Profile, SnapshotPoint,
-        StackReport, Trend, MAX_EXIT_STACKS,
+        Counts, ExitStack, Frame, Frames, Losses, NotFreedAtExit, Peak, Profile, StackReport,
+        MAX_EXIT_STACKS,
     },
     stacks::modules::NormFrame,
     stacks::symbolize::Names,
@@ -137,17 +133,7 @@ fn stack_reports(
     unfiltered: &mut Counts,
 ) -> Vec<StackReport> {
     let unread = state.modules().unread();
-    // In use: blocks live at least --min-age, allocated since the window
-    // opened; None when neither filters.
-    let aged = (meta.min_age.is_some() || meta.born_since_ns.is_some()).then(|| {
-        let now = super::state::monotonic_ns();
-        match now.checked_sub(meta.min_age.map_or(0, saturating_ns)) {
-            Some(until) => state
-                .heap()
-                .inuse_born_between(meta.born_since_ns.unwrap_or(0), until),
-            None => Default::default(),
-        }
-    });
+    let aged = aged_inuse(meta, state);
     // Sized once: 100 k stacks grown by doubling would copy and briefly
     // hold them twice.
     let mut stacks: Vec<StackReport> = Vec::with_capacity(state.heap().stack_count());
@@ -223,6 +209,20 @@ fn stack_reports(
     stacks
 }
 
+/// In use: blocks live at least --min-age, allocated since the window
+/// opened, per stack; None when neither filters.
+fn aged_inuse(meta: &Meta, state: &State) -> Option<HashMap<StackHandle, InUse>> {
+    (meta.min_age.is_some() || meta.born_since_ns.is_some()).then(|| {
+        let now = super::state::monotonic_ns();
+        match now.checked_sub(meta.min_age.map_or(0, saturating_ns)) {
+            Some(until) => state
+                .heap()
+                .inuse_born_between(meta.born_since_ns.unwrap_or(0), until),
+            None => Default::default(),
+        }
+    })
+}
+
 /// A stack's frames as the report names them (inlined functions are
 /// frames of their own), or `[stack lost]`. One allocation per stack:
 /// sized for the common case of no inlined frame.
@@ -257,101 +257,6 @@ fn exited_early(state: &State, unread: &BTreeSet<u32>, stack: &Stack) -> bool {
             .frames
             .as_ref()
             .is_some_and(|f| f.iter().any(|f| f.module.is_none()))
-}
-
-/// The history's points and, unless the last tick was now, a point for
-/// now: the last point of a report is the report's time.
-struct Timeline<'a> {
-    history: &'a History,
-    now: Option<f64>,
-    secs: Vec<f64>,
-    /// Bytes per second: the traced heap's in-use bytes, and what frees of
-    /// blocks the trace never saw allocated handed back (None: no slope).
-    heap_rate: Option<f64>,
-    unknown_rate: Option<f64>,
-}
-
-#[derive(Default)]
-struct Growth {
-    series: Vec<u64>,
-    per_sec: Option<f64>,
-    trend: Option<Trend>,
-}
-
-impl<'a> Timeline<'a> {
-    /// `heap_now`: the heap's in-use bytes and the unknown frees' bytes
-    /// now, the point for now if there is one.
-    fn new(history: &'a History, now: f64, heap_now: (u64, u64)) -> Timeline<'a> {
-        let points = history.points();
-        let mut secs: Vec<f64> = points.iter().map(|p| p.secs).collect();
-        let now = match secs.last() {
-            Some(&last) if last >= now => None,
-            _ => Some(now),
-        };
-        secs.extend(now);
-        let (mut heap, mut unknown): (Vec<u64>, Vec<u64>) = points
-            .iter()
-            .map(|p| (p.inuse_bytes, p.unknown_free_bytes))
-            .unzip();
-        if now.is_some() {
-            heap.push(heap_now.0);
-            unknown.push(heap_now.1);
-        }
-        Timeline {
-            history,
-            now,
-            heap_rate: trend::slope(&secs, &heap),
-            unknown_rate: trend::slope(&secs, &unknown),
-            secs,
-        }
-    }
-
-    /// A stack's series, slope and trend; nothing for a stack without a
-    /// series (beyond `history::MAX_STACKS`).
-    fn growth(&self, h: StackHandle, counts: &Counts, sampling: Sampling) -> Growth {
-        let Some(past) = self.history.series(h) else {
-            return Growth::default();
-        };
-        let mut series = past.to_vec();
-        if self.now.is_some() {
-            series.push(counts.inuse_bytes);
-        }
-        let per_sec = trend::slope(&self.secs, &series);
-        let mut trend = trend::classify(&self.secs, &series, counts, sampling);
-        if trend == Some(Trend::Growing) {
-            if let (Some(stack), Some(heap), Some(unknown)) =
-                (per_sec, self.heap_rate, self.unknown_rate)
-            {
-                if trend::replacing(stack, unknown, heap) {
-                    trend = Some(Trend::Replacing);
-                }
-            }
-        }
-        Growth {
-            series,
-            per_sec,
-            trend,
-        }
-    }
-
-    fn snapshots(&self, totals: &Counts) -> Vec<SnapshotPoint> {
-        let point = |p: &history::Point| SnapshotPoint {
-            secs: p.secs,
-            inuse_bytes: p.inuse_bytes,
-            inuse_objects: p.inuse_objects,
-            alloc_bytes: p.alloc_bytes,
-        };
-        let mut points: Vec<SnapshotPoint> = self.history.points().iter().map(point).collect();
-        if let Some(secs) = self.now {
-            points.push(SnapshotPoint {
-                secs,
-                inuse_bytes: totals.inuse_bytes,
-                inuse_objects: totals.inuse_objects,
-                alloc_bytes: totals.alloc_bytes,
-            });
-        }
-        points
-    }
 }
 
 fn saturating_ns(d: Duration) -> u64 {
