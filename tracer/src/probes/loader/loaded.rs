@@ -76,9 +76,6 @@ pub struct EventMaps {
 }
 
 impl Loaded {
-    /// Ends the trace at this instant: entry and free probes turn into
-    /// no-ops (calls already inside the allocator still complete), so the
-    /// heap is not changed by what happens while the probes are detached.
     /// Adds `pid` to the TRACED map (see tracer_common::FILTER_*).
     pub fn add_filtered_pid(&mut self, pid: u32) -> anyhow::Result<()> {
         self.traced
@@ -145,6 +142,9 @@ impl Loaded {
         self.control_bits & CONTROL_SESSION != 0
     }
 
+    /// Ends the trace at this instant: entry and free probes turn into
+    /// no-ops (calls already inside the allocator still complete), so the
+    /// heap is not changed by what happens while the probes are detached.
     pub fn stop(&mut self) -> anyhow::Result<()> {
         self.set_control(CONTROL_STOPPED)
             .context("telling the BPF programs to stop")
