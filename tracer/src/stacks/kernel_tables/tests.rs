@@ -13,8 +13,8 @@ use std::{
 use tracer_common::{MappingKey, MappingValue, MAPPING_FP_ONLY, MAPPING_TABLE};
 
 use super::{
-    extents::Extents, kept::Evictable, prefixes, FileId, KernelTables, PrefixKey, UnwindMaps,
-    RECENTLY_USED, UNUSED_TABLE_TTL,
+    extents::Extents, kept::Evictable, mappings::prefixes, FileId, KernelTables, PrefixKey,
+    UnwindMaps, RECENTLY_USED, UNUSED_TABLE_TTL,
 };
 use crate::{stacks::trampolines::JitCode, tracee::process::Mapping};
 
@@ -261,7 +261,9 @@ fn extents_are_first_fit_and_merge_when_freed() {
 fn own_rows() -> u32 {
     let (_, path) = own_text(0);
     let file = std::fs::File::open(path).expect("own exe");
-    let table = super::UnwindTable::from_file(&file).1.expect("table");
+    let table = crate::stacks::unwind_table::UnwindTable::from_file(&file)
+        .1
+        .expect("table");
     table.encoded().expect("fits").len() as u32
 }
 
