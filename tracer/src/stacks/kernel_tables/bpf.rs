@@ -14,7 +14,7 @@ use aya::maps::{
 };
 use tracer_common::{MappingKey, MappingValue};
 
-use super::{PrefixKey, UnwindMaps};
+use super::unwind_maps::{PrefixKey, UnwindMaps};
 
 pub struct BpfUnwindMaps {
     /// Kept so the mapping stays valid (the map lives while its fd does).

@@ -15,7 +15,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use tracer_common::{MappingValue, MAPPING_TABLE};
 
-use super::{fp_only, prefixes, KernelTables, PrefixKey};
+use super::{
+    mappings::{fp_only, prefixes},
+    KernelTables, PrefixKey,
+};
 use crate::stacks::trampolines::{JitCode, Shape};
 
 /// Shapes loaded at most.
