@@ -47,7 +47,7 @@ impl Cli {
                 group_by: self.group_by,
             },
             probes: ProbeChoice {
-                sampling: crate::model::sampling::Sampling::from_rate(self.sample_rate),
+                sampling: crate::profile::Sampling::from_rate(self.sample_rate),
                 unwind: self.unwind.unwrap_or_else(default_unwind),
                 stack_bytes: self.stack_bytes,
                 unwind_rows: self.unwind_rows,

@@ -31,7 +31,7 @@ pub struct Collector {
 
 /// How a collector is set up, once, at construction.
 pub struct CollectorOptions {
-    pub sampling: crate::model::sampling::Sampling,
+    pub sampling: crate::profile::Sampling,
     /// --max-live: in exact mode, the most blocks the heap model tracks.
     pub max_live: u32,
     /// The process whose exit ends the trace (--pid, -- CMD).

@@ -24,7 +24,7 @@ pub struct Meta {
     pub hooks: Vec<Hook>,
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
-    pub sampling: crate::model::sampling::Sampling,
+    pub sampling: crate::profile::Sampling,
     /// Why not, when they were wanted.
     pub session_error: Option<String>,
     /// Why the unwind mode asked for was not used, when it was not.

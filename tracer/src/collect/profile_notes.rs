@@ -48,7 +48,7 @@ pub(super) fn notes(
             mode: meta.unwind.name().into(),
         });
     }
-    if let crate::model::sampling::Sampling::Bytes(rate) = meta.sampling {
+    if let crate::profile::Sampling::Bytes(rate) = meta.sampling {
         notes.push(Note::Sampled { rate });
     }
     notes.extend(super::event_notes::event_notes(meta, collector, losses));

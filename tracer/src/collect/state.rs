@@ -17,10 +17,10 @@ use crate::{
         heap::{Heap, StackHandle},
         history::History,
         peak_trigger::PeakTrigger,
-        sampling::Sampling,
         temporary::Temporaries,
     },
     probes::map_count::MapCounter,
+    profile::Sampling,
     stacks::{modules::Modules, unwind::Sample},
     tracee::liveness::start_time,
 };

@@ -5,10 +5,9 @@ use crate::{
     model::{
         heap::StackHandle,
         history::{self, History},
-        sampling::Sampling,
         trend,
     },
-    profile::{Counts, SnapshotPoint, Trend},
+    profile::{Counts, Sampling, SnapshotPoint, Trend},
 };
 
 /// The history's points and, unless the last tick was now, a point for

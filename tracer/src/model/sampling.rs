@@ -9,39 +9,6 @@
 
 use tracer_common::{EXP_TABLE_LEN, EXP_TABLE_SHIFT};
 
-/// What is recorded: every allocation, or about one per `n` bytes
-/// allocated (`--sample-rate`; 1 means exact).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sampling {
-    Exact,
-    /// The mean interval in bytes, above 1.
-    Bytes(u64),
-}
-
-impl Sampling {
-    /// From `--sample-rate` (or a saved profile's `sample_rate`): 0 and 1
-    /// are exact.
-    pub fn from_rate(rate: u64) -> Sampling {
-        match rate {
-            0 | 1 => Sampling::Exact,
-            n => Sampling::Bytes(n),
-        }
-    }
-
-    /// The mean interval in bytes, 1 when exact (as the BPF side and the
-    /// reports take it).
-    pub fn rate(self) -> u64 {
-        match self {
-            Sampling::Exact => 1,
-            Sampling::Bytes(n) => n,
-        }
-    }
-
-    pub fn is_exact(self) -> bool {
-        self == Sampling::Exact
-    }
-}
-
 /// Entry i: the mean of −ln(u) over u in [i/N, (i+1)/N), in fixed point.
 /// Conditional means keep the mean of the whole table at exactly 1, so the
 /// mean interval is R even though the tail is cut at about 9.3 R.

@@ -2,10 +2,7 @@
 //! in-use bytes over the snapshots' times, and its trend class (see
 //! docs/growth.md). Pure.
 
-use crate::{
-    model::sampling::Sampling,
-    profile::{Counts, Trend},
-};
+use crate::profile::{Counts, Sampling, Trend};
 
 /// Least-squares slope of `values` over `secs`, in bytes per second; None
 /// with fewer than 2 points or no time between them.

@@ -55,7 +55,7 @@ pub struct Limits {
     pub stack_bytes: u32,
     /// Entries of UNWIND_ROWS (`--unwind tables`).
     pub unwind_rows: u32,
-    pub sampling: crate::model::sampling::Sampling,
+    pub sampling: crate::profile::Sampling,
     /// tracer_common::FILTER_* and, for FILTER_ALL, the thread name.
     pub filter: u32,
     pub comm: [u8; 16],

@@ -11,11 +11,13 @@ mod frames;
 mod losses;
 mod map_frames;
 mod note;
+mod sampling;
 
 pub use frames::Frames;
 pub use losses::Losses;
 pub use map_frames::FramesAt;
 pub use note::{CgroupRemoval, Note};
+pub use sampling::Sampling;
 
 /// The profile as the tracer holds it: each stack's frames a `Frames`.
 pub type Profile = ProfileOf<Frames>;
@@ -146,8 +148,8 @@ pub struct SnapshotPoint {
 
 impl Profile {
     /// What the trace recorded, from `sample_rate`.
-    pub fn sampling(&self) -> crate::model::sampling::Sampling {
-        crate::model::sampling::Sampling::from_rate(self.sample_rate)
+    pub fn sampling(&self) -> Sampling {
+        Sampling::from_rate(self.sample_rate)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::model::sampling::Sampling;
+use crate::profile::Sampling;
 
 // The profile's data, defined in crate::profile, named here too for the
 // renderers and their callers.

@@ -47,7 +47,7 @@ pub struct RenderChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeChoice {
     /// Every allocation, or about one per so many bytes.
-    pub sampling: crate::model::sampling::Sampling,
+    pub sampling: crate::profile::Sampling,
     pub unwind: UnwindMode,
     pub stack_bytes: u32,
     /// `--unwind tables`: rows of unwind tables the kernel holds.
