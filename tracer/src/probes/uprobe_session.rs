@@ -32,8 +32,10 @@ use std::{
 use anyhow::{bail, Context as _};
 use aya::{Btf, BtfError};
 
+mod insn;
 mod relocate;
 
+use insn::{call, insn, ld_map_fd, mov_imm, mov_reg, Insn, EXIT};
 use relocate::relocated_program;
 
 /// BPF_TRACE_UPROBE_SESSION in the kernel's (newer) uapi/linux/bpf.h.
@@ -54,47 +56,7 @@ pub const RETURN_SLOT: u32 = 15;
 
 const HELPER_TAIL_CALL: i32 = 12;
 const HELPER_GET_ATTACH_COOKIE: i32 = 174;
-const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Insn {
-    code: u8,
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
-const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        regs: (src << 4) | dst,
-        off,
-        imm,
-    }
-}
-
-fn mov_reg(dst: u8, src: u8) -> Insn {
-    insn(0xbf, dst, src, 0, 0) // BPF_ALU64 | BPF_MOV | BPF_X
-}
-
-fn mov_imm(dst: u8, imm: i32) -> Insn {
-    insn(0xb7, dst, 0, 0, imm) // BPF_ALU64 | BPF_MOV | BPF_K
-}
-
-fn call(src: u8, imm: i32) -> Insn {
-    insn(0x85, 0, src, 0, imm) // BPF_JMP | BPF_CALL
-}
-
-fn ld_map_fd(dst: u8, fd: RawFd) -> [Insn; 2] {
-    [
-        insn(0x18, dst, BPF_PSEUDO_MAP_FD, 0, fd), // BPF_LD | BPF_IMM | BPF_DW
-        insn(0, 0, 0, 0, 0),
-    ]
-}
-
-const EXIT: Insn = insn(0x95, 0, 0, 0, 0);
 
 /// The dispatcher's instructions (see the module comment).
 fn dispatcher(progs_fd: RawFd, is_return_btf_id: u32) -> Vec<Insn> {

@@ -11,7 +11,7 @@ use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 use anyhow::{bail, Context as _};
 
-use super::{Insn, BPF_PSEUDO_MAP_FD};
+use super::insn::{Insn, BPF_PSEUDO_MAP_FD};
 use crate::probes::kernel_btf;
 
 fn insns_of(bytes: &[u8]) -> Vec<Insn> {
