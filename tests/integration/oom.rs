@@ -3,7 +3,7 @@
 //! report names the kill, with its time and its heap then, and keeps that
 //! heap in use (not "not freed at exit" as for an ordinary exit).
 
-use std::process::Command;
+use std::{path::Path, process::Command};
 
 use crate::forks::only_pid;
 use crate::harness::{
@@ -37,22 +37,7 @@ fn an_oom_killed_child_keeps_its_heap_at_the_kill_in_use() {
         out.contains("child killed by signal 9"),
         "the child was not OOM-killed: {out}"
     );
-    let child: u64 = out
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("child ")?
-                .strip_suffix(" kept")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no child pid in {out}"));
-    // Blocks allocated and touched; one more may have been allocated and
-    // been being touched when the kill came.
-    let grew: u64 = out
-        .lines()
-        .filter_map(|l| l.strip_prefix("grew ")?.parse().ok())
-        .max()
-        .unwrap_or(0);
+    let (child, grew) = child_and_blocks_grown(out);
     assert_no_losses(&report);
     assert_eq!(report["oom_kills"], 1, "{}", report["processes"]);
 
@@ -93,9 +78,44 @@ fn an_oom_killed_child_keeps_its_heap_at_the_kill_in_use() {
     assert!(inuse >= child_inuse, "{}", report["totals"]);
 
     // The text report (read back from the JSON) says so.
+    assert_the_text_report_names_the_kill(&path, child, secs, child_inuse, child_objects);
+    drop(cgroup);
+}
+
+/// The child's pid and how many blocks it grew by, from the program's
+/// output.
+fn child_and_blocks_grown(out: &str) -> (u64, u64) {
+    let child: u64 = out
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("child ")?
+                .strip_suffix(" kept")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no child pid in {out}"));
+    // Blocks allocated and touched; one more may have been allocated and
+    // been being touched when the kill came.
+    let grew: u64 = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("grew ")?.parse().ok())
+        .max()
+        .unwrap_or(0);
+    (child, grew)
+}
+
+/// `memtrace-bpf report` of the saved JSON shows the kill on the child's
+/// line, with its time and heap then, and counts it.
+fn assert_the_text_report_names_the_kill(
+    path: &Path,
+    child: u64,
+    secs: f64,
+    child_inuse: u64,
+    child_objects: u64,
+) {
     let text = Command::new(TRACER)
         .arg("report")
-        .arg(&path)
+        .arg(path)
         .output()
         .expect("run memtrace-bpf report");
     let text = String::from_utf8_lossy(&text.stdout);
@@ -111,5 +131,4 @@ fn an_oom_killed_child_keeps_its_heap_at_the_kill_in_use() {
         "{victim}"
     );
     assert!(text.contains("OOM kills:  1 process"), "{text}");
-    drop(cgroup);
 }

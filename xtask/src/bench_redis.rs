@@ -217,26 +217,7 @@ fn run_once(
 ) -> Result<RunResult> {
     redis.cli(&["FLUSHALL"])?;
     let report_path: PathBuf = dir.join(format!("redis-{}.json", mode.name));
-    let target = match mode.scope {
-        Scope::Untraced => None,
-        Scope::Pid => Some(vec!["--pid".to_string(), redis.child.id().to_string()]),
-        Scope::Binary => Some(vec!["--binary".to_string(), REDIS_SERVER.to_string()]),
-        Scope::Cgroup => Some(vec!["--cgroup".to_string(), cgroup.to_string()]),
-        Scope::System => Some(Vec::new()),
-    };
-    let mut tracer_proc = match target {
-        None => None,
-        Some(target) => {
-            let mut cmd = Command::new(tracer);
-            cmd.args(target)
-                .args(["-v", "--format", "json", "-o"])
-                .arg(&report_path)
-                .args(mode.args);
-            let mut t = Proc::spawn(cmd, false)?;
-            t.wait_line("memtrace-bpf: tracing ")?;
-            Some(t)
-        }
-    };
+    let mut tracer_proc = start_tracer(redis, tracer, mode, cgroup, &report_path)?;
     let tracer_pid = tracer_proc.as_ref().map(|t| t.child.id());
     let tracer_cpu = || tracer_pid.and_then(cpu_secs);
     let server_cpu = || cpu_secs(redis.child.id()).unwrap_or(0.0);
@@ -265,41 +246,79 @@ fn run_once(
         ..Default::default()
     };
     if let Some(t) = tracer_proc.as_mut() {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(t.child.id() as libc::pid_t, libc::SIGINT) };
-        let status = wait_timeout(&mut t.child, TRACER_EXIT).context("tracer did not exit")?;
-        let stderr = t.rest();
-        if !status.success() {
-            bail!("tracer failed ({status}): {}", stderr.join("\n"));
-        }
-        result.peak_rss_kib = peak_rss_kib(&stderr);
-        let text = fs::read_to_string(&report_path)?;
-        result.recorded = json_u64(&text, "\"alloc_objects\"").unwrap_or(0);
-        result.lost = [
-            "\"ringbuf_full\"",
-            "\"live_map_full\"",
-            "\"stack_lost\"",
-            "\"inflight_full\"",
-            "\"read_failed\"",
-        ]
-        .iter()
-        .filter_map(|k| json_u64(&text, k))
-        .sum();
-        // The note "allocator hooked: jemalloc (/usr/lib/.../libjemalloc.so.2)".
-        result.allocator = text.find("allocator hooked: ").and_then(|i| {
-            let rest = &text[i + "allocator hooked: ".len()..];
-            let note = &rest[..rest.find('"')?];
-            // Shortened to "jemalloc (libjemalloc.so.2)".
-            Some(match note.split_once(" (") {
-                Some((kind, path)) => {
-                    let file = path.trim_end_matches(')');
-                    format!("{kind} ({})", file.rsplit('/').next().unwrap_or(file))
-                }
-                None => note.to_string(),
-            })
-        });
+        stop_tracer(t, &report_path, &mut result)?;
     }
     Ok(result)
+}
+
+/// `mode`'s tracer started on `redis` (None when untraced), writing its
+/// JSON report to `report_path`, once it says it is tracing.
+fn start_tracer(
+    redis: &Redis,
+    tracer: &Path,
+    mode: &Mode,
+    cgroup: &str,
+    report_path: &Path,
+) -> Result<Option<Proc>> {
+    let target = match mode.scope {
+        Scope::Untraced => None,
+        Scope::Pid => Some(vec!["--pid".to_string(), redis.child.id().to_string()]),
+        Scope::Binary => Some(vec!["--binary".to_string(), REDIS_SERVER.to_string()]),
+        Scope::Cgroup => Some(vec!["--cgroup".to_string(), cgroup.to_string()]),
+        Scope::System => Some(Vec::new()),
+    };
+    Ok(match target {
+        None => None,
+        Some(target) => {
+            let mut cmd = Command::new(tracer);
+            cmd.args(target)
+                .args(["-v", "--format", "json", "-o"])
+                .arg(report_path)
+                .args(mode.args);
+            let mut t = Proc::spawn(cmd, false)?;
+            t.wait_line("memtrace-bpf: tracing ")?;
+            Some(t)
+        }
+    })
+}
+
+/// Stops the tracer with SIGINT and reads into `result` its peak RSS, and
+/// from its report what it recorded, lost and hooked.
+fn stop_tracer(t: &mut Proc, report_path: &Path, result: &mut RunResult) -> Result<()> {
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(t.child.id() as libc::pid_t, libc::SIGINT) };
+    let status = wait_timeout(&mut t.child, TRACER_EXIT).context("tracer did not exit")?;
+    let stderr = t.rest();
+    if !status.success() {
+        bail!("tracer failed ({status}): {}", stderr.join("\n"));
+    }
+    result.peak_rss_kib = peak_rss_kib(&stderr);
+    let text = fs::read_to_string(report_path)?;
+    result.recorded = json_u64(&text, "\"alloc_objects\"").unwrap_or(0);
+    result.lost = [
+        "\"ringbuf_full\"",
+        "\"live_map_full\"",
+        "\"stack_lost\"",
+        "\"inflight_full\"",
+        "\"read_failed\"",
+    ]
+    .iter()
+    .filter_map(|k| json_u64(&text, k))
+    .sum();
+    // The note "allocator hooked: jemalloc (/usr/lib/.../libjemalloc.so.2)".
+    result.allocator = text.find("allocator hooked: ").and_then(|i| {
+        let rest = &text[i + "allocator hooked: ".len()..];
+        let note = &rest[..rest.find('"')?];
+        // Shortened to "jemalloc (libjemalloc.so.2)".
+        Some(match note.split_once(" (") {
+            Some((kind, path)) => {
+                let file = path.trim_end_matches(')');
+                format!("{kind} ({})", file.rsplit('/').next().unwrap_or(file))
+            }
+            None => note.to_string(),
+        })
+    });
+    Ok(())
 }
 
 /// The median of one number over the runs.
@@ -327,61 +346,11 @@ fn report(results: &[Vec<RunResult>], rounds: usize, pins: &Pins, dir: &Path) ->
     let mut json = Vec::new();
     let mut warnings = Vec::new();
     for (mode, runs) in MODES.iter().zip(results) {
-        let set = median(runs, |r| r.set_rps);
-        let get = median(runs, |r| r.get_rps);
-        let cost = median(runs, |r| r.server_us_per_req);
-        let traced = mode.scope != Scope::Untraced;
-        let cpu = median(runs, |r| r.tracer_cpu.unwrap_or(0.0));
-        let rss = median(runs, |r| r.peak_rss_kib.unwrap_or(0) as f64);
-        let recorded = median(runs, |r| r.recorded as f64);
-        let lost: u64 = runs.iter().map(|r| r.lost).sum();
-        let disturbed = runs.iter().filter(|r| r.disturbed()).count();
-        let hooked = runs
-            .iter()
-            .find_map(|r| r.allocator.clone())
-            .unwrap_or_else(|| "-".into());
-        if traced && !mode.args.contains(&"--noop-probes") && recorded == 0.0 {
-            warnings.push(format!(
-                "warning: {} recorded no allocation of redis-server: it hooked {hooked}, which \
-                 redis does not allocate through, so its numbers do not show what tracing redis costs",
-                mode.what
-            ));
-        }
-        let (cpu_s, rss_s, recorded_s, lost_s) = if traced {
-            (
-                format!("{:.1}%", 100.0 * cpu),
-                format!("{:.0} MiB", rss / 1024.0),
-                format!("{recorded:.0}"),
-                lost.to_string(),
-            )
-        } else {
-            ("-".into(), "-".into(), "-".into(), "-".into())
-        };
-        println!(
-            "| {} | {hooked} | {set:.0} | {get:.0} | {:.2} | {:.2} | {cost:.2} | {:.2} | {cpu_s} | {rss_s} | {recorded_s} | {lost_s} | {disturbed} of {} |",
-            mode.what,
-            set / base_set,
-            get / base_get,
-            cost / pid_cost,
-            runs.len()
-        );
-        let list = |f: fn(&RunResult) -> f64| {
-            runs.iter()
-                .map(|r| format!("{:.0}", f(r)))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        json.push(format!(
-            "{{\"mode\":\"{}\",\"hooked\":\"{}\",\"set_rps\":{set:.0},\"get_rps\":{get:.0},\"server_us_per_req\":{cost:.3},\"server_us_per_req_runs\":[{}],\"set_rps_runs\":[{}],\"get_rps_runs\":[{}],\"requests_runs\":[{}],\"tracer_cpu\":{cpu:.4},\"peak_rss_kib\":{rss:.0},\"recorded\":{recorded:.0},\"lost\":{lost},\"disturbed_runs\":{disturbed}}}",
-            mode.name,
-            escape(&hooked),
-            runs.iter()
-                .map(|r| format!("{:.3}", r.server_us_per_req))
-                .collect::<Vec<_>>()
-                .join(","),
-            list(|r| r.set_rps),
-            list(|r| r.get_rps),
-            list(|r| f64::from(r.requests)),
+        json.push(report_mode(
+            mode,
+            runs,
+            (base_set, base_get, pid_cost),
+            &mut warnings,
         ));
     }
     println!();
@@ -400,6 +369,73 @@ fn report(results: &[Vec<RunResult>], rounds: usize, pins: &Pins, dir: &Path) ->
     )?;
     println!("written to {}", path.display());
     Ok(())
+}
+
+/// Prints `mode`'s row of the table, adds a warning when it recorded
+/// nothing of redis, and returns its JSON object. `base`: the untraced
+/// SET and GET rates and --pid's server cost, that the row is compared with.
+fn report_mode(
+    mode: &Mode,
+    runs: &[RunResult],
+    (base_set, base_get, pid_cost): (f64, f64, f64),
+    warnings: &mut Vec<String>,
+) -> String {
+    let set = median(runs, |r| r.set_rps);
+    let get = median(runs, |r| r.get_rps);
+    let cost = median(runs, |r| r.server_us_per_req);
+    let traced = mode.scope != Scope::Untraced;
+    let cpu = median(runs, |r| r.tracer_cpu.unwrap_or(0.0));
+    let rss = median(runs, |r| r.peak_rss_kib.unwrap_or(0) as f64);
+    let recorded = median(runs, |r| r.recorded as f64);
+    let lost: u64 = runs.iter().map(|r| r.lost).sum();
+    let disturbed = runs.iter().filter(|r| r.disturbed()).count();
+    let hooked = runs
+        .iter()
+        .find_map(|r| r.allocator.clone())
+        .unwrap_or_else(|| "-".into());
+    if traced && !mode.args.contains(&"--noop-probes") && recorded == 0.0 {
+        warnings.push(format!(
+            "warning: {} recorded no allocation of redis-server: it hooked {hooked}, which \
+             redis does not allocate through, so its numbers do not show what tracing redis costs",
+            mode.what
+        ));
+    }
+    let (cpu_s, rss_s, recorded_s, lost_s) = if traced {
+        (
+            format!("{:.1}%", 100.0 * cpu),
+            format!("{:.0} MiB", rss / 1024.0),
+            format!("{recorded:.0}"),
+            lost.to_string(),
+        )
+    } else {
+        ("-".into(), "-".into(), "-".into(), "-".into())
+    };
+    println!(
+        "| {} | {hooked} | {set:.0} | {get:.0} | {:.2} | {:.2} | {cost:.2} | {:.2} | {cpu_s} | {rss_s} | {recorded_s} | {lost_s} | {disturbed} of {} |",
+        mode.what,
+        set / base_set,
+        get / base_get,
+        cost / pid_cost,
+        runs.len()
+    );
+    let list = |f: fn(&RunResult) -> f64| {
+        runs.iter()
+            .map(|r| format!("{:.0}", f(r)))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "{{\"mode\":\"{}\",\"hooked\":\"{}\",\"set_rps\":{set:.0},\"get_rps\":{get:.0},\"server_us_per_req\":{cost:.3},\"server_us_per_req_runs\":[{}],\"set_rps_runs\":[{}],\"get_rps_runs\":[{}],\"requests_runs\":[{}],\"tracer_cpu\":{cpu:.4},\"peak_rss_kib\":{rss:.0},\"recorded\":{recorded:.0},\"lost\":{lost},\"disturbed_runs\":{disturbed}}}",
+        mode.name,
+        escape(&hooked),
+        runs.iter()
+            .map(|r| format!("{:.3}", r.server_us_per_req))
+            .collect::<Vec<_>>()
+            .join(","),
+        list(|r| r.set_rps),
+        list(|r| r.get_rps),
+        list(|r| f64::from(r.requests)),
+    )
 }
 
 fn escape(s: &str) -> String {

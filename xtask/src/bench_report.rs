@@ -249,23 +249,7 @@ fn one(tracer: &Path, target: &Path, unwind: &str, format: &str, count: bool) ->
     let mut line = String::new();
     t_out.read_line(&mut line)?;
     let out_path = report_path(format);
-    let mut tr = Command::new(tracer)
-        .args([
-            "--pid",
-            &t.id().to_string(),
-            "--sample-rate",
-            "1",
-            "--unwind",
-            unwind,
-            "--format",
-            format,
-            "--verbose",
-            "-o",
-        ])
-        .arg(&out_path)
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting the tracer")?;
+    let mut tr = start_tracer(tracer, t.id(), unwind, format, &out_path)?;
     let mut err = BufReader::new(tr.stderr.take().context("stderr")?);
     loop {
         line.clear();
@@ -302,39 +286,7 @@ fn one(tracer: &Path, target: &Path, unwind: &str, format: &str, count: bool) ->
     if !reaped.ok {
         bail!("the tracer failed: {rest}");
     }
-    let lost = if format == "json" {
-        // Format memtrace-bpf/2: frames are a table; losses read as before.
-        // Only those two fields are kept: a 32 MiB report read whole into
-        // a `Value` took 350 MiB here, and the next child started by
-        // posix_spawn inherits that high-water mark as its ru_maxrss (the
-        // kernel keeps the mm's at exec), so every later peak read 379 MiB.
-        #[derive(serde::Deserialize)]
-        struct Head {
-            format: String,
-            losses: Losses,
-        }
-        #[derive(serde::Deserialize)]
-        struct Losses {
-            ringbuf_full: u64,
-        }
-        let file = std::fs::File::open(&out_path)?;
-        let head: Head = serde_json::from_reader(std::io::BufReader::new(file))
-            .with_context(|| format!("{} is not JSON", out_path.display()))?;
-        if head.format != "memtrace-bpf/2" {
-            bail!("unexpected report format {}", head.format);
-        }
-        head.losses.ringbuf_full
-    } else {
-        // Text has them in the report, collapsed and pprof on stderr.
-        let text = match format {
-            "text" => std::fs::read_to_string(&out_path)?,
-            _ => rest.clone(),
-        };
-        text.lines()
-            .find(|l| l.trim_start().starts_with("ringbuf_full"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0)
-    };
+    let lost = lost_events(format, &out_path, &rest)?;
     let render = rest
         .lines()
         .find_map(|l| l.strip_prefix("memtrace-bpf: report rendered in "))
@@ -354,6 +306,72 @@ fn one(tracer: &Path, target: &Path, unwind: &str, format: &str, count: bool) ->
         render,
         phases,
         mallocs,
+    })
+}
+
+/// `memtrace-bpf --pid PID --sample-rate 1 --unwind UNWIND --format FORMAT
+/// --verbose -o OUT_PATH`, its stderr piped.
+fn start_tracer(
+    tracer: &Path,
+    pid: u32,
+    unwind: &str,
+    format: &str,
+    out_path: &Path,
+) -> Result<std::process::Child> {
+    Command::new(tracer)
+        .args([
+            "--pid",
+            &pid.to_string(),
+            "--sample-rate",
+            "1",
+            "--unwind",
+            unwind,
+            "--format",
+            format,
+            "--verbose",
+            "-o",
+        ])
+        .arg(out_path)
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the tracer")
+}
+
+/// Events the ring buffer dropped (`ringbuf_full`), from the report at
+/// `out_path` or the tracer's stderr, `rest`.
+fn lost_events(format: &str, out_path: &Path, rest: &str) -> Result<u64> {
+    Ok(if format == "json" {
+        // Format memtrace-bpf/2: frames are a table; losses read as before.
+        // Only those two fields are kept: a 32 MiB report read whole into
+        // a `Value` took 350 MiB here, and the next child started by
+        // posix_spawn inherits that high-water mark as its ru_maxrss (the
+        // kernel keeps the mm's at exec), so every later peak read 379 MiB.
+        #[derive(serde::Deserialize)]
+        struct Head {
+            format: String,
+            losses: Losses,
+        }
+        #[derive(serde::Deserialize)]
+        struct Losses {
+            ringbuf_full: u64,
+        }
+        let file = std::fs::File::open(out_path)?;
+        let head: Head = serde_json::from_reader(std::io::BufReader::new(file))
+            .with_context(|| format!("{} is not JSON", out_path.display()))?;
+        if head.format != "memtrace-bpf/2" {
+            bail!("unexpected report format {}", head.format);
+        }
+        head.losses.ringbuf_full
+    } else {
+        // Text has them in the report, collapsed and pprof on stderr.
+        let text = match format {
+            "text" => std::fs::read_to_string(out_path)?,
+            _ => rest.to_string(),
+        };
+        text.lines()
+            .find(|l| l.trim_start().starts_with("ringbuf_full"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
     })
 }
 

@@ -2,7 +2,11 @@
 //! masks, the state directory) and under a booted systemd (`booted`), and
 //! lintian's verdict on the package.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
 
 use super::{checked, package, BIN, DEFAULTS};
 use crate::harness::{process::run_timeout, scratch};
@@ -16,17 +20,7 @@ const STATE: &str = "var/lib/memtrace-bpf";
 #[test]
 fn dpkg_installs_it_keeps_the_conffile_on_remove_and_drops_it_on_purge() {
     let p = package();
-    // An empty dpkg database in a scratch root: dpkg --root installs there
-    // (the root has no libc6 package, hence --force-depends; the host's
-    // versions are checked against Depends below). The scripts run outside
-    // it with DPKG_ROOT set, which deb-systemd-helper and postrm honour.
-    let root = scratch("dist-dpkg-root");
-    let _ = std::fs::remove_dir_all(&root);
-    let db = root.join("var/lib/dpkg");
-    for dir in ["info", "updates", "triggers"] {
-        std::fs::create_dir_all(db.join(dir)).expect("dpkg database dirs");
-    }
-    std::fs::write(db.join("status"), "").expect("status");
+    let root = empty_dpkg_root();
     let deb = p.deb.to_str().expect("utf-8 path");
     let dpkg = |args: &[&str]| {
         checked(
@@ -104,12 +98,29 @@ fn dpkg_installs_it_keeps_the_conffile_on_remove_and_drops_it_on_purge() {
     assert_eq!(is_enabled(), "", "purge leaves no trace of the unit");
 
     // This machine (where the binary ran) meets every Depends.
-    let depends = checked(
-        Command::new("dpkg-deb")
-            .arg("-f")
-            .arg(&p.deb)
-            .arg("Depends"),
-    );
+    assert_this_machine_meets_every_depends(&p.deb);
+}
+
+/// A scratch root with an empty dpkg database.
+fn empty_dpkg_root() -> PathBuf {
+    // An empty dpkg database in a scratch root: dpkg --root installs there
+    // (the root has no libc6 package, hence --force-depends; the host's
+    // versions are checked against Depends after the purge). The scripts run outside
+    // it with DPKG_ROOT set, which deb-systemd-helper and postrm honour.
+    let root = scratch("dist-dpkg-root");
+    let _ = std::fs::remove_dir_all(&root);
+    let db = root.join("var/lib/dpkg");
+    for dir in ["info", "updates", "triggers"] {
+        std::fs::create_dir_all(db.join(dir)).expect("dpkg database dirs");
+    }
+    std::fs::write(db.join("status"), "").expect("status");
+    root
+}
+
+/// Each package in the Depends of `deb` is installed here at the version
+/// it asks for or later.
+fn assert_this_machine_meets_every_depends(deb: &Path) {
+    let depends = checked(Command::new("dpkg-deb").arg("-f").arg(deb).arg("Depends"));
     for dep in depends.trim().split(", ") {
         let (name, rest) = dep.split_once(" (>= ").expect("NAME (>= VERSION)");
         let wanted = rest.strip_suffix(')').expect("closing parenthesis");

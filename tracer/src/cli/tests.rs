@@ -13,90 +13,18 @@ fn check(args: &[&str]) -> Result<(), String> {
 
 #[test]
 fn no_number_can_panic_or_overflow() {
-    // (arguments, expected: None = accepted, Some(words) = refused).
-    let table: &[(&[&str], Option<&str>)] = &[
-        (&["-d", "1e20"], Some("up to 31536000")),
-        (&["-d", "31536001"], Some("a year")),
-        (&["-d", "31536000"], None),
-        (&["-d", "1e-9"], None),
-        (&["-d", "0"], Some("positive")),
-        (&["-d", "-1"], Some("clap")),
-        (&["-d=-1"], Some("positive")),
-        (&["-d", "NaN"], Some("positive")),
-        (&["-d", "inf"], Some("positive")),
-        (&["-d", "-inf"], Some("clap")),
-        (&["-d", "1e400"], Some("positive")),
-        (&["-d", ""], Some("clap")),
-        (&["--min-age", "-1"], Some("from 0 to 31536000")),
-        (&["--min-age=-1"], Some("from 0 to 31536000")),
-        (&["--min-age", "NaN"], Some("from 0 to")),
-        (&["--min-age", "inf"], Some("from 0 to")),
-        (&["--min-age", "1e9"], Some("a year")),
-        (&["--min-age", "x"], Some("clap")),
-        (&["--min-age", "0"], None),
-        (&["--min-age", "2.5"], None),
-        (&["--top", "0"], Some("at least 1")),
-        (&["--top", "-1"], Some("clap")),
-        (&["--top", "99999999999999999999999"], Some("clap")),
-        (&["--sample-rate", "0"], Some("from 1")),
-        (
-            &["--sample-rate", "18446744073709551615"],
-            Some("1099511627776"),
-        ),
-        (&["--sample-rate", "1099511627776"], None),
-        (&["--sample-rate", "18446744073709551616"], Some("clap")),
-        (
-            &["--max-live", "4294967295"],
-            Some("--max-live must be from 1 to 67108864"),
-        ),
-        (&["--max-live", "0"], Some("--max-live")),
-        (&["--max-live", "67108864"], None),
-        (
-            &["--stack-storage-size", "4294967295"],
-            Some("--stack-storage-size must be from 1 to 262144"),
-        ),
-        (&["--stack-storage-size", "0"], Some("--stack-storage-size")),
-        (&["--ringbuf-mb", "4096"], Some("power of two")),
-        (&["--ringbuf-mb", "0"], Some("power of two")),
-        (&["--ringbuf-mb", "1024"], None),
-        (&["--ringbuf-mb", "4294967295"], Some("power of two")),
-        (&["--stack-bytes", "0"], Some("multiple of 4096")),
-        (&["--stack-bytes", "4294967295"], Some("multiple of 4096")),
-        (&["--pid", "-1"], Some("clap")),
-        (&["--pid", "4294967296"], Some("clap")),
-        (&["--pid", ""], Some("clap")),
-        (&["--comm", ""], Some("1 to 15 bytes")),
-        (&["--allocator", ""], Some("not an empty string")),
-        (&["-o", ""], Some("clap")),
-        (&["--interval", "1"], None),
-        (&["--interval", "1", "-o", "heap.json"], None),
-        (&["--sort", "growth"], Some("add --interval SECS")),
-        (&["--sort", "growth", "--interval", "1"], None),
-        (&["--sort", "inuse"], None),
-        (&["--interval", "1", "-o", "heap-{n}.json"], None),
-        (&["--interval", "0.01", "-o", "h{n}"], Some("from 0.1")),
-        (&["--interval", "NaN", "-o", "h{n}"], Some("from 0.1")),
-        (&["--interval", "1e300", "-o", "h{n}"], Some("from 0.1")),
-        (&["-o", "heap-{n}.json"], Some("add --interval")),
-        (&["--snapshot-on-peak", "-o", "heap-{n}.json"], None),
-        (&["--snapshot-on-peak=25%", "-o", "heap-{n}.json"], None),
-        (
-            &["--snapshot-on-peak=0.5", "--interval", "1", "-o", "h{n}"],
-            None,
-        ),
-        (&["--snapshot-on-peak"], Some("give -o a path with {n}")),
-        (
-            &["--snapshot-on-peak", "-o", "heap.json"],
-            Some("give -o a path with {n}"),
-        ),
-        (&["--snapshot-on-peak=0", "-o", "h{n}"], Some("above 0")),
-        (&["--snapshot-on-peak=-1", "-o", "h{n}"], Some("above 0")),
-        (&["--snapshot-on-peak=NaN", "-o", "h{n}"], Some("above 0")),
-        (&["--snapshot-on-peak=x%", "-o", "h{n}"], Some("above 0")),
-        (&["--serve", ":6060"], None),
-        (&["--serve", "6060"], Some("HOST:PORT")),
-        (&["--serve", ":99999"], Some("HOST:PORT")),
-    ];
+    for table in [
+        DURATIONS,
+        COUNTS_AND_SIZES,
+        TARGETS_AND_OUTPUTS,
+        INTERVALS_SNAPSHOTS_AND_SERVE,
+    ] {
+        assert_each_gives_what_it_expects(table);
+    }
+}
+
+/// Checks each command line of `table` against what it expects.
+fn assert_each_gives_what_it_expects(table: Cases) {
     for (args, expected) in table {
         let got = check(args);
         match (expected, &got) {
@@ -106,6 +34,107 @@ fn no_number_can_panic_or_overflow() {
         }
     }
 }
+
+/// Command lines and what each gives: (arguments, expected: None =
+/// accepted, Some(words) = refused).
+type Cases = &'static [(&'static [&'static str], Option<&'static str>)];
+
+/// -d and --min-age: durations in seconds.
+const DURATIONS: Cases = &[
+    (&["-d", "1e20"], Some("up to 31536000")),
+    (&["-d", "31536001"], Some("a year")),
+    (&["-d", "31536000"], None),
+    (&["-d", "1e-9"], None),
+    (&["-d", "0"], Some("positive")),
+    (&["-d", "-1"], Some("clap")),
+    (&["-d=-1"], Some("positive")),
+    (&["-d", "NaN"], Some("positive")),
+    (&["-d", "inf"], Some("positive")),
+    (&["-d", "-inf"], Some("clap")),
+    (&["-d", "1e400"], Some("positive")),
+    (&["-d", ""], Some("clap")),
+    (&["--min-age", "-1"], Some("from 0 to 31536000")),
+    (&["--min-age=-1"], Some("from 0 to 31536000")),
+    (&["--min-age", "NaN"], Some("from 0 to")),
+    (&["--min-age", "inf"], Some("from 0 to")),
+    (&["--min-age", "1e9"], Some("a year")),
+    (&["--min-age", "x"], Some("clap")),
+    (&["--min-age", "0"], None),
+    (&["--min-age", "2.5"], None),
+];
+
+/// --top, --sample-rate and the sizes of maps and buffers.
+const COUNTS_AND_SIZES: Cases = &[
+    (&["--top", "0"], Some("at least 1")),
+    (&["--top", "-1"], Some("clap")),
+    (&["--top", "99999999999999999999999"], Some("clap")),
+    (&["--sample-rate", "0"], Some("from 1")),
+    (
+        &["--sample-rate", "18446744073709551615"],
+        Some("1099511627776"),
+    ),
+    (&["--sample-rate", "1099511627776"], None),
+    (&["--sample-rate", "18446744073709551616"], Some("clap")),
+    (
+        &["--max-live", "4294967295"],
+        Some("--max-live must be from 1 to 67108864"),
+    ),
+    (&["--max-live", "0"], Some("--max-live")),
+    (&["--max-live", "67108864"], None),
+    (
+        &["--stack-storage-size", "4294967295"],
+        Some("--stack-storage-size must be from 1 to 262144"),
+    ),
+    (&["--stack-storage-size", "0"], Some("--stack-storage-size")),
+    (&["--ringbuf-mb", "4096"], Some("power of two")),
+    (&["--ringbuf-mb", "0"], Some("power of two")),
+    (&["--ringbuf-mb", "1024"], None),
+    (&["--ringbuf-mb", "4294967295"], Some("power of two")),
+    (&["--stack-bytes", "0"], Some("multiple of 4096")),
+    (&["--stack-bytes", "4294967295"], Some("multiple of 4096")),
+];
+
+/// What is traced and where the report goes.
+const TARGETS_AND_OUTPUTS: Cases = &[
+    (&["--pid", "-1"], Some("clap")),
+    (&["--pid", "4294967296"], Some("clap")),
+    (&["--pid", ""], Some("clap")),
+    (&["--comm", ""], Some("1 to 15 bytes")),
+    (&["--allocator", ""], Some("not an empty string")),
+    (&["-o", ""], Some("clap")),
+];
+
+/// --interval, --sort, --snapshot-on-peak and --serve.
+const INTERVALS_SNAPSHOTS_AND_SERVE: Cases = &[
+    (&["--interval", "1"], None),
+    (&["--interval", "1", "-o", "heap.json"], None),
+    (&["--sort", "growth"], Some("add --interval SECS")),
+    (&["--sort", "growth", "--interval", "1"], None),
+    (&["--sort", "inuse"], None),
+    (&["--interval", "1", "-o", "heap-{n}.json"], None),
+    (&["--interval", "0.01", "-o", "h{n}"], Some("from 0.1")),
+    (&["--interval", "NaN", "-o", "h{n}"], Some("from 0.1")),
+    (&["--interval", "1e300", "-o", "h{n}"], Some("from 0.1")),
+    (&["-o", "heap-{n}.json"], Some("add --interval")),
+    (&["--snapshot-on-peak", "-o", "heap-{n}.json"], None),
+    (&["--snapshot-on-peak=25%", "-o", "heap-{n}.json"], None),
+    (
+        &["--snapshot-on-peak=0.5", "--interval", "1", "-o", "h{n}"],
+        None,
+    ),
+    (&["--snapshot-on-peak"], Some("give -o a path with {n}")),
+    (
+        &["--snapshot-on-peak", "-o", "heap.json"],
+        Some("give -o a path with {n}"),
+    ),
+    (&["--snapshot-on-peak=0", "-o", "h{n}"], Some("above 0")),
+    (&["--snapshot-on-peak=-1", "-o", "h{n}"], Some("above 0")),
+    (&["--snapshot-on-peak=NaN", "-o", "h{n}"], Some("above 0")),
+    (&["--snapshot-on-peak=x%", "-o", "h{n}"], Some("above 0")),
+    (&["--serve", ":6060"], None),
+    (&["--serve", "6060"], Some("HOST:PORT")),
+    (&["--serve", ":99999"], Some("HOST:PORT")),
+];
 
 #[test]
 fn command_only_flags_are_refused_without_a_command() {
