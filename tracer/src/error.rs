@@ -37,9 +37,11 @@ pub enum TraceError {
     NotX86_64 { exe: String, machine: String },
     #[error("{exe} is statically linked and defines no malloc or free: it manages its memory with its own allocator (as Go programs do), which memtrace-bpf cannot hook; it traces programs that allocate through malloc")]
     OwnAllocator { exe: String },
-    #[error("--allocator {allocator}: {exe} loads no such allocator (objects with allocator functions: {objects}); pass auto, glibc, jemalloc, tcmalloc, mimalloc or the path of a loaded object")]
+    #[error("--allocator {allocator}: {exe} loads no such allocator (objects with allocator functions: {objects}); pass {choices}")]
     AllocatorNotFound {
         allocator: String,
+        /// `AllocatorKind::choices()`.
+        choices: String,
         exe: String,
         objects: String,
     },

@@ -302,10 +302,10 @@ impl Cli {
             return Err("--comm takes a thread name of 1 to 15 bytes, as in /proc/PID/comm".into());
         }
         if self.allocator.is_empty() {
-            return Err(
-                "--allocator takes auto, glibc, jemalloc, tcmalloc, mimalloc or the path of a loaded object, not an empty string"
-                    .into(),
-            );
+            return Err(format!(
+                "--allocator takes {}, not an empty string",
+                crate::tracee::entry_points::AllocatorKind::choices()
+            ));
         }
         Ok(())
     }

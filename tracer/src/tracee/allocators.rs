@@ -147,6 +147,7 @@ impl Program {
         };
         TraceError::AllocatorNotFound {
             allocator,
+            choices: AllocatorKind::choices(),
             exe: self.exe.display().to_string(),
             objects: objects.join(", "),
         }

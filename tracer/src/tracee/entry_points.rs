@@ -40,6 +40,14 @@ impl AllocatorKind {
         std::iter::once(AllocatorKind::Glibc).chain(FAMILIES.iter().map(|f| f.kind))
     }
 
+    /// What `--allocator` takes, in words: `auto, glibc, jemalloc, ...`.
+    pub fn choices() -> String {
+        let kinds: Vec<&str> = AllocatorKind::choosable()
+            .map(AllocatorKind::name)
+            .collect();
+        format!("auto, {} or the path of a loaded object", kinds.join(", "))
+    }
+
     /// The kind `--allocator NAME` names, if any.
     pub fn parse(name: &str) -> Option<AllocatorKind> {
         AllocatorKind::choosable().find(|k| k.name() == name)
@@ -306,5 +314,9 @@ mod tests {
         assert_eq!(AllocatorKind::parse("glibc"), Some(AllocatorKind::Glibc));
         assert_eq!(AllocatorKind::parse("own"), None);
         assert_eq!(AllocatorKind::parse("auto"), None);
+        assert_eq!(
+            AllocatorKind::choices(),
+            "auto, glibc, jemalloc, tcmalloc, mimalloc or the path of a loaded object"
+        );
     }
 }
