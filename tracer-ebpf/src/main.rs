@@ -39,6 +39,7 @@ mod sampling;
 mod scratch;
 mod stack;
 mod walk;
+mod window;
 
 use aya_ebpf::{
     macros::{uprobe, uretprobe},
