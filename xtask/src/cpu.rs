@@ -3,6 +3,17 @@
 
 use std::{fs, process::Command};
 
+/// The 1-minute load average per CPU this process may run on
+/// (/proc/loadavg); 0 when it cannot be read.
+pub fn load_per_cpu() -> f64 {
+    let load: f64 = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    load / cpus as f64
+}
+
 /// utime + stime of a process, in seconds (/proc/PID/stat, proc(5)).
 pub fn cpu_secs(pid: u32) -> Option<f64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -125,12 +125,32 @@ pub fn run(args: &KernelsArgs) -> Result<()> {
             a
         });
         let results = dir.join("results").join(kernel.name);
-        let run = boot_and_judge(kernel, &extracted, accel, &programs, &results, limits)?;
+        let scaled = scaled_limits(limits, crate::cpu::load_per_cpu());
+        if scaled != limits {
+            println!(
+                "busy host: this guest may take {} s, a check {} s",
+                scaled.0.as_secs(),
+                scaled.1.as_secs()
+            );
+        }
+        let run = boot_and_judge(kernel, &extracted, accel, &programs, &results, scaled)?;
         print!("{}", table::console(&run));
         runs.push(run);
     }
     finish(&dir, &runs)
 }
+
+/// The limits for a guest about to boot on a host `load` busy (the 1-minute
+/// load average per CPU): a TCG guest runs on one host thread, which a
+/// busy host gives a share of a CPU, so a guest and its checks take longer
+/// by about as much. Scaled by the load, at most `MAX_LOAD_SCALE` times: a
+/// verification stuck at the verifier's limit still ends in a timeout.
+fn scaled_limits(limits: (Duration, Duration), load: f64) -> (Duration, Duration) {
+    let factor = load.clamp(1.0, MAX_LOAD_SCALE);
+    (limits.0.mul_f64(factor), limits.1.mul_f64(factor))
+}
+
+const MAX_LOAD_SCALE: f64 = 4.0;
 
 fn select(names: &[String]) -> Result<Vec<&'static Kernel>> {
     if names.is_empty() {

@@ -1,6 +1,8 @@
 //! The matrix's logic without root or a VM: choosing packages, judging
 //! results, rendering the table.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use super::{
@@ -319,5 +321,19 @@ fn the_table_has_a_row_per_check_and_the_largest_program_per_kernel() {
     assert!(
         lines.contains("largest program alloc_return: 366578 instructions verified"),
         "{lines}"
+    );
+}
+
+#[test]
+fn a_busy_host_gives_a_guest_more_time_up_to_four_times() {
+    let limits = (Duration::from_secs(600), Duration::from_secs(180));
+    assert_eq!(super::scaled_limits(limits, 0.3), limits);
+    assert_eq!(
+        super::scaled_limits(limits, 2.5),
+        (Duration::from_secs(1500), Duration::from_secs(450))
+    );
+    assert_eq!(
+        super::scaled_limits(limits, 30.0),
+        (Duration::from_secs(2400), Duration::from_secs(720))
     );
 }
