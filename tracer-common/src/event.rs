@@ -108,7 +108,10 @@ pub struct Event {
     pub size: u64,
     /// `bpf_ktime_get_ns()` when the event was recorded; 0 for `Free`
     /// (nothing reads it there, and the clock read is a measurable part of
-    /// a free's cost in exact mode).
+    /// a free's cost in exact mode). For `Exec`: when the process started,
+    /// its task's `start_boottime` (ns since boot; 0 when unknown), which
+    /// /proc/PID/stat shows in clock ticks: a pid reused before user space
+    /// reads /proc is told from the process that exec'ed.
     pub timestamp_ns: u64,
     /// The `Role` of the hooked function that produced the event.
     pub role: u32,

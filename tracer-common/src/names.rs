@@ -60,13 +60,14 @@ pub mod global {
     pub const EXP_TABLE: &str = "EXP_TABLE";
     pub const FOLLOW_FORKS: &str = "FOLLOW_FORKS";
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    pub const TASK_START_OFFSET: &str = "TASK_START_OFFSET";
     pub const EXIT_GROUP_DEAD: &str = "EXIT_GROUP_DEAD";
     pub const INFLIGHT_BY_TID: &str = "INFLIGHT_BY_TID";
     pub const ATTACH_COOKIES: &str = "ATTACH_COOKIES";
     pub const ATOMIC_SLOTS: &str = "ATOMIC_SLOTS";
 
     /// Every name above.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 14] = [
         UNWIND_MODE,
         STACK_BYTES,
         SAMPLE_RATE,
@@ -76,6 +77,7 @@ pub mod global {
         EXP_TABLE,
         FOLLOW_FORKS,
         TASK_TGID_OFFSET,
+        TASK_START_OFFSET,
         EXIT_GROUP_DEAD,
         INFLIGHT_BY_TID,
         ATTACH_COOKIES,

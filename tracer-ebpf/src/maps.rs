@@ -241,6 +241,10 @@ pub(crate) static FOLLOW_FORKS: u32 = FORKS_COUNT;
 /// BPF has no CO-RE relocations); 0 = unknown: forks are not looked at.
 #[unsafe(no_mangle)]
 pub(crate) static TASK_TGID_OFFSET: u32 = 0;
+/// Byte offset of `start_boottime` (u64, ns since boot) in the kernel's
+/// task_struct, from its BTF; 0 = unknown: EXEC events carry no start.
+#[unsafe(no_mangle)]
+pub(crate) static TASK_START_OFFSET: u32 = 0;
 /// 1 when sched_process_exit passes `group_dead` (Linux 6.16+).
 #[unsafe(no_mangle)]
 pub(crate) static EXIT_GROUP_DEAD: u32 = 0;

@@ -13,7 +13,7 @@ use tracer_common::{
 
 use crate::maps::{
     count, event, stopped, traced, tunable, BPF_RB_FORCE_WAKEUP, EVENTS, EXIT_GROUP_DEAD, FILTER,
-    FOLLOW_FORKS, INFLIGHT, TASK_TGID_OFFSET, TRACED,
+    FOLLOW_FORKS, INFLIGHT, TASK_START_OFFSET, TASK_TGID_OFFSET, TRACED,
 };
 use crate::{code_gen, inflight};
 
@@ -65,7 +65,7 @@ pub fn process_exec(ctx: RawTracePointContext) -> i32 {
     // exec it runs as the main thread: bpf_get_current_pid_tgid() gives
     // the pid twice.
     let old_tid = ctx.arg::<u64>(1) as u32;
-    entry.write(event(
+    let mut exec = event(
         EventKind::Exec,
         pid,
         old_tid,
@@ -73,9 +73,24 @@ pub fn process_exec(ctx: RawTracePointContext) -> i32 {
         name[0],
         name[1],
         Role::Malloc,
-    ));
+    );
+    exec.timestamp_ns = task_start(ctx.arg::<u64>(0));
+    entry.write(exec);
     entry.submit(BPF_RB_FORCE_WAKEUP);
     0
+}
+
+/// When `task` started (`start_boottime`, ns since boot); 0 when the
+/// kernel's BTF did not say where that is or the read failed.
+#[inline(always)]
+fn task_start(task: u64) -> u64 {
+    let offset = tunable(&TASK_START_OFFSET);
+    if offset == 0 || task == 0 {
+        return 0;
+    }
+    // SAFETY: the helper reads kernel memory and fails safely; the address
+    // is the tracepoint's task plus the BTF offset of a u64 field.
+    unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const u64) }.unwrap_or(0)
 }
 
 /// sched_process_fork, run by the parent before the child first runs (args:

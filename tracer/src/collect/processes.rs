@@ -73,12 +73,18 @@ impl ProcessTable {
 
     /// The running process `pid`, entered at its first event with its
     /// command line and program read now (a short-lived process may be
-    /// gone by the report).
+    /// gone by the report). Nothing is read when /proc shows a process
+    /// that started at another time than `start_time`: the pid is another
+    /// process's now.
     pub fn instance(&mut self, pid: u32, start_time: Option<u64>) -> ProcessIndex {
         if let Some(&i) = self.current.get(&pid) {
             return i;
         }
-        let (mut command, mut program) = crate::tracee::process::command_and_program(pid);
+        let same = start_time.is_none() || crate::tracee::liveness::start_time(pid) == start_time;
+        let (mut command, mut program) = match same {
+            true => crate::tracee::process::command_and_program(pid),
+            false => (String::new(), None),
+        };
         let parent = self
             .forked
             .remove(&pid)
@@ -98,7 +104,10 @@ impl ProcessTable {
             exited: false,
             executed: false,
             folded: 0,
-            identity: crate::tracee::identity::read(pid),
+            identity: match same {
+                true => crate::tracee::identity::read(pid),
+                false => Identity::default(),
+            },
         })
     }
 
@@ -270,11 +279,24 @@ mod tests {
     }
 
     #[test]
+    fn a_pid_now_another_process_s_is_not_read_for_the_one_that_had_it() {
+        let mut t = ProcessTable::default();
+        let pid = std::process::id();
+        let start = crate::tracee::liveness::start_time(pid).expect("own start");
+        // An event of an earlier process with this pid, which started
+        // before this one: /proc shows this one, whose command is not its.
+        let earlier = t.instance(pid, Some(start - 1));
+        let record = t.get(earlier).expect("record");
+        assert_eq!((record.command.as_str(), record.program.as_str()), ("", ""));
+        assert_eq!(record.identity, Identity::default());
+    }
+
+    #[test]
     fn a_forked_child_gone_before_it_was_read_runs_its_parents_program() {
         let mut t = ProcessTable::default();
         let parent = std::process::id();
         let (child, execed) = (u32::MAX - 9, u32::MAX - 10);
-        let p = t.instance(parent, Some(1));
+        let p = t.instance(parent, crate::tracee::liveness::start_time(parent));
         t.forked(child, parent);
         t.forked(execed, parent);
         t.executed(execed, "other");

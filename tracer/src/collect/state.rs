@@ -22,7 +22,7 @@ use crate::{
     probes::map_count::MapCounter,
     profile::Sampling,
     stacks::{modules::Modules, unwind::Sample},
-    tracee::liveness::start_time,
+    tracee::liveness::{start_time, start_time_of_boot_ns},
 };
 
 mod access;
@@ -200,13 +200,21 @@ impl State {
             self.malformed_events += 1;
             return;
         };
-        let started = *self
-            .tracked
-            .entry(ev.pid)
-            .or_insert_with(|| start_time(ev.pid));
         let Ok(kind) = ev.kind() else {
             self.malformed_events += 1;
             return;
+        };
+        // An exec says when its process started: its pid may be another
+        // process's by the time /proc is read.
+        let started = match start_time_of_boot_ns(ev.timestamp_ns) {
+            Some(start) if kind == EventKind::Exec => {
+                self.tracked.insert(ev.pid, Some(start));
+                Some(start)
+            }
+            _ => *self
+                .tracked
+                .entry(ev.pid)
+                .or_insert_with(|| start_time(ev.pid)),
         };
         if kind.is_alloc() && !self.admit(&ev) {
             return;

@@ -34,6 +34,8 @@ const KIND_ENUM64: u32 = 19;
 pub struct TaskFacts {
     /// Byte offset of `tgid` in `struct task_struct`.
     pub tgid_offset: u32,
+    /// Byte offset of `start_boottime` in `struct task_struct` (0: none).
+    pub start_offset: u32,
     /// Whether the sched_process_exit tracepoint passes `group_dead` (its
     /// second argument, since Linux 6.16), true when the last thread of a
     /// process exits.
@@ -51,6 +53,9 @@ pub fn task_facts() -> anyhow::Result<TaskFacts> {
     let exit_args = btf.tracepoint_args("sched_process_exit").unwrap_or(1);
     Ok(TaskFacts {
         tgid_offset,
+        start_offset: btf
+            .member_offset("task_struct", "start_boottime")
+            .unwrap_or(0),
         exit_has_group_dead: exit_args >= 2,
     })
 }
@@ -373,5 +378,13 @@ mod tests {
         let btf = Btf::parse(&data).expect("parse");
         let pid = btf.member_offset("task_struct", "pid").expect("pid");
         assert_eq!(facts.tgid_offset, pid + 4, "pid_t pid; pid_t tgid;");
+        let start = btf
+            .member_offset("task_struct", "start_time")
+            .expect("start_time");
+        assert_eq!(
+            facts.start_offset,
+            start + 8,
+            "u64 start_time; u64 start_boottime;"
+        );
     }
 }

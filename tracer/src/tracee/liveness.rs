@@ -61,6 +61,16 @@ pub fn start_time(pid: u32) -> Option<u64> {
     start_of(&read_stat(pid)?)
 }
 
+/// A task's `start_boottime` (ns since boot, as the kernel keeps it) in
+/// the clock ticks /proc/PID/stat shows it in (the kernel's
+/// nsec_to_clock_t); None for 0 (unknown).
+pub fn start_time_of_boot_ns(ns: u64) -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_tick = 1_000_000_000 / u64::try_from(hz).ok().filter(|&h| h > 0)?;
+    (ns != 0).then(|| ns / per_tick)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +82,11 @@ mod tests {
         assert_eq!(start_of(stat), Some(987_654));
         assert_eq!(stat_field(stat, 3), Some("S"));
         assert_eq!(start_of("1 (x) Z 0"), None);
+        assert_eq!(start_time_of_boot_ns(0), None);
+        // This process: its stat's start time, from its start_boottime.
+        let ours = start_time(std::process::id()).expect("own stat");
+        let ns = ours * 10_000_000 + 9_999_999;
+        assert_eq!(start_time_of_boot_ns(ns), Some(ours));
     }
 
     #[test]

@@ -211,6 +211,7 @@ fn load_object(
         .override_global(global::EXP_TABLE, table, true)
         .override_global(global::FOLLOW_FORKS, &forks.follow, true)
         .override_global(global::TASK_TGID_OFFSET, &forks.tgid_offset, true)
+        .override_global(global::TASK_START_OFFSET, &forks.start_offset, true)
         .override_global(global::EXIT_GROUP_DEAD, &forks.exit_group_dead, true)
         .override_global(global::INFLIGHT_BY_TID, &inflight_by_tid, true)
         .override_global(global::ATTACH_COOKIES, &attach_cookies, true)
@@ -286,6 +287,7 @@ fn load_programs(
 struct ForkTunables {
     follow: u32,
     tgid_offset: u32,
+    start_offset: u32,
     exit_group_dead: u32,
 }
 
@@ -310,6 +312,7 @@ fn fork_tunables(limits: &Limits) -> anyhow::Result<ForkTunables> {
             return Ok(ForkTunables {
                 follow,
                 tgid_offset: 0,
+                start_offset: 0,
                 exit_group_dead: 0,
             })
         }
@@ -317,6 +320,7 @@ fn fork_tunables(limits: &Limits) -> anyhow::Result<ForkTunables> {
     Ok(ForkTunables {
         follow,
         tgid_offset: facts.tgid_offset,
+        start_offset: facts.start_offset,
         exit_group_dead: u32::from(facts.exit_has_group_dead),
     })
 }
