@@ -3,9 +3,7 @@
 //! `alloc::alloc`, ...). The text report leads with the caller and counts
 //! those frames on its line; JSON and collapsed keep every frame.
 
-use serde_json::Value;
-
-use crate::harness::{compile_rust_as, sites::trace_formats};
+use crate::harness::{compile_rust_as, function_names, sites::trace_formats};
 
 /// The frames of the text report's stacks, one list per stack, as printed.
 fn text_stacks(text: &str) -> Vec<Vec<&str>> {
@@ -26,15 +24,6 @@ fn text_stacks(text: &str) -> Vec<Vec<&str>> {
     stacks
 }
 
-fn json_names(stack: &Value) -> Vec<&str> {
-    stack["frames"]
-        .as_array()
-        .expect("frames")
-        .iter()
-        .map(|f| f["function"].as_str().unwrap_or(""))
-        .collect()
-}
-
 #[test]
 fn rust_stacks_lead_with_the_caller_and_count_the_allocator_frames() {
     let bin = compile_rust_as("rust_allocs", "rust_allocs_g", &["-C", "opt-level=3", "-g"]);
@@ -43,7 +32,7 @@ fn rust_stacks_lead_with_the_caller_and_count_the_allocator_frames() {
     let stacks = r.json["stacks"].as_array().expect("stacks");
     let make_vec: Vec<Vec<&str>> = stacks
         .iter()
-        .map(json_names)
+        .map(function_names)
         .filter(|names| names.iter().any(|n| n.ends_with("::make_vec")))
         .collect();
     assert!(
