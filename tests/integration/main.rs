@@ -23,6 +23,7 @@ mod harness;
 mod help;
 mod hostile_saved;
 mod jit_names;
+mod kernel_memory;
 mod launch;
 mod lifecycle;
 mod losses;

@@ -37,6 +37,11 @@ impl MemoryCgroup {
         cgroup
     }
 
+    /// Whether it is a cgroup v2 (else the v1 memory hierarchy's).
+    pub fn is_v2() -> bool {
+        memory_root().1
+    }
+
     /// The file a process writes its pid into to join the cgroup.
     pub fn procs(&self) -> PathBuf {
         self.dir.join("cgroup.procs")

@@ -131,9 +131,10 @@ impl Collector {
     }
 
     /// Records the heap's per-stack sums as a history point at `secs`,
-    /// with what frees of blocks never seen allocated handed back so far.
-    pub fn tick_history(&mut self, secs: f64, unknown_free_bytes: u64) {
-        self.state.tick_history(secs, unknown_free_bytes);
+    /// with what frees of blocks never seen allocated handed back so far
+    /// and the kernel's resident bytes of what is traced.
+    pub fn tick_history(&mut self, secs: f64, unknown_free_bytes: u64, resident: Option<u64>) {
+        self.state.tick_history(secs, unknown_free_bytes, resident);
     }
 
     /// `--unwind tables`, a started command held at its exec stop: its

@@ -45,6 +45,11 @@ pub struct Meta {
     pub born_since_ns: Option<u64>,
     /// `--unwind tables`: what the kernel's walker met.
     pub kernel_unwind: Option<KernelUnwind>,
+    /// --cgroup: the kernel's memory numbers of the cgroup.
+    pub cgroup_memory: Option<crate::profile::KernelMemory>,
+    /// The kernel's resident bytes of the traced process or cgroup now,
+    /// for the history's last point.
+    pub resident_now: Option<u64>,
 }
 
 /// Which live blocks a profile counts as in use: those live at least

@@ -5,6 +5,7 @@
 mod changes;
 pub mod collector;
 mod event_notes;
+mod growth_explained;
 mod merge;
 mod meta;
 pub mod oom;

@@ -237,6 +237,15 @@ impl ProcessTable {
     pub fn iter(&self) -> impl Iterator<Item = &ProcessRecord> {
         self.records.iter().flatten()
     }
+
+    /// The pids of running processes, the first entered first; at most
+    /// `max`.
+    pub fn running_pids(&self, max: usize) -> Vec<u32> {
+        let mut running: Vec<(ProcessIndex, u32)> =
+            self.current.iter().map(|(&pid, &i)| (i, pid)).collect();
+        running.sort_unstable();
+        running.into_iter().take(max).map(|(_, pid)| pid).collect()
+    }
 }
 
 #[cfg(test)]

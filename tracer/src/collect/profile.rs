@@ -72,6 +72,17 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         &not_freed_at_exit,
     );
     notes.extend(names.symbol_notes(state.modules()));
+    let snapshots = timeline
+        .map(|t| t.snapshots(&unfiltered, meta.resident_now))
+        .unwrap_or_default();
+    let mut cgroup_memory = meta.cgroup_memory;
+    super::growth_explained::fill(
+        &mut meta.processes,
+        cgroup_memory.as_mut(),
+        &stacks,
+        &snapshots,
+        losses.get(tracer_common::counter::UNKNOWN_FREE_BYTES),
+    );
     Profile {
         target: meta.target,
         duration_secs: meta.duration.as_secs_f64(),
@@ -86,14 +97,13 @@ pub fn build(meta: Meta, collector: &Collector, losses: Losses, names: &mut Name
         not_freed_at_exit,
         losses,
         notes,
-        snapshots: timeline
-            .map(|t| t.snapshots(&unfiltered))
-            .unwrap_or_default(),
+        snapshots,
         min_age_secs: meta.min_age.map(|age| age.as_secs_f64()),
         oom_kills: state.oom().seen,
         temporary,
         // The session sets it (--group-by).
         group_by: crate::profile::GroupBy::Process,
+        cgroup_memory,
     }
 }
 

@@ -335,9 +335,10 @@ impl State {
     /// per-stack sums now (no symbolization).
     /// `unknown_free_bytes`: what frees of blocks the trace never saw
     /// allocated handed back so far.
-    pub fn tick_history(&mut self, secs: f64, unknown_free_bytes: u64) {
+    pub fn tick_history(&mut self, secs: f64, unknown_free_bytes: u64, resident: Option<u64>) {
         let history = self.history.get_or_insert_with(History::default);
         history.set_unknown_free_bytes(unknown_free_bytes);
+        history.set_resident_bytes(resident);
         history.tick(secs, self.heap.stacks());
     }
 

@@ -85,12 +85,15 @@ impl<'a> Timeline<'a> {
         }
     }
 
-    pub(super) fn snapshots(&self, totals: &Counts) -> Vec<SnapshotPoint> {
+    /// The history's points and the one for now (`totals`, and the
+    /// kernel's resident bytes now).
+    pub(super) fn snapshots(&self, totals: &Counts, resident: Option<u64>) -> Vec<SnapshotPoint> {
         let point = |p: &history::Point| SnapshotPoint {
             secs: p.secs,
             inuse_bytes: p.inuse_bytes,
             inuse_objects: p.inuse_objects,
             alloc_bytes: p.alloc_bytes,
+            resident_bytes: p.resident_bytes,
         };
         let mut points: Vec<SnapshotPoint> = self.history.points().iter().map(point).collect();
         if let Some(secs) = self.now {
@@ -99,6 +102,7 @@ impl<'a> Timeline<'a> {
                 inuse_bytes: totals.inuse_bytes,
                 inuse_objects: totals.inuse_objects,
                 alloc_bytes: totals.alloc_bytes,
+                resident_bytes: resident,
             });
         }
         points

@@ -28,6 +28,9 @@ pub struct Point {
     /// Bytes handed back by frees of blocks the trace never saw
     /// allocated, since the trace started (where the allocator tells).
     pub unknown_free_bytes: u64,
+    /// The resident bytes the kernel counted of the traced process or
+    /// cgroup (its last reading; None for other scopes).
+    pub resident_bytes: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -35,6 +38,8 @@ pub struct History {
     points: Vec<Point>,
     /// `Point::unknown_free_bytes` for the next point.
     unknown_free_bytes: u64,
+    /// `Point::resident_bytes` for the next point.
+    resident_bytes: Option<u64>,
     /// In-use bytes per point (same length as `points`), per stack.
     series: HashMap<StackHandle, Vec<u64>>,
     /// Stacks in the heap without a series at the last recorded point (the
@@ -59,6 +64,7 @@ impl History {
         History {
             points: Vec::new(),
             unknown_free_bytes: 0,
+            resident_bytes: None,
             series: HashMap::new(),
             untracked: HashSet::new(),
             stride: 1,
@@ -88,6 +94,11 @@ impl History {
         self.unknown_free_bytes = bytes;
     }
 
+    /// The kernel's resident bytes of what is traced, for the next points.
+    pub fn set_resident_bytes(&mut self, bytes: Option<u64>) {
+        self.resident_bytes = bytes;
+    }
+
     /// A tick at `secs`, with the heap's per-stack totals now.
     pub fn tick(&mut self, secs: f64, stacks: impl Iterator<Item = (StackHandle, Counts)>) {
         self.ticks += 1;
@@ -102,6 +113,7 @@ impl History {
         let mut point = Point {
             secs,
             unknown_free_bytes: self.unknown_free_bytes,
+            resident_bytes: self.resident_bytes,
             ..Point::default()
         };
         for (_, c) in &now {

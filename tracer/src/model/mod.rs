@@ -1,5 +1,6 @@
 //! The heap model and the sampling weights: pure, no BPF, no I/O.
 
+pub mod explain;
 pub mod heap;
 pub mod history;
 pub mod peak;

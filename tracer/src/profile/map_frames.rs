@@ -51,6 +51,7 @@ impl<F> ProfileOf<F> {
             oom_kills,
             temporary,
             group_by,
+            cgroup_memory,
         } = self;
         let stacks = stacks
             .into_iter()
@@ -76,6 +77,7 @@ impl<F> ProfileOf<F> {
             oom_kills,
             temporary,
             group_by,
+            cgroup_memory,
         })
     }
 }

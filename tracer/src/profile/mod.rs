@@ -8,12 +8,14 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 mod frames;
+mod kernel_memory;
 mod losses;
 mod map_frames;
 mod note;
 mod sampling;
 
 pub use frames::Frames;
+pub use kernel_memory::{GrowthExplained, KernelMemory, MemorySample, MIN_GROWTH};
 pub use losses::Losses;
 pub use map_frames::FramesAt;
 pub use note::{CgroupRemoval, Note};
@@ -81,6 +83,10 @@ pub struct ProfileOf<F> {
     pub temporary: Option<Temporary>,
     /// `--group-by`: the report's top level (docs/cgroups.md).
     pub group_by: GroupBy,
+    /// --cgroup: what the kernel counted of the cgroup's memory, beside
+    /// its traced heap (null for other scopes, or without a memory
+    /// controller to read).
+    pub cgroup_memory: Option<KernelMemory>,
 }
 
 /// What the top level of a report is: each process, each cgroup, or each
@@ -144,6 +150,9 @@ pub struct SnapshotPoint {
     pub inuse_bytes: u64,
     pub inuse_objects: u64,
     pub alloc_bytes: u64,
+    /// The resident bytes the kernel counted then, of the traced process
+    /// or cgroup (null for other scopes, or when not read).
+    pub resident_bytes: Option<u64>,
 }
 
 impl Profile {
@@ -203,6 +212,9 @@ pub struct ProcessInfo {
     /// Its traced heap at its highest (null when it allocated nothing
     /// traced); for a folded group, the sum of its processes' peaks.
     pub peak: Option<Peak>,
+    /// What the kernel counted of its memory over the trace, beside its
+    /// heap (null when not read: see docs/growth.md).
+    pub memory: Option<KernelMemory>,
     /// Its cgroup, container, namespace pid (docs/cgroups.md).
     #[serde(flatten)]
     pub identity: Identity,

@@ -160,6 +160,7 @@ fn one_process_at_end() -> Profile {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            memory: None,
             identity: Default::default(),
             command: "/opt/demo/bin/server --port 8080".to_string(),
             program: String::new(),
@@ -186,6 +187,7 @@ fn one_process_at_end() -> Profile {
         oom_kills: 0,
         temporary: None,
         group_by: Default::default(),
+        cgroup_memory: None,
     }
 }
 
@@ -267,6 +269,7 @@ pub(super) fn two_processes() -> Profile {
         oom_kills: 0,
         temporary: None,
         group_by: Default::default(),
+        cgroup_memory: None,
     }
 }
 
@@ -290,6 +293,7 @@ pub(super) fn empty() -> Profile {
             exit_status: None,
             allocators: Vec::new(),
             peak: None,
+            memory: None,
             identity: Default::default(),
         }],
         ..Profile::default()
@@ -334,6 +338,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            memory: None,
             identity: Default::default(),
             command: "/opt/demo/bin/server --worker".to_string(),
             program: String::new(),
@@ -361,6 +366,7 @@ fn two_processes_list() -> Vec<ProcessInfo> {
             folded: 0,
             oom_killed: None,
             temporary: None,
+            memory: None,
             identity: Default::default(),
             command: "/opt/demo/bin/server --worker".to_string(),
             program: String::new(),

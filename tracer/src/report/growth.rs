@@ -131,6 +131,7 @@ mod tests {
                 inuse_bytes: 8000 * i,
                 inuse_objects: 2 * i,
                 alloc_bytes: 200_000 * i,
+                resident_bytes: None,
             })
             .collect();
         let histories: [(&[u64], f64, Trend); 5] = [

@@ -204,8 +204,9 @@ impl Serialize for Document<'_> {
             oom_kills,
             temporary,
             group_by,
+            cgroup_memory,
         } = self.p;
-        let mut m = s.serialize_struct("Profile", 21)?;
+        let mut m = s.serialize_struct("Profile", 22)?;
         m.serialize_field("format", FORMAT)?;
         m.serialize_field("target", target)?;
         m.serialize_field("duration_secs", duration_secs)?;
@@ -216,6 +217,7 @@ impl Serialize for Document<'_> {
         m.serialize_field("min_age_secs", min_age_secs)?;
         m.serialize_field("snapshots", snapshots)?;
         m.serialize_field("processes", processes)?;
+        m.serialize_field("cgroup_memory", cgroup_memory)?;
         m.serialize_field("group_by", group_by)?;
         m.serialize_field("groups", &self.p.groups())?;
         m.serialize_field("hooks", hooks)?;

@@ -25,6 +25,7 @@ mod interruptible;
 mod json;
 mod json_layout;
 mod losses;
+pub mod memory_text;
 mod notes;
 mod notes_cgroup;
 mod otlp;

@@ -53,8 +53,33 @@ pub(super) fn comments(p: &Profile) -> Vec<String> {
         ));
     }
     c.extend(growth_comments(p));
+    c.extend(memory_comments(p));
     c.extend(p.notes.iter().map(Note::to_string));
     c
+}
+
+/// The kernel's memory numbers beside the heap (text's "Memory the
+/// kernel counted"), for the cgroup and at most 12 processes.
+fn memory_comments(p: &Profile) -> Vec<String> {
+    let sampled = !p.sampling().is_exact();
+    let cgroup = p
+        .cgroup_memory
+        .iter()
+        .map(|m| ("the cgroup".to_string(), m, None));
+    let processes = p.processes.iter().filter_map(|proc| {
+        let label = escape::text(&p.process_label(proc.pid, proc.start_time)).into_owned();
+        Some((label, proc.memory.as_ref()?, Some(proc.pid)))
+    });
+    cgroup
+        .chain(processes)
+        .take(13)
+        .flat_map(|(label, m, pid)| {
+            let explained = super::memory_text::explanation(m, pid, sampled);
+            explained
+                .into_iter()
+                .map(move |line| format!("memory of {label}: {line}"))
+        })
+        .collect()
 }
 
 /// Stacks listed by growth in the comments.

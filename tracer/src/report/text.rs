@@ -40,6 +40,7 @@ pub fn write_text_by(
     writeln!(w)?;
     super::groups_text::write_groups(p, w)?;
     write_stacks(p, top, sort, view, w)?;
+    super::memory_text::write_memory(p, w)?;
     super::text_peak::write_peak(p, top, w)?;
     super::churn_text::write_temporary_stacks(p, w, |stack, mut w| {
         write_frames(&stack.frames, stack.truncated, &[], &mut w)

@@ -8,7 +8,7 @@
 
 use anyhow::{bail, Context as _};
 
-use crate::profile::{Identity, ProcessInfo};
+use crate::profile::{Identity, KernelMemory, ProcessInfo};
 use crate::report::{Counts, Profile};
 
 /// Largest saved file read, and largest it may decompress to: 128 MiB.
@@ -134,6 +134,12 @@ pub fn check(p: &Profile) -> anyhow::Result<()> {
         for v in [s.inuse_bytes, s.inuse_objects, s.alloc_bytes] {
             count(v).with_context(|| format!("snapshot {i}"))?;
         }
+        if let Some(v) = s.resident_bytes {
+            count(v).with_context(|| format!("snapshot {i}: resident_bytes"))?;
+        }
+    }
+    if let Some(m) = &p.cgroup_memory {
+        kernel_memory(m).context("cgroup_memory")?;
     }
     let at_exit = &p.not_freed_at_exit;
     let mut exit_sum = [at_exit.processes, at_exit.bytes, at_exit.objects];
@@ -170,6 +176,9 @@ fn process(p: &ProcessInfo) -> anyhow::Result<()> {
             count(v).context("oom_killed")?;
         }
     }
+    if let Some(m) = &p.memory {
+        kernel_memory(m).context("memory")?;
+    }
     let id = &p.identity;
     if let Some(c) = id
         .container_id
@@ -186,6 +195,35 @@ fn process(p: &ProcessInfo) -> anyhow::Result<()> {
             "pod_uid \"{}\" is not a pod UID (8-4-4-4-12 hex digits)",
             shortened(u)
         );
+    }
+    Ok(())
+}
+
+/// The kernel's readings and the growth worked out from them: times in
+/// the trace, counts in range, a share a share.
+fn kernel_memory(m: &KernelMemory) -> anyhow::Result<()> {
+    for (name, r) in [("start", &m.start), ("peak", &m.peak), ("end", &m.end)] {
+        secs(r.secs, MAX_SECS).with_context(|| format!("{name}.secs"))?;
+        for v in [r.resident_bytes, r.anon_bytes, r.file_bytes, r.swap_bytes] {
+            count(v).with_context(|| name.to_string())?;
+        }
+    }
+    if let Some(g) = &m.growth {
+        let signed = [
+            g.resident_growth_bytes,
+            g.anon_growth_bytes,
+            g.file_growth_bytes,
+            g.heap_growth_bytes,
+        ];
+        for v in signed {
+            count(v.unsigned_abs()).context("growth")?;
+        }
+        for v in [g.allocator_retained_bytes, g.other_anon_bytes] {
+            count(v).context("growth")?;
+        }
+        if let Some(share) = g.heap_share.filter(|s| !(0.0..=1.0).contains(s)) {
+            bail!("growth.heap_share {share:?} is not a share (0 to 1)");
+        }
     }
     Ok(())
 }

@@ -95,6 +95,7 @@ fn json_reads_back_what_it_wrote_with_history() {
         inuse_bytes: 5,
         inuse_objects: 1,
         alloc_bytes: 9,
+        resident_bytes: Some(4096),
     }];
     p.min_age_secs = Some(2.5);
     p.stacks[0].series = vec![100];

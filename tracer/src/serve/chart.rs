@@ -25,12 +25,15 @@ pub struct PeakMark {
 
 /// Total in-use bytes at each snapshot, against seconds since the start,
 /// with the peak marked (a dashed line at its height, a dot at its time):
-/// a spike between two snapshots shows. None without history.
+/// a spike between two snapshots shows. Beside it, in green, the resident
+/// bytes the kernel counted of the traced process or cgroup where the
+/// snapshots have them. None without history.
 pub fn total_chart(points: &[SnapshotPoint], peak: Option<PeakMark>) -> Option<String> {
     let (first, last) = (points.first()?, points.last()?);
     let max = points
         .iter()
-        .map(|p| p.inuse_bytes)
+        .flat_map(|p| [Some(p.inuse_bytes), p.resident_bytes])
+        .flatten()
         .chain(peak.map(|p| p.bytes))
         .max()
         .unwrap_or(0)
@@ -74,6 +77,29 @@ pub fn total_chart(points: &[SnapshotPoint], peak: Option<PeakMark>) -> Option<S
                 r##"<circle class="peak" cx="{x:.1}" cy="{y:.1}" r="4" fill="#e67e22"><title>{what}</title></circle>"##
             );
         }
+    }
+    let resident: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|p| {
+            let bytes = p.resident_bytes?;
+            let (x, _) = xy(p);
+            Some((x, 10.0 + plot_h * (1.0 - bytes as f64 / max)))
+        })
+        .collect();
+    if let Some(&(x, y)) = resident.last() {
+        let last = points
+            .iter()
+            .rev()
+            .find_map(|p| p.resident_bytes)
+            .unwrap_or(0);
+        let _ = write!(
+            svg,
+            r##"<g class="resident">{}<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="#27ae60"><title>resident (the kernel's count): {}</title></circle><text x="{tx:.1}" y="{ty:.1}" text-anchor="end" fill="#27ae60">resident</text></g>"##,
+            polyline(resident.iter().copied(), "#27ae60", 1.5),
+            human_bytes(last),
+            tx = x - 6.0,
+            ty = (y - 6.0).max(20.0),
+        );
     }
     svg.push_str(&polyline(points.iter().map(xy), "#c0392b", 2.0));
     for p in points.iter().rev().take(1) {
@@ -159,6 +185,22 @@ mod tests {
         };
         let svg = total_chart(&[at(5.0, 1024), at(10.0, 2048)], None).expect("a chart");
         assert!(svg.contains(">2.0 KiB<"), "{svg}");
+        assert!(!svg.contains("resident"), "no readings, no line: {svg}");
+        let read = |secs, inuse_bytes, resident| SnapshotPoint {
+            resident_bytes: Some(resident),
+            ..at(secs, inuse_bytes)
+        };
+        let svg =
+            total_chart(&[read(5.0, 1024, 8192), read(10.0, 2048, 16384)], None).expect("a chart");
+        assert!(
+            svg.contains(">16.0 KiB<"),
+            "scaled to the resident bytes: {svg}"
+        );
+        assert!(
+            svg.contains(r#"class="resident""#)
+                && svg.contains("resident (the kernel's count): 16.0 KiB"),
+            "{svg}"
+        );
         assert!(svg.contains(">5 s<") && svg.contains(">10 s<"), "{svg}");
         // The first point is at the left edge, half way up.
         assert!(svg.contains("points=\"80.0,75.0 710.0,10.0 \""), "{svg}");

@@ -98,9 +98,51 @@ fn write_history(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
         }),
     };
     match chart::total_chart(&p.snapshots, peak) {
-        Some(svg) if p.snapshots.len() >= 2 => writeln!(w, "{svg}"),
-        _ => writeln!(w, "<p class=\"none\">{NO_HISTORY}</p>"),
+        Some(svg) if p.snapshots.len() >= 2 => writeln!(w, "{svg}")?,
+        _ => writeln!(w, "<p class=\"none\">{NO_HISTORY}</p>")?,
     }
+    write_memory(p, w)
+}
+
+/// The kernel's count of the memory beside the heap, and how much of its
+/// growth the heap explains (the text report's lines): the cgroup's and
+/// the three largest processes'.
+fn write_memory(p: &Profile, w: &mut impl Write) -> std::io::Result<()> {
+    let sampled = !p.sampling().is_exact();
+    let mut processes: Vec<_> = p
+        .processes
+        .iter()
+        .filter_map(|proc| Some((proc, proc.memory.as_ref()?)))
+        .collect();
+    processes.sort_by_key(|(_, m)| std::cmp::Reverse(m.end.resident_bytes));
+    let cgroup = p
+        .cgroup_memory
+        .iter()
+        .map(|m| ("the cgroup".to_string(), m, None));
+    let processes = processes.into_iter().take(3).map(|(proc, m)| {
+        (
+            p.process_label(proc.pid, proc.start_time),
+            m,
+            Some(proc.pid),
+        )
+    });
+    for (label, m, pid) in cgroup.chain(processes) {
+        let lines = report::memory_text::explanation(m, pid, sampled);
+        if lines.is_empty() {
+            continue;
+        }
+        writeln!(
+            w,
+            "<p class=\"memory\">Memory of {} (resident {}, the kernel's count):</p><ul class=\"memory\">",
+            html(&label),
+            chart::human_bytes(m.end.resident_bytes)
+        )?;
+        for line in lines {
+            writeln!(w, "<li>{}</li>", html(&line))?;
+        }
+        writeln!(w, "</ul>")?;
+    }
+    Ok(())
 }
 
 /// The top growing stacks; without history, the largest.

@@ -12,12 +12,14 @@ mod facts;
 mod finish;
 pub mod forks;
 mod loading;
+mod memory_watch;
 mod peak_snapshots;
 mod phases;
 pub mod progress;
 pub mod scope;
 mod settings;
 mod single;
+mod snapshots;
 mod stats;
 mod trace_loop;
 
@@ -152,6 +154,8 @@ pub struct Trace<'a> {
     otlp: Option<otlp::Push>,
     /// The probes being detached once the trace is finished.
     detaching: Option<loader::Detaching>,
+    /// The kernel's memory numbers of what is traced.
+    memory: memory_watch::MemoryWatch,
 }
 
 impl<'a> Trace<'a> {
@@ -179,6 +183,9 @@ impl<'a> Trace<'a> {
         let mut modules = loading::modules(&mut maps, &scope);
         let mut hooks = Hooks::new(settings.choice.clone(), settings.attach, config.verbose);
         scope.hook_initial(&mut loaded, &mut hooks)?;
+        // The heap is counted from here on (a started command runs from
+        // `begin`): the kernel's first reading is taken now.
+        let mut memory = memory_watch::MemoryWatch::new(scope.root(), scope.memory_files());
         loading::prepare_tables(&mut modules, &scope, &hooks);
         if config.verbose {
             loading::say_code_gen_and_sessions(&loaded);
@@ -204,6 +211,8 @@ impl<'a> Trace<'a> {
         // while it still runs, so its identity (start time, command, cgroup)
         // is its own, not that of a later process given its pid.
         finish::announce(config, &scope, &hooks);
+        let started = Instant::now();
+        memory.set_started(started);
         Ok(Trace {
             settings,
             signals,
@@ -212,7 +221,7 @@ impl<'a> Trace<'a> {
             hooks,
             collector,
             names,
-            started: Instant::now(),
+            started,
             started_unix_ns: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .ok()
@@ -224,6 +233,7 @@ impl<'a> Trace<'a> {
             serve: None,
             otlp: settings.otlp.clone().map(otlp::Push::start).transpose()?,
             detaching: None,
+            memory,
         })
     }
 
@@ -241,6 +251,7 @@ impl<'a> Trace<'a> {
         // An exec in the last moments of the trace: its process is named
         // for its new image, as one earlier would be.
         self.handle_execs(trace_loop::FINAL_EXEC_BUDGET);
+        self.read_memory();
         self.scope.let_go();
         if self.settings.config.verbose {
             let kernel = self.collector.kernel_unwind(&self.loaded.counters);
@@ -285,6 +296,7 @@ impl<'a> Trace<'a> {
             let objects = self.hooks.process_objects(p.pid, !p.exited);
             p.allocators = facts::process_allocators(&objects);
         }
+        self.memory.fill(&mut processes);
         let meta = Meta {
             target: self.scope.target(),
             processes,
@@ -311,64 +323,14 @@ impl<'a> Trace<'a> {
             min_age: in_use.min_age,
             born_since_ns: in_use.born_since_ns,
             kernel_unwind: self.collector.kernel_unwind(&self.loaded.counters),
+            cgroup_memory: self.memory.cgroup_memory(),
+            resident_now: self.memory.resident(),
         };
         let losses = self.collector.losses(read_losses(&self.loaded.counters));
         let mut profile = profile::build(meta, &self.collector, losses, &mut self.names);
         profile.group_by = self.settings.config.render.group_by;
         profile.notes.extend(self.peak_snapshots.note());
         profile
-    }
-
-    /// A history tick: the heap's per-stack sums now go into its history;
-    /// with `{n}` in -o, the snapshot is also written as a full report with
-    /// its number. A failure is said and the trace goes on.
-    fn history_tick(&mut self) {
-        self.snapshots += 1;
-        let elapsed = self.started.elapsed();
-        let unknown = crate::probes::counters::read_counter(
-            &self.loaded.counters,
-            tracer_common::counter::UNKNOWN_FREE_BYTES,
-        );
-        self.collector.tick_history(elapsed.as_secs_f64(), unknown);
-        if self.settings.numbered() {
-            self.write_snapshot("the trace went on");
-        }
-        if self.otlp.is_some() {
-            self.push_snapshot();
-        }
-    }
-
-    /// --otlp: the profile now, queued for the collector (sent by the
-    /// exporter's thread: a collector that is down costs the trace
-    /// nothing but this snapshot).
-    fn push_snapshot(&mut self) {
-        let mut profile = self.snapshot(&EndReason::Snapshot(
-            "snapshot pushed while tracing (the trace went on)".into(),
-        ));
-        profile.sort_stacks(self.settings.config.render.sort);
-        if let Some(push) = &self.otlp {
-            push.profile(&profile);
-        }
-    }
-
-    /// Writes the next numbered snapshot, `why` in its end reason. A
-    /// failure is said and the trace goes on.
-    fn write_snapshot(&mut self, why: &str) {
-        self.numbered += 1;
-        let n = self.numbered;
-        let elapsed = self.started.elapsed();
-        // Off while the snapshot is written: drawn again at the next tick.
-        console::clear_progress();
-        let in_use = InUseFilter::aged(self.settings.config.min_age);
-        let why = EndReason::Snapshot(format!("snapshot {n} ({why})"));
-        let mut profile = self.snapshot_at(&why, elapsed, in_use);
-        profile.sort_stacks(self.settings.config.render.sort);
-        if let Err(e) = self.settings.write_numbered(n, &profile, false) {
-            console::warn(format_args!(
-                "snapshot {n} not written: {}",
-                escape::text(&format!("{e:#}"))
-            ));
-        }
     }
 
     /// Writes the final report, detaches, and says how the trace went.

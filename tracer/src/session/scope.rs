@@ -147,6 +147,20 @@ impl Scope {
     }
 
     /// The process whose exit ends the trace (--pid, -- CMD).
+    /// --cgroup: where the cgroup's memory numbers are read (its own
+    /// files, or on a host whose memory controller is on cgroup v1, its
+    /// counterpart there); None for other scopes.
+    pub fn memory_files(&self) -> Option<crate::tracee::memory::CgroupMemoryFiles> {
+        match self {
+            Scope::Cgroup(cgroup) => {
+                let traced = &cgroup.cgroup;
+                let member = traced.processes().first().copied();
+                crate::tracee::memory::CgroupMemoryFiles::find(&traced.dir, &traced.path, member)
+            }
+            Scope::Single(_) | Scope::Binary(_) | Scope::SystemWide => None,
+        }
+    }
+
     pub fn root(&self) -> Option<u32> {
         match self {
             Scope::Single(single) => Some(single.pid),
@@ -314,6 +328,8 @@ impl Scope {
                 temporary: None,
                 // Filled in by the profile (collect/profile.rs).
                 peak: None,
+                // Filled in by the session (memory_watch.rs).
+                memory: None,
                 identity: r.identity.clone(),
             })
             .collect();

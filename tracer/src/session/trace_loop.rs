@@ -88,6 +88,9 @@ struct Ticks {
     stats_tick: tokio::time::Interval,
     /// The progress line.
     progress_tick: tokio::time::Interval,
+    /// The kernel's memory numbers (`memory_watch`), at once and then
+    /// every `MEMORY_INTERVAL`.
+    memory_tick: tokio::time::Interval,
 }
 
 impl Ticks {
@@ -103,11 +106,14 @@ impl Ticks {
         stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut progress_tick = tokio::time::interval(super::progress::PROGRESS_INTERVAL);
         progress_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut memory_tick = tokio::time::interval(super::memory_watch::MEMORY_INTERVAL);
+        memory_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         Ticks {
             poll,
             tick,
             stats_tick,
             progress_tick,
+            memory_tick,
         }
     }
 }
@@ -132,6 +138,7 @@ impl Trace<'_> {
             mut tick,
             mut stats_tick,
             mut progress_tick,
+            mut memory_tick,
         } = Ticks::start(now);
         let mut deadline = match phase {
             Phase::Trace { duration } => duration.map(|d| now + Duration::from_secs_f64(d)),
@@ -191,6 +198,10 @@ impl Trace<'_> {
                     self.show_progress(&mut progress);
                     Next::Continue
                 }
+                _ = memory_tick.tick() => {
+                    self.read_memory();
+                    Next::Continue
+                }
                 _ = stats_tick.tick(), if verbose => {
                     self.print_stats();
                     Next::Continue
@@ -223,6 +234,15 @@ impl Trace<'_> {
         if let Some(push) = &self.otlp {
             push.say_stats();
         }
+    }
+
+    /// The kernel's memory numbers of the traced processes now.
+    pub(super) fn read_memory(&mut self) {
+        let seen = self
+            .collector
+            .processes()
+            .running_pids(super::memory_watch::MAX_WATCHED);
+        self.memory.read(seen.into_iter());
     }
 
     /// The scope's look for new processes (--binary), whose maps are read.

@@ -11,5 +11,6 @@ pub mod identity;
 pub mod launch;
 pub mod ld_so_conf;
 pub mod liveness;
+pub mod memory;
 pub mod process;
 pub mod search;
