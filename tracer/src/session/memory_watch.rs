@@ -6,7 +6,8 @@
 //! Bounded: at most `MAX_WATCHED` running processes are read (the process
 //! whose exit ends the trace, then the first others seen allocating), and
 //! the readings of the last `MAX_EXITED` exited ones are kept; about
-//! 150 bytes each. Freed with the trace.
+//! 150 bytes each. Freed with the trace. The readings during the trace are
+//! taken on a thread of their own (memory_watcher.rs).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -71,6 +72,7 @@ impl Readings {
     }
 }
 
+#[derive(Clone)]
 pub struct MemoryWatch {
     started: Instant,
     /// The process whose exit ends the trace (--pid, -- CMD): read first.

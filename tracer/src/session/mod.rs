@@ -13,6 +13,7 @@ mod finish;
 pub mod forks;
 mod loading;
 mod memory_watch;
+mod memory_watcher;
 mod peak_snapshots;
 mod phases;
 pub mod progress;
@@ -155,7 +156,7 @@ pub struct Trace<'a> {
     /// The probes being detached once the trace is finished.
     detaching: Option<loader::Detaching>,
     /// The kernel's memory numbers of what is traced.
-    memory: memory_watch::MemoryWatch,
+    memory: memory_watcher::MemoryWatcher,
 }
 
 impl<'a> Trace<'a> {
@@ -213,6 +214,7 @@ impl<'a> Trace<'a> {
         finish::announce(config, &scope, &hooks);
         let started = Instant::now();
         memory.set_started(started);
+        let memory = memory_watcher::MemoryWatcher::start(memory, settings.tick);
         Ok(Trace {
             settings,
             signals,
@@ -251,7 +253,7 @@ impl<'a> Trace<'a> {
         // An exec in the last moments of the trace: its process is named
         // for its new image, as one earlier would be.
         self.handle_execs(trace_loop::FINAL_EXEC_BUDGET);
-        self.read_memory();
+        self.memory.finish();
         self.scope.let_go();
         if self.settings.config.verbose {
             let kernel = self.collector.kernel_unwind(&self.loaded.counters);

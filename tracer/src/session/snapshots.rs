@@ -15,7 +15,6 @@ impl Trace<'_> {
             &self.loaded.counters,
             tracer_common::counter::UNKNOWN_FREE_BYTES,
         );
-        self.memory.read_resident();
         self.collector
             .tick_history(elapsed.as_secs_f64(), unknown, self.memory.resident());
         if self.settings.numbered() {

@@ -88,8 +88,8 @@ struct Ticks {
     stats_tick: tokio::time::Interval,
     /// The progress line.
     progress_tick: tokio::time::Interval,
-    /// The kernel's memory numbers (`memory_watch`), at once and then
-    /// every `MEMORY_INTERVAL`.
+    /// The processes offered to the memory watcher, at once and then every
+    /// `MEMORY_INTERVAL`.
     memory_tick: tokio::time::Interval,
 }
 
@@ -199,7 +199,7 @@ impl Trace<'_> {
                     Next::Continue
                 }
                 _ = memory_tick.tick() => {
-                    self.read_memory();
+                    self.offer_memory();
                     Next::Continue
                 }
                 _ = stats_tick.tick(), if verbose => {
@@ -236,13 +236,14 @@ impl Trace<'_> {
         }
     }
 
-    /// The kernel's memory numbers of the traced processes now.
-    pub(super) fn read_memory(&mut self) {
+    /// The processes whose memory the watcher may read (it reads on its
+    /// own thread).
+    fn offer_memory(&mut self) {
         let seen = self
             .collector
             .processes()
             .running_pids(super::memory_watch::MAX_WATCHED);
-        self.memory.read(seen.into_iter());
+        self.memory.offer(seen);
     }
 
     /// The scope's look for new processes (--binary), whose maps are read.
