@@ -4,6 +4,7 @@
 //! They need root (BPF): `cargo xtask test` checks it once before running
 //! them, and none is ever skipped.
 
+mod agent;
 mod allocator_frames;
 mod allocators;
 mod big_saved;

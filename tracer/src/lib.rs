@@ -15,6 +15,7 @@
 // Only `console` writes stderr (clippy.toml also disallows `io::stderr`).
 #![deny(clippy::print_stderr)]
 
+pub mod agent;
 pub mod cli;
 pub mod collect;
 pub mod command_line;

@@ -13,11 +13,23 @@ fn main() -> ExitCode {
     if memtrace_bpf::saved::is_subcommand(args.first()) {
         return memtrace_bpf::saved::main(args);
     }
+    if args.first().is_some_and(|a| a == "agent") {
+        return memtrace_bpf::agent::main(args);
+    }
     let cli = cli::Cli::parse(); // exits with status 2 on a bad command line
     if let Err(msg) = cli.validate() {
         // console, not eprintln!: a closed stderr must not panic (status 101).
         console::error(escape::text(&msg));
         return ExitCode::from(2);
+    }
+    if let Some(agent) = &cli.agent {
+        return match memtrace_bpf::agent::client::run(&cli, agent) {
+            Ok(code) => ExitCode::from(code),
+            Err(err) => {
+                console::error(escape::text(&format!("{err:#}")));
+                ExitCode::FAILURE
+            }
+        };
     }
     match session::run(&cli.trace_config()) {
         Ok(code) => ExitCode::from(code),

@@ -132,6 +132,13 @@ pub struct Cli {
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_addr)]
     pub serve: Option<std::net::SocketAddr>,
 
+    /// Run the trace through a running `memtrace-bpf agent`: its Unix
+    /// socket's path or its HOST:PORT (docs/agent.md). Takes --pid,
+    /// --binary or --cgroup, -d, --sample-rate, --interval, --min-age, -f
+    /// and -o.
+    #[arg(long, value_name = "SOCKET|HOST:PORT", value_parser = crate::agent::client::Address::parse)]
+    pub agent: Option<crate::agent::client::Address>,
+
     /// Push the profile to an OpenTelemetry collector as OTLP profiles
     /// (OTLP/HTTP protobuf, http:// only) at each --interval tick and at the
     /// end. URL without a path: /v1development/profiles is added. Without

@@ -92,7 +92,7 @@ pub fn explanation(m: &KernelMemory, pid: Option<u32>, sampled: bool) -> Vec<Str
         )),
         Some(share) => lines.push(share_line(g, share)),
     }
-    if g.allocator_retained_bytes > 0 {
+    if g.allocator_retained_bytes >= crate::profile::MIN_GROWTH {
         lines.push(format!(
             "{} of it the heap held at its peak and freed by the end: memory the allocator may \
              keep (glibc gives it back with malloc_trim(0), sooner with MALLOC_TRIM_THRESHOLD_ \

@@ -1,0 +1,400 @@
+//! `memtrace-bpf agent`: nothing runs until a trace is asked for; traces of
+//! two processes at two sample rates run at once, each with its own
+//! numbers; a trace ends early on DELETE with its final profile; `go tool
+//! pprof` reads the on-demand heap profile; `--agent` runs the usual
+//! command line through it; the Unix socket refuses other users; bad
+//! requests get a 4xx and start nothing.
+
+use std::{
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use memtrace_bpf::agent::client::{request, Address};
+use serde_json::Value;
+
+use crate::harness::{
+    compile_c,
+    pprof::pprof,
+    scratch,
+    sites::{per_site, EXPECTED_PER_THREAD, O2_FLAGS, THREADS},
+    Lines, Target, TRACER,
+};
+
+/// A running agent on its own socket and a free loopback port; stopped
+/// (SIGTERM) when dropped.
+struct Agent {
+    child: Child,
+    socket: PathBuf,
+    tcp: String,
+    dir: PathBuf,
+    stderr: Lines,
+}
+
+impl Agent {
+    fn start(tag: &str) -> Agent {
+        let base = scratch(&format!("agent-{tag}"));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).expect("scratch dir");
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755))
+            .expect("scratch dir mode");
+        let (socket, dir) = (base.join("run/agent.sock"), base.join("traces"));
+        let mut child = Command::new(TRACER)
+            .arg("agent")
+            .args(["--serve", "127.0.0.1:0", "--max-traces", "3"])
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the agent");
+        let mut stderr = Lines::new(child.stderr.take().expect("stderr piped"));
+        let ready = stderr.wait_for("agent ready: http://", "agent start");
+        let tcp = ready
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .expect("the agent's address")
+            .to_string();
+        Agent {
+            child,
+            socket,
+            tcp,
+            dir,
+            stderr,
+        }
+    }
+
+    fn unix(&self) -> Address {
+        Address::Unix(self.socket.clone())
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, raw) = request(&self.unix(), method, path, body.map(str::as_bytes))
+            .expect("the agent answers");
+        let value = serde_json::from_slice(&raw)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&raw).into_owned()));
+        (status, value)
+    }
+
+    fn post(&self, body: &str) -> u64 {
+        let (status, started) = self.call("POST", "/traces", Some(body));
+        assert_eq!(status, 201, "{started}");
+        started["id"].as_u64().expect("an id")
+    }
+
+    /// Waits until trace `id`'s state satisfies `done`.
+    fn wait(&self, id: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, state) = self.call("GET", &format!("/traces/{id}"), None);
+            assert_eq!(status, 200, "{state}");
+            if done(&state) {
+                return state;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "trace {id} never {what}: {state}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn profile(&self, id: u64) -> Value {
+        let path = format!("/traces/{id}?format=json");
+        let (status, raw) = request(&self.unix(), "GET", &path, None).expect("the agent answers");
+        let text = String::from_utf8_lossy(&raw);
+        assert_eq!(status, 200, "{text}");
+        crate::harness::parse_report(&text)
+    }
+
+    /// The agent's tracer processes now.
+    fn children(&self) -> Vec<u32> {
+        let pid = self.child.id();
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the agent's threads");
+        tasks
+            .filter_map(Result::ok)
+            .flat_map(|t| {
+                std::fs::read_to_string(t.path().join("children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory effects; the child is not reaped yet.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+fn sites_target() -> Target {
+    Target::start(&compile_c("sites", "agent-sites", O2_FLAGS), &[])
+}
+
+/// Only `pid`'s stacks, and each of its sites exactly.
+fn assert_sites_of(profile: &Value, pid: u32) {
+    let pids: Vec<u64> = profile["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter_map(|s| s["pid"].as_u64())
+        .collect();
+    assert!(pids.iter().all(|&p| p == u64::from(pid)), "{pids:?}");
+    let got = per_site(profile);
+    for (site, per_thread) in EXPECTED_PER_THREAD {
+        let want = per_thread.map(|v| v * THREADS);
+        assert_eq!(got.get(*site), Some(&want), "{site}: {got:#?}");
+    }
+}
+
+#[test]
+fn traces_start_on_request_run_side_by_side_and_end_early_on_delete() {
+    let agent = Agent::start("traces");
+    assert!(agent.children().is_empty(), "nothing runs before a request");
+    let (status, list) = agent.call("GET", "/traces", None);
+    assert_eq!((status, &list["traces"]), (200, &Value::Array(vec![])));
+
+    let (mut a, mut b) = (sites_target(), sites_target());
+    let exact = agent.post(&format!(
+        r#"{{"pid": {}, "seconds": 120, "sample_rate": 1}}"#,
+        a.pid()
+    ));
+    let sampled = agent.post(&format!(
+        r#"{{"pid": {}, "seconds": 120, "sample_rate": 4096, "interval": 1}}"#,
+        b.pid()
+    ));
+    assert_eq!(agent.children().len(), 2);
+    for id in [exact, sampled] {
+        agent.wait(id, "attached", |s| s["attached"] == true);
+    }
+    a.run_sites();
+    b.run_sites();
+    // The profile so far: a snapshot of the sampled trace, still running.
+    let so_far = agent.wait(sampled, "wrote a snapshot", |s| s["profile"] == true);
+    assert_eq!(so_far["state"], "running", "{so_far}");
+    let (status, svg) = request(
+        &agent.unix(),
+        "GET",
+        &format!("/traces/{sampled}?format=flamegraph"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        String::from_utf8_lossy(&svg).contains("<svg"),
+        "a flamegraph"
+    );
+
+    for id in [exact, sampled] {
+        let (status, state) = agent.call("DELETE", &format!("/traces/{id}"), None);
+        assert_eq!(status, 202, "{state}");
+    }
+    for id in [exact, sampled] {
+        let done = agent.wait(id, "ended", |s| s["state"] != "running");
+        assert_eq!(
+            (&done["state"], &done["ended_early"]),
+            (&"done".into(), &true.into()),
+            "{done}"
+        );
+        assert!(done["elapsed_secs"].as_f64() < Some(100.0), "{done}");
+    }
+    let exact_profile = agent.profile(exact);
+    assert_eq!(exact_profile["sample_rate"], 1);
+    assert_sites_of(&exact_profile, a.pid());
+    let sampled_profile = agent.profile(sampled);
+    assert_eq!(sampled_profile["sample_rate"], 4096);
+    let pids: Vec<u64> = sampled_profile["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter_map(|s| s["pid"].as_u64())
+        .collect();
+    assert!(
+        !pids.is_empty() && pids.iter().all(|&p| p == u64::from(b.pid())),
+        "{pids:?}"
+    );
+    assert!(agent.children().is_empty(), "the tracers were reaped");
+    // Their files: the final profile and the log of each, nothing older.
+    let mut files: Vec<String> = std::fs::read_dir(&agent.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4, "{files:?}");
+}
+
+#[test]
+fn go_tool_pprof_reads_the_on_demand_heap_profile() {
+    let agent = Agent::start("pprof");
+    let bin = compile_c("rss_growth", "agent-rss", crate::harness::sites::FP_FLAGS);
+    let target = Target::start(&bin, &["malloc", "60"]);
+    let (status, body) = crate::harness::http::get(
+        &agent.tcp,
+        &format!(
+            "/debug/pprof/heap?pid={}&seconds=3&sample_rate=1",
+            target.pid()
+        ),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let file = scratch("agent-heap.pb");
+    std::fs::write(&file, &body).unwrap();
+    let top = pprof(&["-top", "-sample_index=inuse_space"], &file);
+    assert!(top.contains("leak_block"), "{top}");
+    assert!(top.contains("Type: inuse_space"), "{top}");
+    let (status, _) = crate::harness::http::get(
+        &agent.tcp,
+        &format!("/debug/pprof/allocs?pid={}&seconds=1", target.pid()),
+    );
+    assert_eq!(status, 200);
+    let allocs = scratch("agent-allocs.pb");
+    let (_, body) = crate::harness::http::get(
+        &agent.tcp,
+        &format!(
+            "/debug/pprof/allocs?pid={}&seconds=1&sample_rate=1",
+            target.pid()
+        ),
+    );
+    std::fs::write(&allocs, &body).unwrap();
+    assert!(pprof(&["-top"], &allocs).contains("Type: alloc_space"));
+}
+
+#[test]
+fn the_agent_flag_runs_the_usual_command_line_through_it() {
+    let agent = Agent::start("client");
+    let bin = compile_c(
+        "rss_growth",
+        "agent-client",
+        crate::harness::sites::FP_FLAGS,
+    );
+    let target = Target::start(&bin, &["malloc", "60"]);
+    let out = scratch("agent-client.json");
+    let run = Command::new(TRACER)
+        .arg("--agent")
+        .arg(&agent.socket)
+        .args([
+            "--pid",
+            &target.pid().to_string(),
+            "-d",
+            "3",
+            "--sample-rate",
+            "1",
+        ])
+        .args(["-f", "json", "-o"])
+        .arg(&out)
+        .output()
+        .expect("run the client");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("through the agent done"), "{stderr}");
+    let report = crate::harness::read_json(&out);
+    assert_eq!(report["sample_rate"], 1);
+    let leak = crate::harness::inuse_from(&report, "leak_block");
+    assert!(leak.1 >= 20, "{leak:?}");
+    // What does not go through an agent is said.
+    let refused = Command::new(TRACER)
+        .arg("--agent")
+        .arg(&agent.socket)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not taken through --agent"));
+}
+
+#[test]
+fn the_socket_refuses_other_users_and_bad_requests_start_nothing() {
+    let agent = Agent::start("guard");
+    let mode = std::fs::metadata(&agent.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let connect = format!(
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect({:?})",
+        agent.socket.to_str().unwrap()
+    );
+    let nobody = Command::new("python3")
+        .args(["-c", &connect])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("python3 as nobody");
+    assert!(!nobody.status.success());
+    assert!(String::from_utf8_lossy(&nobody.stderr).contains("PermissionError"));
+
+    let bad: [(&str, &str, Option<&str>, u16, &str); 9] = [
+        (
+            "POST",
+            "/traces",
+            Some("not json"),
+            400,
+            "not a trace request",
+        ),
+        (
+            "POST",
+            "/traces",
+            Some(r#"{"pid": 1, "seconds": 99999}"#),
+            400,
+            "seconds must be",
+        ),
+        (
+            "POST",
+            "/traces",
+            Some(r#"{"pid": 1, "sample_rate": 0}"#),
+            400,
+            "sample_rate must be",
+        ),
+        (
+            "POST",
+            "/traces",
+            Some(r#"{"pid": 4194304}"#),
+            400,
+            "no process has pid",
+        ),
+        (
+            "POST",
+            "/traces",
+            Some(r#"{"binary": "/nonexistent"}"#),
+            400,
+            "no such file",
+        ),
+        ("POST", "/traces", Some("{}"), 400, "say what to trace"),
+        ("GET", "/traces/77", None, 404, "no trace 77"),
+        (
+            "GET",
+            "/debug/pprof/heap?pid=1&seconds=9999",
+            None,
+            400,
+            "1 to 300",
+        ),
+        ("GET", "/nowhere", None, 404, "the agent serves"),
+    ];
+    for (method, path, body, want, says) in bad {
+        let (status, answer) = agent.call(method, path, body);
+        assert_eq!(status, want, "{method} {path}: {answer}");
+        assert!(
+            answer.to_string().contains(says),
+            "{method} {path}: {answer}"
+        );
+    }
+    let big = format!(r#"{{"pid": 1, "binary": "{}"}}"#, "x".repeat(8000));
+    assert_eq!(agent.call("POST", "/traces", Some(&big)).0, 413);
+    assert_eq!(
+        agent.call("GET", "/traces", None).1["traces"],
+        Value::Array(vec![])
+    );
+    assert!(agent.children().is_empty(), "nothing was started");
+    assert!(!Path::new(&agent.dir).join("1.stderr").exists());
+    let _ = &agent.stderr;
+}

@@ -1,0 +1,377 @@
+//! The agent's traces: each one a tracer process of its own (this same
+//! binary, with the request's command line), writing its profile so far
+//! as numbered JSON snapshots into the agent's directory and its final
+//! profile last. Separate processes keep every trace's numbers its own:
+//! two traces never share a sample rate, a filter or a live map.
+//!
+//! Bounded: at most `max_running` traces run at once (a request beyond is
+//! refused), the last `MAX_FINISHED` finished ones are kept with their
+//! final profile (older ones are removed, files and all), and of a running
+//! trace only its newest snapshot is kept on disk.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::{Read as _, Seek as _},
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Instant, SystemTime},
+};
+
+use serde::Serialize;
+
+use super::request::TraceRequest;
+
+/// Finished traces kept, with their profiles.
+pub const MAX_FINISHED: usize = 32;
+/// The end of a failed tracer's stderr kept as its error.
+const MAX_ERROR: u64 = 2048;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Running,
+    Done,
+    Failed,
+}
+
+pub struct Job {
+    pub id: u64,
+    pub request: TraceRequest,
+    started: Instant,
+    started_unix_secs: u64,
+    child: Option<Child>,
+    pub state: State,
+    /// Why it failed: the end of the tracer's stderr, escaped.
+    error: Option<String>,
+    /// DELETE ended it before its time.
+    ended_early: bool,
+    ended: Option<Instant>,
+}
+
+/// A trace as `GET /traces` lists it.
+#[derive(Serialize)]
+pub struct Status {
+    pub id: u64,
+    pub target: String,
+    pub seconds: f64,
+    pub sample_rate: u64,
+    pub interval: f64,
+    pub min_age: Option<f64>,
+    pub state: State,
+    pub error: Option<String>,
+    pub ended_early: bool,
+    pub started_unix_secs: u64,
+    /// Seconds it has run (or ran).
+    pub elapsed_secs: f64,
+    /// Its probes are attached: the tracer said it is tracing.
+    pub attached: bool,
+    /// Whether a profile can be had (`?format=`): a snapshot was written.
+    pub profile: bool,
+}
+
+pub enum StartError {
+    /// `max_running` traces run already.
+    Busy(usize),
+    Spawn(String),
+}
+
+pub struct Jobs {
+    dir: PathBuf,
+    exe: PathBuf,
+    max_running: usize,
+    next_id: u64,
+    jobs: BTreeMap<u64, Job>,
+}
+
+impl Jobs {
+    /// Traces run `exe` and write into `dir` (made already, root's only).
+    pub fn new(dir: PathBuf, exe: PathBuf, max_running: usize) -> Jobs {
+        Jobs {
+            dir,
+            exe,
+            max_running,
+            next_id: 1,
+            jobs: BTreeMap::new(),
+        }
+    }
+
+    pub fn running(&self) -> usize {
+        self.jobs
+            .values()
+            .filter(|j| j.state == State::Running)
+            .count()
+    }
+
+    /// Starts a trace; its id.
+    pub fn start(&mut self, request: TraceRequest) -> Result<u64, StartError> {
+        self.sweep();
+        if self.running() >= self.max_running {
+            return Err(StartError::Busy(self.max_running));
+        }
+        let id = self.next_id;
+        let stderr = fs::File::create(self.stderr_path(id))
+            .map_err(|e| StartError::Spawn(format!("creating the trace's log: {e}")))?;
+        let mut command = Command::new(&self.exe);
+        command
+            .args(request.tracer_args(&self.dir.join(format!("{id}-{{n}}.json"))))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between
+        // fork and exec. The trace ends (and writes its report) when the
+        // agent's thread that started it, the runtime's only one, dies.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| StartError::Spawn(format!("starting {}: {e}", self.exe.display())))?;
+        self.next_id += 1;
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                request,
+                started: Instant::now(),
+                started_unix_secs: SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                child: Some(child),
+                state: State::Running,
+                error: None,
+                ended_early: false,
+                ended: None,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Ends a running trace now: SIGINT, as Ctrl-C would; it writes its
+    /// final profile. False when there is no such trace.
+    pub fn cancel(&mut self, id: u64) -> bool {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return false;
+        };
+        if let Some(child) = &job.child {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // SAFETY: kill has no memory effects; the child is ours and
+                // not reaped yet (its Child is held), so the pid is its.
+                unsafe { libc::kill(pid, libc::SIGINT) };
+                job.ended_early = true;
+            }
+        }
+        true
+    }
+
+    /// Reaps the traces that ended, keeps only each running trace's newest
+    /// snapshot, and removes the oldest finished beyond `MAX_FINISHED`.
+    pub fn sweep(&mut self) {
+        for job in self.jobs.values_mut() {
+            let Some(child) = job.child.as_mut() else {
+                continue;
+            };
+            match child.try_wait() {
+                Ok(None) => {}
+                Ok(Some(status)) => {
+                    job.child = None;
+                    job.ended = Some(Instant::now());
+                    let written = newest_snapshot(&self.dir, job.id).is_some();
+                    if status.success() && written {
+                        job.state = State::Done;
+                    } else {
+                        job.state = State::Failed;
+                        job.error = Some(tail_of(&self.dir.join(format!("{}.stderr", job.id))));
+                    }
+                }
+                Err(e) => {
+                    job.child = None;
+                    job.state = State::Failed;
+                    job.error = Some(format!("waiting for the tracer: {e}"));
+                }
+            }
+            prune_snapshots(&self.dir, job.id);
+        }
+        let finished: Vec<u64> = self
+            .jobs
+            .values()
+            .filter(|j| j.state != State::Running)
+            .map(|j| j.id)
+            .collect();
+        for id in finished
+            .iter()
+            .take(finished.len().saturating_sub(MAX_FINISHED))
+        {
+            self.jobs.remove(id);
+            remove_files(&self.dir, *id);
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    pub fn statuses(&self) -> Vec<Status> {
+        self.jobs.values().map(|j| self.status(j)).collect()
+    }
+
+    pub fn status(&self, job: &Job) -> Status {
+        let r = &job.request;
+        Status {
+            id: job.id,
+            target: r.label(),
+            seconds: r.seconds,
+            sample_rate: r.sample_rate,
+            interval: r.interval,
+            min_age: r.min_age,
+            state: job.state.clone(),
+            error: job.error.clone(),
+            ended_early: job.ended_early,
+            started_unix_secs: job.started_unix_secs,
+            elapsed_secs: job
+                .ended
+                .unwrap_or_else(Instant::now)
+                .duration_since(job.started)
+                .as_secs_f64(),
+            attached: said_tracing(&self.stderr_path(job.id)),
+            profile: newest_snapshot(&self.dir, job.id).is_some(),
+        }
+    }
+
+    /// The trace's newest profile: its final one once it ended.
+    pub fn profile_path(&self, id: u64) -> Option<PathBuf> {
+        newest_snapshot(&self.dir, id).map(|(_, path)| path)
+    }
+
+    /// The agent stops: every running trace ends and writes its profile
+    /// (waited for up to `grace`, then killed).
+    pub fn stop_all(&mut self, grace: std::time::Duration) {
+        let ids: Vec<u64> = self.jobs.keys().copied().collect();
+        for id in ids {
+            self.cancel(id);
+        }
+        let deadline = Instant::now() + grace;
+        while self.running() > 0 && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            self.sweep();
+        }
+        for job in self.jobs.values_mut() {
+            if let Some(child) = job.child.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    fn stderr_path(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("{id}.stderr"))
+    }
+}
+
+/// `ID-N.json` with the highest N.
+fn newest_snapshot(dir: &Path, id: u64) -> Option<(u64, PathBuf)> {
+    snapshots(dir, id).into_iter().max_by_key(|(n, _)| *n)
+}
+
+fn snapshots(dir: &Path, id: u64) -> Vec<(u64, PathBuf)> {
+    let prefix = format!("{id}-");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n = name.strip_prefix(&prefix)?.strip_suffix(".json")?;
+            Some((n.parse::<u64>().ok()?, e.path()))
+        })
+        .collect()
+}
+
+/// Every snapshot of trace `id` but the newest.
+fn prune_snapshots(dir: &Path, id: u64) {
+    let mut all = snapshots(dir, id);
+    all.sort_by_key(|(n, _)| *n);
+    all.pop();
+    for (_, path) in all {
+        let _ = fs::remove_file(path);
+    }
+}
+
+fn remove_files(dir: &Path, id: u64) {
+    for (_, path) in snapshots(dir, id) {
+        let _ = fs::remove_file(path);
+    }
+    let _ = fs::remove_file(dir.join(format!("{id}.stderr")));
+}
+
+/// The tracer's stderr has its "tracing ..." line (within its first 8 KiB).
+fn said_tracing(path: &Path) -> bool {
+    let mut head = Vec::new();
+    let read = fs::File::open(path).and_then(|f| f.take(8192).read_to_end(&mut head));
+    read.is_ok()
+        && head
+            .split(|&b| b == b'\n')
+            .any(|l| l.starts_with(b"memtrace-bpf: tracing "))
+}
+
+/// The last lines of a tracer's stderr (at most `MAX_ERROR` bytes),
+/// escaped: they quote paths and names the traced processes chose.
+fn tail_of(path: &Path) -> String {
+    let Ok(mut file) = fs::File::open(path) else {
+        return "the tracer failed and left no message".into();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let _ = file.seek(std::io::SeekFrom::Start(len.saturating_sub(MAX_ERROR)));
+    let mut raw = Vec::new();
+    let _ = file.take(MAX_ERROR).read_to_end(&mut raw);
+    match raw
+        .split(|&b| b == b'\n')
+        .rfind(|line| !line.trim_ascii().is_empty())
+    {
+        Some(last) => {
+            let last = last.trim_ascii();
+            let last = last.strip_prefix(b"memtrace-bpf: ").unwrap_or(last);
+            crate::escape::bytes(last.strip_prefix(b"error: ").unwrap_or(last))
+        }
+        None => "the tracer failed and left no message".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_newest_snapshot_is_kept_and_found() {
+        let dir = std::env::temp_dir().join(format!("memtrace-jobs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        for name in ["3-1.json", "3-2.json", "3-10.json", "31-1.json", "3-x.json"] {
+            fs::write(dir.join(name), "{}").unwrap();
+        }
+        assert_eq!(newest_snapshot(&dir, 3).map(|s| s.0), Some(10));
+        prune_snapshots(&dir, 3);
+        let mut left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["3-10.json", "3-x.json", "31-1.json"]);
+        fs::write(
+            dir.join("3.stderr"),
+            "memtrace-bpf: tracing\nmemtrace-bpf: error: no \u{1b}[2J\n",
+        )
+        .unwrap();
+        assert_eq!(tail_of(&dir.join("3.stderr")), "no \\x1b[2J");
+        remove_files(&dir, 3);
+        assert!(newest_snapshot(&dir, 3).is_none());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,205 @@
+//! `memtrace-bpf agent`: a host agent that attaches nothing until asked.
+//! It serves an HTTP API (api.rs) on loopback and on a Unix socket only
+//! root may open; each trace asked for runs as a tracer process of its own
+//! (jobs.rs). `--agent ADDR` on the trace's command line runs a trace
+//! through it (client.rs). docs/agent.md.
+
+use std::{
+    net::SocketAddr,
+    os::unix::fs::{DirBuilderExt as _, FileTypeExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use clap::Parser as _;
+
+pub mod api;
+pub mod client;
+mod jobs;
+mod listen;
+pub mod request;
+
+/// Where the Unix socket is unless --socket says.
+pub const DEFAULT_SOCKET: &str = "/run/memtrace-bpf/agent.sock";
+/// The traces' snapshots and logs, unless --dir says.
+const DEFAULT_DIR: &str = "/run/memtrace-bpf/traces";
+/// How often ended traces are reaped and old snapshots removed.
+const SWEEP: Duration = Duration::from_secs(1);
+/// How long traces get to write their profiles when the agent stops.
+const STOP_GRACE: Duration = Duration::from_secs(20);
+
+/// Run the host agent: nothing is attached until a trace is asked for
+/// through its API (docs/agent.md).
+#[derive(Debug, clap::Parser)]
+#[command(name = "memtrace-bpf agent", bin_name = "memtrace-bpf agent")]
+pub struct AgentCli {
+    /// The API's TCP address (HOST:PORT; "off" for none). Loopback only
+    /// unless --allow-remote.
+    #[arg(long, default_value = "127.0.0.1:6060", value_name = "HOST:PORT")]
+    pub serve: String,
+
+    /// The API's Unix socket, made mode 0600 (root only) in a directory
+    /// made 0700.
+    #[arg(long, default_value = DEFAULT_SOCKET, value_name = "PATH")]
+    pub socket: PathBuf,
+
+    /// Where the traces write their profiles (made 0700).
+    #[arg(long, default_value = DEFAULT_DIR, value_name = "PATH")]
+    pub dir: PathBuf,
+
+    /// Most traces running at once; a request beyond gets 429.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub max_traces: usize,
+
+    /// Let --serve listen on an address other hosts reach: anyone who
+    /// reaches it can start traces that read any process's stacks.
+    #[arg(long)]
+    pub allow_remote: bool,
+}
+
+/// `memtrace-bpf agent ...`: `args` from "agent" on.
+pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let cli = match AgentCli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            crate::console::error(crate::escape::text(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn tcp_address(cli: &AgentCli) -> anyhow::Result<Option<SocketAddr>> {
+    if cli.serve == "off" {
+        return Ok(None);
+    }
+    let addr = crate::cli::parse_addr(&cli.serve).map_err(|e| anyhow::anyhow!("agent {e}"))?;
+    if !addr.ip().is_loopback() {
+        if !cli.allow_remote {
+            anyhow::bail!(
+                "--serve {addr} is not a loopback address: anyone who reaches it could start \
+                 traces that read any process's stacks; use 127.0.0.1, the Unix socket, or add \
+                 --allow-remote behind a firewall"
+            );
+        }
+        crate::console::warn(format_args!(
+            "--serve {addr} is not a loopback address (--allow-remote): anyone who reaches it \
+             can start traces that read any process's stacks and command lines"
+        ));
+    }
+    Ok(Some(addr))
+}
+
+fn run(cli: &AgentCli) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        anyhow::bail!("the agent starts traces that load BPF programs: run it as root");
+    }
+    if !(1..=64).contains(&cli.max_traces) {
+        anyhow::bail!("--max-traces takes 1 to 64, got {}", cli.max_traces);
+    }
+    let tcp = tcp_address(cli)?;
+    private_dir(&cli.dir)?;
+    let exe = std::env::current_exe().context("finding the tracer's own binary")?;
+    let agent = Arc::new(api::Agent {
+        jobs: Mutex::new(jobs::Jobs::new(cli.dir.clone(), exe, cli.max_traces)),
+    });
+    // One thread: the traces' pdeathsig is tied to the thread that
+    // started them (jobs.rs); rendering goes to blocking threads.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(4)
+        .build()
+        .context("starting the agent's runtime")?;
+    let result = runtime.block_on(async {
+        let unix = bind_socket(&cli.socket)?;
+        let tcp = match tcp {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("--serve {addr}: cannot listen"))?,
+            ),
+            None => None,
+        };
+        let shown = tcp
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| format!("http://{a}/ and "))
+            .unwrap_or_default();
+        crate::console::say(format_args!(
+            "agent ready: {shown}{} (nothing attached until a trace is asked for)",
+            crate::escape::path(&cli.socket)
+        ));
+        // Traces that ended are reaped, and old snapshots removed, even
+        // when no one asks.
+        let sweeper = agent.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SWEEP);
+            loop {
+                every.tick().await;
+                sweeper.jobs().sweep();
+            }
+        });
+        listen::serve(api::router(agent.clone()), tcp, unix).await
+    });
+    let _ = std::fs::remove_file(&cli.socket);
+    agent.jobs().stop_all(STOP_GRACE);
+    result
+}
+
+/// `dir`, made 0700 if missing; refused if another user owns it or
+/// others may write to it.
+fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("making {}", crate::escape::path(dir)))?;
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .with_context(|| format!("reading {}", crate::escape::path(dir)))?;
+    use std::os::unix::fs::MetadataExt as _;
+    if !meta.is_dir() || meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+        anyhow::bail!(
+            "{} must be a directory root owns that no one else may write to",
+            crate::escape::path(dir)
+        );
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} root's only", crate::escape::path(dir)))
+}
+
+/// The Unix socket, mode 0600 in a 0700 directory: only root connects.
+/// A socket left by an agent that died is replaced; any other file there
+/// is refused.
+fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        private_dir(parent)?;
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            anyhow::bail!(
+                "--socket {}: a file that is not a socket is there",
+                crate::escape::path(path)
+            );
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!(
+                "--socket {}: an agent already listens there",
+                crate::escape::path(path)
+            );
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("--socket {}: cannot listen", crate::escape::path(path)))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
