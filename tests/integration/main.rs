@@ -5,6 +5,7 @@
 //! them, and none is ever skipped.
 
 mod agent;
+mod agent_triggers;
 mod allocator_frames;
 mod allocators;
 mod big_saved;

@@ -1,8 +1,9 @@
 /* Memory that grows at a known pace, by the program's own clock:
  *   rss_growth mmap SECS    every 100 ms maps 2 MiB of anonymous memory
  *                           with mmap (not malloc) and writes every page;
- *   rss_growth malloc SECS  every 100 ms keeps a 1 MiB block from malloc,
- *                           written in full.
+ *   rss_growth malloc SECS [MIB]
+ *                           every 100 ms keeps MIB (default 1) 1 MiB blocks
+ *                           from malloc, written in full.
  * Both also allocate, use and free a small block every tick
  * (churn_block), so that the allocator is called either way. Prints
  * "ready" once started; runs SECS seconds (default 60), or until killed. */
@@ -53,6 +54,7 @@ int main(int argc, char **argv)
 	}
 	int mapping = !strcmp(argv[1], "mmap");
 	long secs = argc > 2 ? atol(argv[2]) : 60;
+	long per_tick = argc > 3 ? atol(argv[3]) : 1;
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	printf("ready\n");
@@ -61,7 +63,8 @@ int main(int argc, char **argv)
 		if (mapping)
 			map_more(tick);
 		else
-			leak_block(tick);
+			for (long i = 0; i < per_tick; i++)
+				leak_block(tick);
 		churn_block(tick);
 		next.tv_nsec += TICK_NS;
 		if (next.tv_nsec >= 1000000000L) {

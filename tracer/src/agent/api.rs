@@ -33,12 +33,15 @@ GET    /traces                 every trace kept, with its state
 GET    /traces/ID              one trace's state
 GET    /traces/ID?format=F     its profile so far, or its final one: pprof, json, collapsed, flamegraph, speedscope, text
 DELETE /traces/ID              end it now (its final profile is written)
+GET    /triggers               the triggers (--trigger, --triggers FILE), each with its last reading and traces
 GET    /debug/pprof/heap?pid=N&seconds=S[&sample_rate=B]    trace for S seconds (1 to 300), then pprof, in-use space first (also binary=, cgroup=)
 GET    /debug/pprof/allocs?...                               the same, allocated space first
 ";
 
 pub struct Agent {
     pub jobs: Mutex<Jobs>,
+    /// The triggers' states, when there are triggers.
+    pub watcher: std::sync::OnceLock<Arc<super::watcher::Watcher>>,
 }
 
 impl Agent {
@@ -54,6 +57,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/", get(index))
         .route("/traces", get(list).post(start))
         .route("/traces/{id}", get(one).delete(end))
+        .route("/triggers", get(triggers))
         .route("/debug/pprof/heap", get(heap))
         .route("/debug/pprof/allocs", get(allocs))
         .fallback(not_found)
@@ -112,6 +116,19 @@ async fn list(State(agent): State<Arc<Agent>>) -> Response {
     json(
         StatusCode::OK,
         &serde_json::json!({ "traces": jobs.statuses() }),
+    )
+}
+
+async fn triggers(State(agent): State<Arc<Agent>>) -> Response {
+    let states = agent.watcher.get().map(|w| {
+        w.states
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    });
+    json(
+        StatusCode::OK,
+        &serde_json::json!({ "triggers": states.unwrap_or_default() }),
     )
 }
 

@@ -20,7 +20,10 @@ pub mod api;
 pub mod client;
 mod jobs;
 mod listen;
+mod reports;
 pub mod request;
+pub mod triggers;
+mod watcher;
 
 /// Where the Unix socket is unless --socket says.
 pub const DEFAULT_SOCKET: &str = "/run/memtrace-bpf/agent.sock";
@@ -58,6 +61,58 @@ pub struct AgentCli {
     /// reaches it can start traces that read any process's stacks.
     #[arg(long)]
     pub allow_remote: bool,
+
+    /// Start a trace when memory misbehaves (repeatable): e.g.
+    /// 'cgroup=/system.slice/x.service memory>2G', 'pid=4242
+    /// growth>50M/30s', 'cgroup=/x events', 'cgroup=/x psi-some>150ms/1s'
+    /// (docs/agent.md#triggers).
+    #[arg(long, value_name = "TRIGGER")]
+    pub trigger: Vec<String>,
+
+    /// A file of triggers, one per line (# starts a comment).
+    #[arg(long, value_name = "FILE")]
+    pub triggers: Option<PathBuf>,
+
+    /// Where triggered traces' reports go (made 0700).
+    #[arg(
+        long,
+        default_value = "/var/lib/memtrace-bpf/reports",
+        value_name = "DIR"
+    )]
+    pub reports: PathBuf,
+
+    /// Most triggered reports kept; the oldest are removed first.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub max_reports: usize,
+}
+
+/// Every trigger of the command line and of --triggers FILE, read.
+fn triggers(cli: &AgentCli) -> anyhow::Result<Vec<triggers::Trigger>> {
+    let mut lines: Vec<(String, String)> = cli
+        .trigger
+        .iter()
+        .map(|t| ("--trigger".to_string(), t.clone()))
+        .collect();
+    if let Some(file) = &cli.triggers {
+        let text = crate::tracee::elf::read_bounded(file, 1 << 20)
+            .with_context(|| format!("--triggers {}", crate::escape::path(file)))?;
+        for (n, line) in String::from_utf8_lossy(&text).lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if !line.is_empty() {
+                lines.push((format!("{}:{}", file.display(), n + 1), line.to_string()));
+            }
+        }
+    }
+    if lines.len() > 256 {
+        anyhow::bail!("at most 256 triggers, got {}", lines.len());
+    }
+    lines
+        .into_iter()
+        .map(|(at, line)| {
+            triggers::Trigger::parse(&line)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", crate::escape::text(&at)))
+        })
+        .collect()
 }
 
 /// `memtrace-bpf agent ...`: `args` from "agent" on.
@@ -105,11 +160,26 @@ fn run(cli: &AgentCli) -> anyhow::Result<()> {
         anyhow::bail!("--max-traces takes 1 to 64, got {}", cli.max_traces);
     }
     let tcp = tcp_address(cli)?;
+    let triggers = triggers(cli)?;
     private_dir(&cli.dir)?;
+    if !triggers.is_empty() {
+        private_dir(&cli.reports)?;
+    }
     let exe = std::env::current_exe().context("finding the tracer's own binary")?;
     let agent = Arc::new(api::Agent {
         jobs: Mutex::new(jobs::Jobs::new(cli.dir.clone(), exe, cli.max_traces)),
+        watcher: std::sync::OnceLock::new(),
     });
+    let watching = match triggers.is_empty() {
+        true => None,
+        false => {
+            let reports = reports::Reports::new(cli.reports.clone(), cli.max_reports.max(1));
+            let (watcher, thread) = watcher::start(triggers, agent.clone(), reports)
+                .context("starting the triggers' thread")?;
+            let _ = agent.watcher.set(watcher.clone());
+            Some((watcher, thread))
+        }
+    };
     // One thread: the traces' pdeathsig is tied to the thread that
     // started them (jobs.rs); rendering goes to blocking threads.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -150,6 +220,11 @@ fn run(cli: &AgentCli) -> anyhow::Result<()> {
     });
     let _ = std::fs::remove_file(&cli.socket);
     agent.jobs().stop_all(STOP_GRACE);
+    if let Some((watcher, thread)) = watching {
+        // Saves the reports of the traces just ended.
+        watcher.stop();
+        let _ = thread.join();
+    }
     result
 }
 

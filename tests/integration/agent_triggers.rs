@@ -1,0 +1,137 @@
+//! The agent's triggers: a slow leaker trips a growth-rate trigger on its
+//! pid; a program spiking in a memory-limited cgroup trips a memory
+//! trigger whose trace names the spiking stack before the OOM kill. Each
+//! report lands in the reports directory under a name that says when,
+//! what and why. PSI triggers are registered with the kernel.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{
+    agent::Agent,
+    harness::{
+        cgroup::{MemoryCgroup, V2Cgroup},
+        compile_c, parse_report,
+        sites::FP_FLAGS,
+        Target,
+    },
+};
+
+/// Waits for the first JSON report in the reports directory.
+fn first_report(agent: &Agent, within: Duration) -> (String, Value) {
+    let deadline = Instant::now() + within;
+    loop {
+        let found = std::fs::read_dir(&agent.reports).ok().and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().into_string().unwrap_or_default())
+                .find(|n| {
+                    std::path::Path::new(n)
+                        .extension()
+                        .is_some_and(|e| e == "json")
+                })
+        });
+        if let Some(name) = found {
+            // Written by a copy: whole once its name is there and it parses.
+            let text = std::fs::read_to_string(agent.reports.join(&name)).unwrap_or_default();
+            if serde_json::from_str::<Value>(&text).is_ok() {
+                return (name, parse_report(&text));
+            }
+        }
+        let (_, triggers) = agent.call("GET", "/triggers", None);
+        assert!(Instant::now() < deadline, "no report: {triggers}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn top_function(report: &Value) -> &str {
+    report["stacks"][0]["frames"][0]["function"]
+        .as_str()
+        .unwrap_or("")
+}
+
+#[test]
+fn a_slow_leaker_trips_a_growth_trigger_and_its_report_is_named_for_it() {
+    let bin = compile_c("rss_growth", "trigger-growth", FP_FLAGS);
+    let target = Target::start(&bin, &["malloc", "120"]);
+    let trigger = format!("pid={} growth>8M/3s seconds=4 formats=pprof", target.pid());
+    let agent = Agent::start_with("growth-trigger", &["--trigger", &trigger]);
+    let (name, report) = first_report(&agent, Duration::from_secs(90));
+    assert!(
+        name.ends_with(&format!("Z-pid-{}-growth.json", target.pid())),
+        "{name}"
+    );
+    assert_eq!(
+        top_function(&report),
+        "leak_block",
+        "{}",
+        report["stacks"][0]
+    );
+    let pprof = agent.reports.join(name.replace(".json", ".pb.gz"));
+    assert!(pprof.exists(), "{}", pprof.display());
+    let (_, triggers) = agent.call("GET", "/triggers", None);
+    let state = &triggers["triggers"][0];
+    assert_eq!(state["fired"], 1, "{state}");
+    assert_eq!(state["trigger"]["line"], trigger.as_str());
+    assert_eq!(state["last_report"], name.as_str());
+}
+
+#[test]
+fn a_spike_in_a_limited_cgroup_is_traced_before_the_oom_kill() {
+    let bin = compile_c("rss_growth", "trigger-spike", FP_FLAGS);
+    let traced = V2Cgroup::new("spike-trigger");
+    // This host's memory controller is on cgroup v1: its cgroup at the
+    // same path, as systemd makes them (v2 is checked in the kernel matrix).
+    let limited = (!MemoryCgroup::is_v2()).then(|| MemoryCgroup::new("spike-trigger", 400 << 20));
+    let trigger = format!(
+        "cgroup={} memory>48M seconds=60 sample-rate=65536",
+        traced.path()
+    );
+    let agent = Agent::start_with("spike-trigger", &["--trigger", &trigger]);
+    // 20 MiB/s: past the trigger in about 2 s, killed at the limit in
+    // about 20 s.
+    let mut spike = std::process::Command::new(&bin)
+        .args(["malloc", "120", "2"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start the spike");
+    traced.add(spike.id());
+    if let Some(m) = &limited {
+        std::fs::write(m.procs(), spike.id().to_string()).expect("join the memory cgroup");
+    }
+    let (name, report) = first_report(&agent, Duration::from_secs(150));
+    let status = spike.wait().expect("the spike ends");
+    assert!(name.contains("memory-above"), "{name}");
+    assert_eq!(
+        top_function(&report),
+        "leak_block",
+        "{}",
+        report["stacks"][0]
+    );
+    if limited.is_some() {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.signal(), Some(9), "OOM-killed: {status:?}");
+        assert_eq!(report["oom_kills"], 1, "{}", report["processes"]);
+        let leak = crate::harness::inuse_from(&report, "leak_block");
+        assert!(leak.1 >= 64 << 20, "the spike's heap at the kill: {leak:?}");
+    }
+    drop(limited);
+}
+
+#[test]
+fn psi_triggers_are_registered_with_the_kernel() {
+    let agent = Agent::start_with(
+        "psi-trigger",
+        &["--trigger", "pid=1 psi-some>150ms/2s seconds=10"],
+    );
+    let (_, triggers) = agent.call("GET", "/triggers", None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut state = triggers["triggers"][0].clone();
+    while state.is_null() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        state = agent.call("GET", "/triggers", None).1["triggers"][0].clone();
+    }
+    assert_eq!(state["error"], Value::Null, "{state}");
+    assert_eq!(state["trigger"]["condition"]["pressure"]["window"], 2.0);
+}
