@@ -133,13 +133,7 @@ impl Trace<'_> {
     pub async fn collect(&mut self, phase: Phase) -> anyhow::Result<EndReason> {
         let (exit, events) = self.watch()?;
         let now = tokio::time::Instant::now();
-        let Ticks {
-            mut poll,
-            mut tick,
-            mut stats_tick,
-            mut progress_tick,
-            mut memory_tick,
-        } = Ticks::start(now);
+        let mut ticks = Ticks::start(now);
         let mut deadline = match phase {
             Phase::Trace { duration } => duration.map(|d| now + Duration::from_secs_f64(d)),
             Phase::WindDown => Some(now + COMMAND_GRACE),
@@ -173,7 +167,7 @@ impl Trace<'_> {
                         Next::Continue
                     }
                 },
-                _ = poll.tick() => {
+                _ = ticks.poll.tick() => {
                     self.poll_scope();
                     Next::Continue
                 }
@@ -190,19 +184,19 @@ impl Trace<'_> {
                     self.answer_snapshot(reply);
                     Next::Continue
                 }
-                _ = tick.tick() => {
+                _ = ticks.tick.tick() => {
                     self.collector.drain();
                     Next::Continue
                 }
-                _ = progress_tick.tick(), if progress.enabled() => {
+                _ = ticks.progress_tick.tick(), if progress.enabled() => {
                     self.show_progress(&mut progress);
                     Next::Continue
                 }
-                _ = memory_tick.tick() => {
+                _ = ticks.memory_tick.tick() => {
                     self.offer_memory();
                     Next::Continue
                 }
-                _ = stats_tick.tick(), if verbose => {
+                _ = ticks.stats_tick.tick(), if verbose => {
                     self.print_stats();
                     Next::Continue
                 }
