@@ -59,7 +59,7 @@ fn memory_grown_through_mmap_is_said_not_to_be_the_heap() {
     drop(target);
     let entry = crate::harness::process_entry(&report, pid);
     let memory = &entry["memory"];
-    assert_eq!(memory["source"], "smaps_rollup", "{entry}");
+    assert_eq!(memory["source"], "status", "{entry}");
     let (anon, heap, share, other) = growth(memory);
     assert!(anon >= MIN_GROWTH, "{memory}");
     assert!(heap < MIB, "the heap did not grow: {memory}");

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct KernelMemory {
-    /// Where they were read: "smaps_rollup", "cgroup v2" or "cgroup v1".
+    /// Where they were read: "status" (/proc/PID/status), "cgroup v2" or
+    /// "cgroup v1".
     pub source: String,
     pub start: MemorySample,
     /// The reading with the highest resident bytes.

@@ -163,7 +163,7 @@ mod tests {
         };
         let (start, end) = (at(0.0, anon_start), at(10.0, anon_end));
         KernelMemory {
-            source: "smaps_rollup".into(),
+            source: "status".into(),
             start,
             peak: end,
             end,

@@ -24,8 +24,7 @@ use crate::{
 
 /// How often the numbers are read.
 pub const MEMORY_INTERVAL: Duration = Duration::from_secs(1);
-/// Running processes read at each reading (smaps_rollup walks a process's
-/// page tables: a few ms for a large one).
+/// Running processes read at each reading.
 pub const MAX_WATCHED: usize = 64;
 /// Exited processes whose readings are kept for the report.
 pub const MAX_EXITED: usize = 256;
@@ -197,7 +196,7 @@ impl MemoryWatch {
                     .find(|((pid, start), _)| *pid == p.pid && *start == p.start_time)
                     .map(|(_, r)| r)
             });
-            p.memory = readings.map(|r| r.report("smaps_rollup"));
+            p.memory = readings.map(|r| r.report("status"));
         }
     }
 
@@ -244,10 +243,7 @@ mod tests {
         entry.start_time = start_time(me);
         watch.fill(std::slice::from_mut(&mut entry));
         let memory = entry.memory.expect("readings");
-        assert_eq!(
-            (memory.readings, memory.source.as_str()),
-            (2, "smaps_rollup")
-        );
+        assert_eq!((memory.readings, memory.source.as_str()), (2, "status"));
         // Other tests of this binary allocate and free meanwhile: its
         // growth is the integration tests' to check.
         assert!(memory.end.anon_bytes > 0, "{memory:?}");

@@ -1,6 +1,7 @@
-//! The kernel's memory numbers read on a thread of their own: smaps_rollup
-//! walks a process's page tables (45 ms was measured for a large one), which
-//! the trace's loop, draining the ring buffer, must not wait for.
+//! The kernel's memory numbers read on a thread of their own: a round of
+//! 64 processes and a cgroup's memory.stat takes milliseconds, and a /proc
+//! read can wait on the process's locks, which the trace's loop, draining
+//! the ring buffer, must not do.
 //!
 //! The thread reads every watched process every `MEMORY_INTERVAL`, and the
 //! trace's one process or cgroup at each history tick's pace as well; after
