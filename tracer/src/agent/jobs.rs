@@ -87,7 +87,10 @@ pub struct Jobs {
 
 impl Jobs {
     /// Traces run `exe` and write into `dir` (made already, root's only).
+    /// Files an earlier agent's traces left there are removed: ids start
+    /// at 1 again, and trace 1's profile must be this trace 1's.
     pub fn new(dir: PathBuf, exe: PathBuf, max_running: usize) -> Jobs {
+        remove_left_over(&dir);
         Jobs {
             dir,
             exe,
@@ -304,6 +307,30 @@ fn prune_snapshots(dir: &Path, id: u64) {
     }
 }
 
+/// Every `ID-N.json` and `ID.stderr` in `dir`.
+fn remove_left_over(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let ours = match (name.strip_suffix(".json"), name.strip_suffix(".stderr")) {
+            (Some(stem), _) => stem
+                .split_once('-')
+                .is_some_and(|(a, b)| numbered(a) && numbered(b)),
+            (_, Some(stem)) => numbered(stem),
+            _ => false,
+        };
+        if ours {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
 fn remove_files(dir: &Path, id: u64) {
     for (_, path) in snapshots(dir, id) {
         let _ = fs::remove_file(path);
@@ -372,6 +399,16 @@ mod tests {
         assert_eq!(tail_of(&dir.join("3.stderr")), "no \\x1b[2J");
         remove_files(&dir, 3);
         assert!(newest_snapshot(&dir, 3).is_none());
+        // A new agent starts with none of an earlier one's files.
+        fs::write(dir.join("1.stderr"), "").unwrap();
+        fs::write(dir.join("notes.txt"), "").unwrap();
+        remove_left_over(&dir);
+        let mut left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["3-x.json", "notes.txt"]);
         let _ = fs::remove_dir_all(&dir);
     }
 }
