@@ -10,9 +10,11 @@
 //! - docs/*.md in /usr/share/doc/memtrace-bpf, where --help's and the man
 //!   pages' docs/NAME.md pointers lead, with dist/copyright and
 //!   dist/changelog (a native package's changelog.gz);
-//! - dist/memtrace-bpf.service (a system-wide sampled trace served on
-//!   127.0.0.1:6060) and dist/memtrace-bpf.default, installed as
-//!   /etc/default/memtrace-bpf and marked a conffile (dpkg keeps the
+//! - dist/memtrace-bpf.service (the agent, docs/agent.md),
+//!   dist/memtrace-bpf-continuous.service (a system-wide sampled trace
+//!   served on 127.0.0.1:6060), dist/memtrace-bpf.triggers installed as
+//!   /etc/memtrace-bpf/triggers, and dist/memtrace-bpf.default, installed as
+//!   /etc/default/memtrace-bpf, both marked conffiles (dpkg keeps the
 //!   administrator's edits across upgrades);
 //! - maintainer scripts: dh_installsystemd's fragments (the unit is not
 //!   enabled or started on install, is stopped on remove, restarted on

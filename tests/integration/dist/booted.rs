@@ -13,14 +13,15 @@ use std::{
 use super::package;
 use crate::harness::{parse_report, process::run_timeout, scratch, system_wide_lock};
 
-/// The service traces every process of the container; a `--comm` that
-/// nothing has keeps it from recording this machine's other processes.
+/// The continuous service traces every process of the container; a
+/// `--comm` that nothing has keeps it from recording this machine's other
+/// processes.
 const OPTS: &str =
     "--sample-rate 65536 --comm memtrace_none --format json -o /var/lib/memtrace-bpf/heap.json";
 
 #[test]
-fn dpkg_stops_the_running_service_on_remove_and_purge_leaves_nothing() {
-    // The service is a system-wide trace, as in service.rs.
+fn dpkg_stops_the_running_services_on_remove_and_purge_leaves_nothing() {
+    // The continuous service is a system-wide trace, as in service.rs.
     let _one_at_a_time = system_wide_lock();
     let p = package();
     let dist = p.deb.parent().expect("the package's directory");
@@ -31,25 +32,45 @@ fn dpkg_stops_the_running_service_on_remove_and_purge_leaves_nothing() {
     // maintainer scripts to start or stop services; a host has none.
     booted.ok("rm -f /usr/sbin/policy-rc.d");
     booted.ok(&format!("dpkg -i {deb}"));
-    assert_eq!(booted.out("systemctl is-enabled memtrace-bpf"), "disabled");
-    assert_eq!(booted.out("systemctl is-active memtrace-bpf"), "inactive");
+    for unit in ["memtrace-bpf", "memtrace-bpf-continuous"] {
+        assert_eq!(
+            booted.out(&format!("systemctl is-enabled {unit}")),
+            "disabled"
+        );
+        assert_eq!(
+            booted.out(&format!("systemctl is-active {unit}")),
+            "inactive"
+        );
+    }
 
+    // The agent: serving, with its root-only socket, nothing attached.
+    booted.ok("systemctl enable --now memtrace-bpf");
+    booted.ok(
+        "until python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:6060/traces\")' \
+         2>/dev/null; do systemctl is-active --quiet memtrace-bpf || exit 1; sleep 0.2; done",
+    );
+    assert_eq!(booted.out("stat -c %a /run/memtrace-bpf/agent.sock"), "600");
+    // The continuous trace conflicts with it: starting it stops the agent.
     booted.ok(&format!(
         "sed -i 's|^MEMTRACE_BPF_OPTS=.*|MEMTRACE_BPF_OPTS=\"{OPTS}\"|' /etc/default/memtrace-bpf"
     ));
-    booted.ok("systemctl enable --now memtrace-bpf");
+    booted.ok("systemctl start memtrace-bpf-continuous");
+    assert_eq!(booted.out("systemctl is-active memtrace-bpf"), "inactive");
     // Serving: the trace has attached (a SIGTERM during the attach ends it
     // too, but the report to read afterwards would be a different one).
     booted.ok(
         "until python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:6060/metrics\")' \
-         2>/dev/null; do systemctl is-active --quiet memtrace-bpf || exit 1; sleep 0.2; done",
+         2>/dev/null; do systemctl is-active --quiet memtrace-bpf-continuous || exit 1; sleep 0.2; done",
     );
-    let pid = booted.out("systemctl show -P MainPID memtrace-bpf");
+    let pid = booted.out("systemctl show -P MainPID memtrace-bpf-continuous");
     assert_ne!(pid, "0", "the service runs");
 
     booted.ok("dpkg -r memtrace-bpf");
     // Stopped by prerm, as `systemctl stop` does: SIGTERM, the report.
-    assert_eq!(booted.out("systemctl is-active memtrace-bpf"), "inactive");
+    assert_eq!(
+        booted.out("systemctl is-active memtrace-bpf-continuous"),
+        "inactive"
+    );
     assert_eq!(
         booted
             .out(&format!("kill -0 {pid} 2>&1 || echo gone"))
@@ -65,9 +86,9 @@ fn dpkg_stops_the_running_service_on_remove_and_purge_leaves_nothing() {
 
     booted.ok("dpkg -P memtrace-bpf");
     assert_eq!(
-        booted.out("find /etc/systemd /var/lib/systemd /var/lib/memtrace-bpf -name '*memtrace*' 2>/dev/null; true"),
+        booted.out("find /etc/systemd /var/lib/systemd /var/lib/memtrace-bpf /etc/memtrace-bpf -name '*memtrace*' 2>/dev/null; true"),
         "",
-        "purge leaves no links, state or reports"
+        "purge leaves no links, state, reports or triggers"
     );
     assert_eq!(
         booted.out("ls /var/lib/memtrace-bpf 2>&1 >/dev/null | wc -l"),

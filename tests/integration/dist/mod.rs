@@ -27,6 +27,9 @@ use crate::harness::{process::run_timeout, scratch, toolchain_binary};
 /// Where dh_installsystemd puts units since Debian 12's merged /usr (and
 /// where systemd looks on every system).
 const UNIT: &str = "usr/lib/systemd/system/memtrace-bpf.service";
+/// The continuous system-wide trace; UNIT is the agent.
+const CONTINUOUS: &str = "usr/lib/systemd/system/memtrace-bpf-continuous.service";
+const TRIGGERS: &str = "etc/memtrace-bpf/triggers";
 const DEFAULTS: &str = "etc/default/memtrace-bpf";
 const BIN: &str = "usr/bin/memtrace-bpf";
 /// The build it needs (the dev binary the tests use, and the assets
@@ -95,12 +98,17 @@ fn the_package_has_its_control_fields_conffile_and_files() {
     let _ = std::fs::remove_dir_all(&control);
     checked(Command::new("dpkg-deb").arg("-e").arg(&p.deb).arg(&control));
     let conffiles = std::fs::read_to_string(control.join("conffiles")).expect("conffiles");
-    assert_eq!(conffiles, "/etc/default/memtrace-bpf\n");
+    assert_eq!(
+        conffiles,
+        "/etc/default/memtrace-bpf\n/etc/memtrace-bpf/triggers\n"
+    );
     let listing = checked(Command::new("dpkg-deb").arg("-c").arg(&p.deb));
     for path in [
         BIN,
         UNIT,
+        CONTINUOUS,
         DEFAULTS,
+        TRIGGERS,
         "usr/share/man/man1/memtrace-bpf.1.gz",
         "usr/share/man/man1/memtrace-bpf-report.1.gz",
         "usr/share/man/man1/memtrace-bpf-diff.1.gz",

@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use super::{checked, package, BIN, DEFAULTS, UNIT};
+use super::{checked, package, BIN, CONTINUOUS, DEFAULTS, TRIGGERS, UNIT};
 use crate::harness::{
     compile_c,
     http::{get, served_addr},
@@ -73,9 +73,14 @@ fn under_unit_capabilities(root: &Path) -> Command {
     cmd
 }
 
-/// The unit's `Key=value` settings, each key's values in order.
+/// The agent unit's `Key=value` settings, each key's values in order.
 fn unit_settings(root: &Path) -> BTreeMap<String, Vec<String>> {
-    let text = std::fs::read_to_string(root.join(UNIT)).expect("read the unit");
+    settings_of(root, UNIT)
+}
+
+/// A unit's `Key=value` settings, each key's values in order.
+fn settings_of(root: &Path, unit: &str) -> BTreeMap<String, Vec<String>> {
+    let text = std::fs::read_to_string(root.join(unit)).expect("read the unit");
     let mut settings: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for line in text.lines().map(str::trim) {
         if line.is_empty() || line.starts_with(['#', '[']) {
@@ -90,11 +95,11 @@ fn unit_settings(root: &Path) -> BTreeMap<String, Vec<String>> {
     settings
 }
 
-/// The service's environment as systemd builds it: the unit's
+/// A service's environment as systemd builds it: the unit's
 /// `Environment=` lines, then the EnvironmentFile (read after them, so its
 /// values win). Values are unquoted as systemd does for these files.
-fn service_environment(root: &Path) -> BTreeMap<String, String> {
-    let unit = unit_settings(root);
+fn service_environment(root: &Path, unit: &str) -> BTreeMap<String, String> {
+    let unit = settings_of(root, unit);
     let mut env = BTreeMap::new();
     let mut assign = |line: &str| {
         let (key, value) = line.split_once('=').expect("KEY=value");
@@ -116,8 +121,8 @@ fn service_environment(root: &Path) -> BTreeMap<String, String> {
 
 /// ExecStart's words with `${VAR}` as one word and `$VAR` split at
 /// whitespace (systemd.service, "Command lines").
-fn exec_start(root: &Path, env: &BTreeMap<String, String>) -> Vec<String> {
-    let unit = unit_settings(root);
+fn exec_start(root: &Path, unit: &str, env: &BTreeMap<String, String>) -> Vec<String> {
+    let unit = settings_of(root, unit);
     let [line] = unit["ExecStart"].as_slice() else {
         panic!("one ExecStart: {:?}", unit["ExecStart"]);
     };
@@ -141,10 +146,10 @@ fn exec_start(root: &Path, env: &BTreeMap<String, String>) -> Vec<String> {
 }
 
 #[test]
-fn the_units_command_line_serves_the_heap_and_sigterm_writes_the_report() {
+fn the_continuous_units_command_line_serves_the_heap_and_sigterm_writes_the_report() {
     let _one_at_a_time = system_wide_lock();
     let p = package();
-    let mut env = service_environment(&p.root);
+    let mut env = service_environment(&p.root, CONTINUOUS);
     assert_eq!(env["MEMTRACE_BPF_SERVE"], "127.0.0.1:6060");
     // As an administrator would edit /etc/default/memtrace-bpf: a free
     // port, and --comm to keep the rest of this shared machine out.
@@ -153,7 +158,7 @@ fn the_units_command_line_serves_the_heap_and_sigterm_writes_the_report() {
     opts.push_str(" --comm memtrace_svc");
     let state = p.root.join("var/lib/memtrace-bpf");
     std::fs::create_dir_all(&state).expect("the StateDirectory");
-    let words: Vec<String> = exec_start(&p.root, &env)
+    let words: Vec<String> = exec_start(&p.root, CONTINUOUS, &env)
         .into_iter()
         .map(|w| {
             // The unpacked root stands for /.
@@ -208,19 +213,112 @@ fn the_units_command_line_serves_the_heap_and_sigterm_writes_the_report() {
 }
 
 #[test]
-fn the_unit_passes_systemd_analyze_verify() {
+fn the_agent_units_command_line_traces_on_request_and_sigterm_stops_it() {
+    let p = package();
+    let mut env = service_environment(&p.root, UNIT);
+    assert_eq!(env["MEMTRACE_BPF_SERVE"], "127.0.0.1:6060");
+    let opts = env["MEMTRACE_BPF_AGENT_OPTS"].clone();
+    assert_eq!(opts, "--triggers /etc/memtrace-bpf/triggers");
+    // As an administrator would edit /etc/default/memtrace-bpf: a free
+    // port; and the socket and directories of the unpacked root, not the
+    // RuntimeDirectory and StateDirectory systemd would make.
+    let run = scratch("dist-agent");
+    let _ = std::fs::remove_dir_all(&run);
+    env.insert("MEMTRACE_BPF_SERVE".into(), "127.0.0.1:0".into());
+    let socket = run.join("run/agent.sock");
+    env.insert(
+        "MEMTRACE_BPF_AGENT_OPTS".into(),
+        format!(
+            "{} --socket {} --dir {} --reports {}",
+            opts.replace(
+                "/etc/memtrace-bpf/triggers",
+                &p.root.join(TRIGGERS).to_string_lossy()
+            ),
+            socket.display(),
+            run.join("traces").display(),
+            run.join("reports").display()
+        ),
+    );
+    let words: Vec<String> = exec_start(&p.root, UNIT, &env)
+        .into_iter()
+        .map(|w| match w == "/usr/bin/memtrace-bpf" {
+            true => p.root.join(BIN).to_string_lossy().into_owned(),
+            false => w,
+        })
+        .collect();
+    assert_eq!(words[1], "agent", "{words:?}");
+    let mut target = Target::start(&compile_c("sites", "O2-dist", O2_FLAGS), &[]);
+    let mut cmd = under_unit_capabilities(&p.root);
+    cmd.args(&words);
+    let mut agent = Tracer::spawn_command(cmd, Stdio::null());
+    agent.stderr.wait_for("agent ready:", "agent start");
+    let to = memtrace_bpf::agent::client::Address::Unix(socket);
+    let ask = |method: &str, path: &str, body: Option<String>| {
+        let (status, raw) = memtrace_bpf::agent::client::request(
+            &to,
+            method,
+            path,
+            body.as_deref().map(str::as_bytes),
+        )
+        .expect("the agent answers");
+        (status, String::from_utf8_lossy(&raw).into_owned())
+    };
+    let body = format!(
+        r#"{{"pid": {}, "seconds": 120, "sample_rate": 1}}"#,
+        target.pid()
+    );
+    let (status, started) = ask("POST", "/traces", Some(body));
+    assert_eq!(status, 201, "{started}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut state = String::new();
+    while !state.contains(r#""attached": true"#) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never attached: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        state = ask("GET", "/traces/1", None).1;
+    }
+    target.run_sites();
+    assert_eq!(ask("DELETE", "/traces/1", None).0, 202);
+    while !state.contains(r#""state": "done""#) {
+        assert!(std::time::Instant::now() < deadline, "never done: {state}");
+        std::thread::sleep(Duration::from_millis(100));
+        state = ask("GET", "/traces/1", None).1;
+    }
+    let (status, profile) = ask("GET", "/traces/1?format=json", None);
+    assert_eq!(status, 200, "{profile}");
+    assert_sites_exact(&crate::harness::parse_report(&profile));
+    agent.signal(libc::SIGTERM);
+    let out = agent.finish();
+    assert!(
+        out.status.success(),
+        "SIGTERM ends it with 0: {}",
+        out.stderr
+    );
+}
+
+#[test]
+fn the_units_pass_systemd_analyze_verify() {
+    for unit in [UNIT, CONTINUOUS] {
+        verify(unit);
+    }
+}
+
+fn verify(unit_path: &str) {
     let p = package();
     // verify checks that ExecStart's program exists and that `man` finds
     // the Documentation= page. `--root` would look for every unit the
     // service depends on (sysinit.target, ...) in the scratch root, so the
     // unit is verified as it is but for ExecStart's program, pointed at
     // the unpacked binary, with man reading the unpacked pages.
-    let unit = std::fs::read_to_string(p.root.join(UNIT)).expect("read the unit");
+    let unit = std::fs::read_to_string(p.root.join(unit_path)).expect("read the unit");
     let installed = format!("ExecStart={}", p.root.join(BIN).display());
     assert_eq!(unit.matches("ExecStart=/usr/bin/memtrace-bpf ").count(), 1);
     let dir = scratch("dist-verify");
     std::fs::create_dir_all(&dir).expect("scratch dir");
-    let copy = dir.join("memtrace-bpf.service");
+    let name = Path::new(unit_path).file_name().expect("a file name");
+    let copy = dir.join(name);
     std::fs::write(
         &copy,
         unit.replace("ExecStart=/usr/bin/memtrace-bpf", &installed),

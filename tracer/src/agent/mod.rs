@@ -121,13 +121,30 @@ pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    match run(&cli) {
+    // A bad flag or trigger fails the same way at every start: status 2,
+    // which the unit does not restart.
+    let (tcp, triggers) = match check(&cli) {
+        Ok(checked) => checked,
+        Err(e) => {
+            crate::console::error(crate::escape::text(&format!("{e:#}")));
+            return ExitCode::from(2);
+        }
+    };
+    match run(&cli, tcp, triggers) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             crate::console::error(crate::escape::text(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The flags and triggers, checked before anything starts.
+fn check(cli: &AgentCli) -> anyhow::Result<(Option<SocketAddr>, Vec<triggers::Trigger>)> {
+    if !(1..=64).contains(&cli.max_traces) {
+        anyhow::bail!("--max-traces takes 1 to 64, got {}", cli.max_traces);
+    }
+    Ok((tcp_address(cli)?, triggers(cli)?))
 }
 
 fn tcp_address(cli: &AgentCli) -> anyhow::Result<Option<SocketAddr>> {
@@ -151,16 +168,15 @@ fn tcp_address(cli: &AgentCli) -> anyhow::Result<Option<SocketAddr>> {
     Ok(Some(addr))
 }
 
-fn run(cli: &AgentCli) -> anyhow::Result<()> {
+fn run(
+    cli: &AgentCli,
+    tcp: Option<SocketAddr>,
+    triggers: Vec<triggers::Trigger>,
+) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         anyhow::bail!("the agent starts traces that load BPF programs: run it as root");
     }
-    if !(1..=64).contains(&cli.max_traces) {
-        anyhow::bail!("--max-traces takes 1 to 64, got {}", cli.max_traces);
-    }
-    let tcp = tcp_address(cli)?;
-    let triggers = triggers(cli)?;
     private_dir(&cli.dir)?;
     if !triggers.is_empty() {
         private_dir(&cli.reports)?;
