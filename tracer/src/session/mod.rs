@@ -244,6 +244,11 @@ impl<'a> Trace<'a> {
     /// emitted, handles the last execs and lets a held command go. The
     /// probes are detached while the report is built (`report` waits).
     fn finish(&mut self) -> anyhow::Result<()> {
+        // The kernel's last reading, just before the heap stops being
+        // counted: a block allocated after it is counted by the heap only
+        // (a share over 100 % is capped), not by the kernel only, which
+        // would read as memory the allocator never handed out.
+        self.memory.finish();
         self.loaded.stop()?;
         std::thread::sleep(trace_loop::STOP_GRACE);
         self.collector.drain_all();
@@ -253,7 +258,6 @@ impl<'a> Trace<'a> {
         // An exec in the last moments of the trace: its process is named
         // for its new image, as one earlier would be.
         self.handle_execs(trace_loop::FINAL_EXEC_BUDGET);
-        self.memory.finish();
         self.scope.let_go();
         if self.settings.config.verbose {
             let kernel = self.collector.kernel_unwind(&self.loaded.counters);
