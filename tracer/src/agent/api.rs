@@ -40,8 +40,8 @@ GET    /debug/pprof/allocs?...                               the same, allocated
 
 pub struct Agent {
     pub jobs: Mutex<Jobs>,
-    /// The triggers' states, when there are triggers.
-    pub watcher: std::sync::OnceLock<Arc<super::watcher::Watcher>>,
+    /// The triggers' states, as the triggers' thread last saw them.
+    pub triggers: Mutex<Vec<super::triggers::TriggerState>>,
 }
 
 impl Agent {
@@ -49,6 +49,13 @@ impl Agent {
         self.jobs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn set_triggers(&self, states: Vec<super::triggers::TriggerState>) {
+        *self
+            .triggers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = states;
     }
 }
 
@@ -120,16 +127,12 @@ async fn list(State(agent): State<Arc<Agent>>) -> Response {
 }
 
 async fn triggers(State(agent): State<Arc<Agent>>) -> Response {
-    let states = agent.watcher.get().map(|w| {
-        w.states
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    });
-    json(
-        StatusCode::OK,
-        &serde_json::json!({ "triggers": states.unwrap_or_default() }),
-    )
+    let states = agent
+        .triggers
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    json(StatusCode::OK, &serde_json::json!({ "triggers": states }))
 }
 
 /// What the agent checks itself before starting a tracer: the pid is a

@@ -7,13 +7,13 @@
 
 use std::{
     io::{Read as _, Write as _},
-    path::PathBuf,
     sync::atomic::{AtomicI32, Ordering},
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context as _};
 
+pub use crate::cli::AgentAddress as Address;
 use crate::cli::Cli;
 
 /// Largest answer read (a profile): 1 GiB.
@@ -27,32 +27,6 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::Relaxed);
-}
-
-/// Where the agent listens.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Address {
-    Unix(PathBuf),
-    Tcp(std::net::SocketAddr),
-}
-
-impl Address {
-    /// A path (with a `/`) is the Unix socket; else HOST:PORT.
-    pub fn parse(text: &str) -> Result<Address, String> {
-        if text.contains('/') {
-            return Ok(Address::Unix(PathBuf::from(text)));
-        }
-        crate::cli::parse_addr(text)
-            .map(Address::Tcp)
-            .map_err(|e| format!("--agent takes the agent's socket path or HOST:PORT: {e}"))
-    }
-
-    fn show(&self) -> String {
-        match self {
-            Address::Unix(path) => crate::escape::path(path),
-            Address::Tcp(addr) => format!("http://{addr}"),
-        }
-    }
 }
 
 /// One request; the status and body of the answer.
@@ -264,18 +238,5 @@ mod tests {
         assert!(
             parse_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nff\r\nab").is_err()
         );
-    }
-
-    #[test]
-    fn addresses_are_a_socket_path_or_host_and_port() {
-        assert_eq!(
-            Address::parse("/run/memtrace-bpf/agent.sock"),
-            Ok(Address::Unix("/run/memtrace-bpf/agent.sock".into()))
-        );
-        assert_eq!(
-            Address::parse(":6060"),
-            Ok(Address::Tcp("127.0.0.1:6060".parse().unwrap()))
-        );
-        assert!(Address::parse("nonsense").is_err());
     }
 }

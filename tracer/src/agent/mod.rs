@@ -184,7 +184,7 @@ fn run(
     let exe = std::env::current_exe().context("finding the tracer's own binary")?;
     let agent = Arc::new(api::Agent {
         jobs: Mutex::new(jobs::Jobs::new(cli.dir.clone(), exe, cli.max_traces)),
-        watcher: std::sync::OnceLock::new(),
+        triggers: Mutex::new(Vec::new()),
     });
     let watching = match triggers.is_empty() {
         true => None,
@@ -192,7 +192,6 @@ fn run(
             let reports = reports::Reports::new(cli.reports.clone(), cli.max_reports.max(1));
             let (watcher, thread) = watcher::start(triggers, agent.clone(), reports)
                 .context("starting the triggers' thread")?;
-            let _ = agent.watcher.set(watcher.clone());
             Some((watcher, thread))
         }
     };

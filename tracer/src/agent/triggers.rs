@@ -268,6 +268,23 @@ pub fn duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(value * unit))
 }
 
+/// A trigger's state, for GET /triggers.
+#[derive(Clone, Serialize)]
+pub struct TriggerState {
+    pub trigger: Trigger,
+    /// What its condition reads (bytes or a count; null for PSI).
+    pub last_value: Option<u64>,
+    pub holds: bool,
+    pub fired: u64,
+    /// Times it held but started nothing: in its cooldown or a trace of it
+    /// running, or the agent at --max-traces.
+    pub skipped_busy: u64,
+    pub running_trace: Option<u64>,
+    pub last_report: Option<String>,
+    /// Why it cannot be evaluated now (its cgroup gone, no pressure file).
+    pub error: Option<String>,
+}
+
 /// A condition's readings over time, and whether it holds now.
 #[derive(Default)]
 pub struct Readings {

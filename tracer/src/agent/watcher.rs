@@ -19,14 +19,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::Serialize;
-
 use super::{
     api::Agent,
     jobs::State as JobState,
     reports::Reports,
     request::{Target, TraceRequest},
-    triggers::{Condition, Readings, Trigger, TriggerTarget},
+    triggers::{Condition, Readings, Trigger, TriggerState, TriggerTarget},
 };
 use crate::tracee::memory::{self, CgroupMemoryFiles};
 
@@ -34,23 +32,6 @@ use crate::tracee::memory::{self, CgroupMemoryFiles};
 const CALM: Duration = Duration::from_secs(10);
 /// Its shortest run, whatever the condition does.
 const MIN_TRACE: Duration = Duration::from_secs(5);
-
-/// A trigger's state, for GET /triggers.
-#[derive(Clone, Serialize)]
-pub struct TriggerState {
-    pub trigger: Trigger,
-    /// What its condition reads (bytes or a count; null for PSI).
-    pub last_value: Option<u64>,
-    pub holds: bool,
-    pub fired: u64,
-    /// Times it held but started nothing: in its cooldown or a trace of it
-    /// running, or the agent at --max-traces.
-    pub skipped_busy: u64,
-    pub running_trace: Option<u64>,
-    pub last_report: Option<String>,
-    /// Why it cannot be evaluated now (its cgroup gone, no pressure file).
-    pub error: Option<String>,
-}
 
 struct Watched {
     state: TriggerState,
@@ -65,8 +46,8 @@ struct Watched {
     trace_started: Option<Instant>,
 }
 
+/// What stops the thread.
 pub struct Watcher {
-    pub states: std::sync::Mutex<Vec<TriggerState>>,
     stop: AtomicBool,
 }
 
@@ -76,15 +57,16 @@ impl Watcher {
     }
 }
 
-/// Starts the thread; its shared state (GET /triggers), and the thread.
+/// Starts the thread, which keeps the triggers' states in `agent` (GET
+/// /triggers); what stops it, and the thread.
 pub fn start(
     triggers: Vec<Trigger>,
     agent: Arc<Agent>,
     reports: Reports,
 ) -> std::io::Result<(Arc<Watcher>, std::thread::JoinHandle<()>)> {
     let mut watched: Vec<Watched> = triggers.into_iter().map(arm).collect();
+    agent.set_triggers(watched.iter().map(|w| w.state.clone()).collect());
     let watcher = Arc::new(Watcher {
-        states: std::sync::Mutex::new(watched.iter().map(|w| w.state.clone()).collect()),
         stop: AtomicBool::new(false),
     });
     let shared = watcher.clone();
@@ -105,11 +87,7 @@ pub fn start(
                     }
                     follow(w, &agent, &mut reports);
                 }
-                *shared
-                    .states
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                    watched.iter().map(|w| w.state.clone()).collect();
+                agent.set_triggers(watched.iter().map(|w| w.state.clone()).collect());
             }
             // The agent stops: the traces were ended (api stop_all); their
             // reports are saved.

@@ -1,6 +1,9 @@
 //! `--serve HOST:PORT`, parsed by clap.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::PathBuf,
+};
 
 /// `--serve`'s argument as an address: `HOST:PORT` with HOST an IP address
 /// or `localhost`; a bare `:PORT` is 127.0.0.1.
@@ -20,6 +23,32 @@ pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
     text.parse::<SocketAddr>().map_err(|_| bad())
+}
+
+/// `--agent`'s argument: where a running agent listens.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentAddress {
+    Unix(PathBuf),
+    Tcp(std::net::SocketAddr),
+}
+
+impl AgentAddress {
+    /// A path (with a `/`) is the Unix socket; else HOST:PORT.
+    pub fn parse(text: &str) -> Result<AgentAddress, String> {
+        if text.contains('/') {
+            return Ok(AgentAddress::Unix(PathBuf::from(text)));
+        }
+        parse_addr(text)
+            .map(AgentAddress::Tcp)
+            .map_err(|e| format!("--agent takes the agent's socket path or HOST:PORT: {e}"))
+    }
+
+    pub fn show(&self) -> String {
+        match self {
+            AgentAddress::Unix(path) => crate::escape::path(path),
+            AgentAddress::Tcp(addr) => format!("http://{addr}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -46,5 +75,18 @@ mod tests {
             let err = parse_addr(bad).expect_err(bad);
             assert!(err.contains("HOST:PORT"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn addresses_are_a_socket_path_or_host_and_port() {
+        assert_eq!(
+            AgentAddress::parse("/run/memtrace-bpf/agent.sock"),
+            Ok(AgentAddress::Unix("/run/memtrace-bpf/agent.sock".into()))
+        );
+        assert_eq!(
+            AgentAddress::parse(":6060"),
+            Ok(AgentAddress::Tcp("127.0.0.1:6060".parse().unwrap()))
+        );
+        assert!(AgentAddress::parse("nonsense").is_err());
     }
 }

@@ -13,7 +13,7 @@ mod addr;
 mod config;
 mod help;
 
-pub use addr::parse_addr;
+pub use addr::{parse_addr, AgentAddress};
 
 /// Trace the heap allocations of a running process with eBPF uprobes and
 /// report where its outstanding memory was allocated.
@@ -136,8 +136,8 @@ pub struct Cli {
     /// socket's path or its HOST:PORT (docs/agent.md). Takes --pid,
     /// --binary or --cgroup, -d, --sample-rate, --interval, --min-age, -f
     /// and -o.
-    #[arg(long, value_name = "SOCKET|HOST:PORT", value_parser = crate::agent::client::Address::parse)]
-    pub agent: Option<crate::agent::client::Address>,
+    #[arg(long, value_name = "SOCKET|HOST:PORT", value_parser = AgentAddress::parse)]
+    pub agent: Option<AgentAddress>,
 
     /// Push the profile to an OpenTelemetry collector as OTLP profiles
     /// (OTLP/HTTP protobuf, http:// only) at each --interval tick and at the
