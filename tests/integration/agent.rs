@@ -19,7 +19,7 @@ use crate::harness::{
     compile_c,
     pprof::pprof,
     scratch,
-    sites::{per_site, EXPECTED_PER_THREAD, O2_FLAGS, THREADS},
+    sites::{assert_sites_exact, O2_FLAGS},
     Lines, Target, TRACER,
 };
 
@@ -154,20 +154,21 @@ fn sites_target() -> Target {
     Target::start(&compile_c("sites", "agent-sites", O2_FLAGS), &[])
 }
 
-/// Only `pid`'s stacks, and each of its sites exactly.
-fn assert_sites_of(profile: &Value, pid: u32) {
-    let pids: Vec<u64> = profile["stacks"]
+/// The pid of each of the profile's stacks.
+fn stack_pids(profile: &Value) -> Vec<u64> {
+    profile["stacks"]
         .as_array()
         .expect("stacks")
         .iter()
         .filter_map(|s| s["pid"].as_u64())
-        .collect();
+        .collect()
+}
+
+/// Only `pid`'s stacks, and each of its sites exactly.
+fn assert_sites_of(profile: &Value, pid: u32) {
+    let pids = stack_pids(profile);
     assert!(pids.iter().all(|&p| p == u64::from(pid)), "{pids:?}");
-    let got = per_site(profile);
-    for (site, per_thread) in EXPECTED_PER_THREAD {
-        let want = per_thread.map(|v| v * THREADS);
-        assert_eq!(got.get(*site), Some(&want), "{site}: {got:#?}");
-    }
+    assert_sites_exact(profile);
 }
 
 #[test]
@@ -226,12 +227,7 @@ fn traces_start_on_request_run_side_by_side_and_end_early_on_delete() {
     assert_sites_of(&exact_profile, a.pid());
     let sampled_profile = agent.profile(sampled);
     assert_eq!(sampled_profile["sample_rate"], 4096);
-    let pids: Vec<u64> = sampled_profile["stacks"]
-        .as_array()
-        .expect("stacks")
-        .iter()
-        .filter_map(|s| s["pid"].as_u64())
-        .collect();
+    let pids = stack_pids(&sampled_profile);
     assert!(
         !pids.is_empty() && pids.iter().all(|&p| p == u64::from(b.pid())),
         "{pids:?}"

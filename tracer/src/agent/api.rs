@@ -218,7 +218,7 @@ async fn one(
             ),
         );
     }
-    let path = {
+    let (path, format) = {
         let mut jobs = agent.jobs();
         jobs.sweep();
         let Some(job) = jobs.get(id) else {
@@ -227,11 +227,12 @@ async fn one(
         let Some(format) = params.get("format") else {
             return json(StatusCode::OK, &jobs.status(job));
         };
-        if let Err(refused) = parse_format(format) {
-            return refused.into_response();
-        }
+        let format = match parse_format(format) {
+            Ok(format) => format,
+            Err(refused) => return refused.into_response(),
+        };
         match jobs.profile_path(id) {
-            Some(path) => path,
+            Some(path) => (path, format),
             None if job.state == JobState::Running => {
                 return error(
                     StatusCode::CONFLICT,
@@ -245,13 +246,7 @@ async fn one(
             None => return error(StatusCode::GONE, &format!("trace {id} failed: no profile")),
         }
     };
-    let format = params.get("format").map_or("json", String::as_str);
-    profile_response(
-        path,
-        parse_format(format).unwrap_or(Format::Json),
-        View::InuseSpace,
-    )
-    .await
+    profile_response(path, format, View::InuseSpace).await
 }
 
 async fn end(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> Response {

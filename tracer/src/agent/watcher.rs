@@ -78,6 +78,8 @@ pub fn start(
             while !shared.stop.load(Ordering::Relaxed) {
                 let pressured = wait_pressure(&watched, Duration::from_secs(1));
                 let secs = started.elapsed().as_secs_f64();
+                // Once a round: the traces that ended, for every trigger.
+                agent.jobs().sweep();
                 for (i, w) in watched.iter_mut().enumerate() {
                     let holds = pressured.contains(&i) || evaluate(w, secs);
                     w.state.holds = holds;
@@ -91,6 +93,7 @@ pub fn start(
             }
             // The agent stops: the traces were ended (api stop_all); their
             // reports are saved.
+            agent.jobs().sweep();
             for w in &mut watched {
                 w.last_held = None;
                 follow(w, &agent, &mut reports);
@@ -306,7 +309,6 @@ fn follow(w: &mut Watched, agent: &Agent, reports: &mut Reports) {
         return;
     };
     let mut jobs = agent.jobs();
-    jobs.sweep();
     let state = jobs.get(id).map(|j| j.state.clone());
     match state {
         Some(JobState::Running) => {
