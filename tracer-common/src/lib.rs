@@ -366,9 +366,11 @@ pub struct InFlightStack {
 pub mod counter;
 mod event;
 pub mod names;
+mod settings;
 pub mod unwind_row;
 
 pub use event::{exec_comm, Event, EventKind, EVENT_UNLESS_LIVE};
+pub use settings::TraceSettings;
 
 #[cfg(feature = "user")]
 mod pod {

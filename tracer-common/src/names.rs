@@ -27,9 +27,11 @@ pub mod map {
     /// u32 tgid → u32, the generation user space read the process's maps
     /// at. A stack carries the generation it was taken under.
     pub const MAPS_READ: &str = "MAPS_READ";
+    /// `TraceSettings` of programs loaded ahead of their trace.
+    pub const SETTINGS: &str = "SETTINGS";
 
     /// Every name above.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 17] = [
         EVENTS,
         LIVE,
         STACKS,
@@ -46,6 +48,7 @@ pub mod map {
         UNWIND_MAPPINGS,
         MAPS_GEN,
         MAPS_READ,
+        SETTINGS,
     ];
 }
 
@@ -65,9 +68,15 @@ pub mod global {
     pub const INFLIGHT_BY_TID: &str = "INFLIGHT_BY_TID";
     pub const ATTACH_COOKIES: &str = "ATTACH_COOKIES";
     pub const ATOMIC_SLOTS: &str = "ATOMIC_SLOTS";
+    /// 1: the trace's settings are read from the SETTINGS map, not from
+    /// SAMPLE_RATE, FILTER, COMM, CGROUP_LEVEL and FOLLOW_FORKS.
+    pub const SETTINGS_IN_MAP: &str = "SETTINGS_IN_MAP";
+    /// 1 when the verifier offers bpf_get_current_ancestor_cgroup_id to
+    /// uprobe programs; 0 keeps the call out of what it verifies.
+    pub const CGROUP_HELPER: &str = "CGROUP_HELPER";
 
     /// Every name above.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 16] = [
         UNWIND_MODE,
         STACK_BYTES,
         SAMPLE_RATE,
@@ -82,6 +91,8 @@ pub mod global {
         INFLIGHT_BY_TID,
         ATTACH_COOKIES,
         ATOMIC_SLOTS,
+        SETTINGS_IN_MAP,
+        CGROUP_HELPER,
     ];
 }
 

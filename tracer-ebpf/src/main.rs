@@ -37,6 +37,7 @@ mod maps;
 mod process;
 mod sampling;
 mod scratch;
+mod settings;
 mod stack;
 mod walk;
 mod window;

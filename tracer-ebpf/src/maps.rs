@@ -18,8 +18,10 @@ use aya_ebpf::{
 use tracer_common::{
     counter, Event, EventKind, InFlight, InFlightStack, LiveKey, LiveValue, Role, CONTROL_SESSION,
     CONTROL_STOPPED, EXP_TABLE_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_NONE, FILTER_PIDS,
-    FORKS_COUNT, INFLIGHT_FRAMES, STATE_SLOTS, UNWIND_FP,
+    INFLIGHT_FRAMES, STATE_SLOTS, UNWIND_FP,
 };
+
+use crate::settings::{cgroup_helper, cgroup_level, comm, filter};
 
 // Sizes here are defaults; user space sets the real ones with
 // `EbpfLoader::set_max_entries` from --max-live, --stack-storage-size and
@@ -209,19 +211,6 @@ pub(crate) fn no_return_needed() -> u32 {
     u32::from(control() & CONTROL_SESSION != 0)
 }
 
-/// See tracer_common::FILTER_*; set at load time.
-#[unsafe(no_mangle)]
-pub(crate) static FILTER: u32 = FILTER_NONE;
-/// FILTER_ALL: only threads with this name (NUL-padded), if not empty.
-#[unsafe(no_mangle)]
-pub(crate) static COMM: [u8; 16] = [0; 16];
-/// FILTER_CGROUP: the depth of the traced subtree's root below the
-/// hierarchy's root (0 = the root), and in CGROUP its cgroup v2 id (its
-/// directory's inode). A task is traced when its own cgroup's ancestor at
-/// that depth is this one: cgroups made under it during the trace, and
-/// processes moved into it, are traced with no help from user space.
-#[unsafe(no_mangle)]
-pub(crate) static CGROUP_LEVEL: u32 = 0;
 /// Index 0: the traced cgroup's id, written by user space before the
 /// probes are attached, and again when the cgroup at the path given is
 /// removed (0: nothing is traced) and made anew (a service restart).
@@ -232,11 +221,6 @@ pub(crate) static CGROUP: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 pub(crate) static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(8192, 0);
 
-/// `--follow-forks` (FORKS_FOLLOW, with FILTER_PIDS): children of traced
-/// processes join TRACED at fork. Otherwise (FORKS_COUNT) children of the
-/// one traced process (FILTER_NONE) are only counted.
-#[unsafe(no_mangle)]
-pub(crate) static FOLLOW_FORKS: u32 = FORKS_COUNT;
 /// Byte offset of `tgid` in the kernel's task_struct, from its BTF (Rust
 /// BPF has no CO-RE relocations); 0 = unknown: forks are not looked at.
 #[unsafe(no_mangle)]
@@ -252,7 +236,7 @@ pub(crate) static EXIT_GROUP_DEAD: u32 = 0;
 /// Whether calls of process `pid` are recorded.
 #[inline(always)]
 pub(crate) fn traced(pid: u32) -> bool {
-    match tunable(&FILTER) {
+    match filter() {
         FILTER_PIDS => {
             // SAFETY: the value is not read.
             unsafe { TRACED.get(pid) }.is_some()
@@ -262,7 +246,7 @@ pub(crate) fn traced(pid: u32) -> bool {
             if unsafe { TRACED.get(pid) }.is_some() {
                 return false;
             }
-            let want = tunable(&COMM);
+            let want = comm();
             want[0] == 0 || bpf_get_current_comm().is_ok_and(|comm| comm == want)
         }
         FILTER_CGROUP => {
@@ -282,7 +266,7 @@ pub(crate) fn traced(pid: u32) -> bool {
 /// TRACED (see process.rs) for the checks that see other processes.
 #[inline(always)]
 pub(crate) fn is_target(pid: u32) -> bool {
-    match tunable(&FILTER) {
+    match filter() {
         // SAFETY: the value is not read.
         FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
         _ => traced(pid),
@@ -294,16 +278,15 @@ pub(crate) fn is_target(pid: u32) -> bool {
 /// is never the id wanted.
 #[inline(always)]
 pub(crate) fn in_traced_cgroup() -> bool {
+    if !cgroup_helper() {
+        return false;
+    }
     let want = CGROUP.get(0).copied().unwrap_or(0);
     // SAFETY: helper without preconditions (any level is accepted).
-    let id = unsafe { bpf_get_current_ancestor_cgroup_id(tunable(&CGROUP_LEVEL) as i32) };
+    let id = unsafe { bpf_get_current_ancestor_cgroup_id(cgroup_level() as i32) };
     want != 0 && id == want
 }
 
-/// Mean bytes between recorded allocations (`--sample-rate`); 1 records
-/// every allocation (exact mode).
-#[unsafe(no_mangle)]
-pub(crate) static SAMPLE_RATE: u64 = 1;
 /// See `tracer_common::EXP_TABLE_LEN`; filled in by the loader.
 #[unsafe(no_mangle)]
 pub(crate) static EXP_TABLE: [u32; EXP_TABLE_LEN] = [0; EXP_TABLE_LEN];

@@ -12,10 +12,13 @@ use tracer_common::{
 };
 
 use crate::maps::{
-    count, event, stopped, traced, tunable, BPF_RB_FORCE_WAKEUP, EVENTS, EXIT_GROUP_DEAD, FILTER,
-    FOLLOW_FORKS, INFLIGHT, TASK_START_OFFSET, TASK_TGID_OFFSET, TRACED,
+    count, event, stopped, traced, tunable, BPF_RB_FORCE_WAKEUP, EVENTS, EXIT_GROUP_DEAD, INFLIGHT,
+    TASK_START_OFFSET, TASK_TGID_OFFSET, TRACED,
 };
-use crate::{code_gen, inflight};
+use crate::{
+    code_gen, inflight,
+    settings::{filter, follow_forks},
+};
 
 /// sched_process_exec: a traced process (or, under --binary, any process,
 /// which may now run the binary) replaced its image. Its old heap is gone,
@@ -27,15 +30,15 @@ pub fn process_exec(ctx: RawTracePointContext) -> i32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
     code_gen::forget(pid);
-    let wanted = match tunable(&FILTER) {
+    let wanted = match filter() {
         // SAFETY: the value is not read. User space puts the one traced
         // process into TRACED for this check.
         FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
         // --binary: any process may now run the binary.
-        FILTER_PIDS if tunable(&FOLLOW_FORKS) != FORKS_FOLLOW => true,
+        FILTER_PIDS if follow_forks() != FORKS_FOLLOW => true,
         _ => traced(pid),
     };
-    if tunable(&FILTER) == FILTER_PIDS && tunable(&FOLLOW_FORKS) != FORKS_FOLLOW {
+    if filter() == FILTER_PIDS && follow_forks() != FORKS_FOLLOW {
         // --binary: the new image is traced only if it is the binary, and
         // then binary_entry adds the process back at its entry point. (A
         // child joins at fork, and most children exec something else.)
@@ -108,8 +111,8 @@ pub fn process_fork(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn on_fork(child_task: u64) {
     let offset = tunable(&TASK_TGID_OFFSET);
-    let follow = tunable(&FOLLOW_FORKS) == FORKS_FOLLOW;
-    let filter = tunable(&FILTER);
+    let follow = follow_forks() == FORKS_FOLLOW;
+    let filter = filter();
     // FILTER_PIDS is --binary or --follow-forks; under FILTER_ALL
     // (system-wide) every process is traced already.
     let counting = filter == FILTER_NONE && !follow;
@@ -165,10 +168,10 @@ pub fn process_exit(ctx: RawTracePointContext) -> i32 {
     }
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     code_gen::forget(pid);
-    let wanted = if tunable(&FOLLOW_FORKS) == FORKS_FOLLOW {
+    let wanted = if follow_forks() == FORKS_FOLLOW {
         TRACED.remove(pid).is_ok()
     } else {
-        match tunable(&FILTER) {
+        match filter() {
             // SAFETY: the value is not read (user space keeps the one
             // traced process in TRACED, see process_exec).
             FILTER_NONE => unsafe { TRACED.get(pid) }.is_some(),
@@ -215,7 +218,7 @@ fn on_oom_victim(task: u64) {
     // the victim): user space ignores victims it has no allocation from.
     // SAFETY: the value is not read.
     let in_map = unsafe { TRACED.get(tgid) }.is_some();
-    let wanted = match tunable(&FILTER) {
+    let wanted = match filter() {
         FILTER_ALL | FILTER_CGROUP => !in_map,
         _ => in_map,
     };
@@ -240,7 +243,7 @@ fn emit_process_event(kind: EventKind, pid: u32, tid: u32) {
 /// User space learns of it from the exec event.
 #[uprobe]
 pub fn binary_entry(_ctx: ProbeContext) -> u32 {
-    if tunable(&FILTER) == FILTER_PIDS && !stopped() {
+    if filter() == FILTER_PIDS && !stopped() {
         let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
         // A full map: user space, adding the pid at the exec event, finds
         // it full too and reports the process as not traced.

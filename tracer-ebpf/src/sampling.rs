@@ -2,11 +2,14 @@
 
 use tracer_common::{EXP_TABLE_LEN, EXP_TABLE_SHIFT};
 
-use crate::maps::{tunable, COUNTDOWN, EXP_TABLE, SAMPLE_RATE};
+use crate::{
+    maps::{tunable, COUNTDOWN, EXP_TABLE},
+    settings::sample_rate,
+};
 
 #[inline(always)]
 pub(crate) fn sampling() -> bool {
-    tunable(&SAMPLE_RATE) > 1
+    sample_rate() > 1
 }
 
 /// The "record this call or not" decision: every call in exact mode;
@@ -14,7 +17,7 @@ pub(crate) fn sampling() -> bool {
 /// next countdown is drawn from an exponential distribution with mean R.
 #[inline(always)]
 pub(crate) fn should_record(size: u64) -> bool {
-    let rate = tunable(&SAMPLE_RATE);
+    let rate = sample_rate();
     if rate <= 1 {
         return true;
     }

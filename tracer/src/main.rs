@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use memtrace_bpf::{cli, console, escape, session};
+use memtrace_bpf::{agent, cli};
 
 fn main() -> ExitCode {
     // `report` and `diff` work on saved files: dispatched before anything
@@ -14,34 +14,11 @@ fn main() -> ExitCode {
         return memtrace_bpf::saved::main(args);
     }
     if args.first().is_some_and(|a| a == "agent") {
-        return memtrace_bpf::agent::main(args);
+        return agent::main(args);
+    }
+    if args.first().is_some_and(|a| a == agent::standby::WORD) {
+        return agent::standby::main();
     }
     let cli = cli::Cli::parse(); // exits with status 2 on a bad command line
-    if let Err(msg) = cli.validate() {
-        // console, not eprintln!: a closed stderr must not panic (status 101).
-        console::error(escape::text(&msg));
-        return ExitCode::from(2);
-    }
-    if let Some(agent) = &cli.agent {
-        return match memtrace_bpf::agent::client::run(&cli, agent) {
-            Ok(code) => ExitCode::from(code),
-            Err(err) => {
-                console::error(escape::text(&format!("{err:#}")));
-                ExitCode::FAILURE
-            }
-        };
-    }
-    match session::run(&cli.trace_config()) {
-        Ok(code) => ExitCode::from(code),
-        Err(err) => {
-            // Errors quote paths and command lines the target chose.
-            console::error(escape::text(&format!("{err:#}")));
-            match err.downcast_ref::<memtrace_bpf::error::TraceError>() {
-                Some(memtrace_bpf::error::TraceError::InterruptedWhileLoading {
-                    signal, ..
-                }) => ExitCode::from(128 + *signal as u8),
-                _ => ExitCode::FAILURE,
-            }
-        }
-    }
+    cli::run(&cli)
 }

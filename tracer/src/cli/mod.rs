@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+pub use run::run;
+
 use crate::{
     probes::{ProbePlacement, Sessions, UnwindMode},
     report::{Format, GroupBy, Sort, View},
@@ -12,6 +14,7 @@ use crate::{
 mod addr;
 mod config;
 mod help;
+mod run;
 
 pub use addr::{parse_addr, AgentAddress};
 

@@ -6,12 +6,14 @@
 //! `Loaded` (loaded.rs) holds the object and its control maps;
 //! `Loaded::detach_in_background` (detach.rs) ends it all.
 
+mod ahead;
 mod attach;
 mod detach;
 mod kernel_programs;
 mod load;
 mod loaded;
 
+pub use ahead::load_ahead;
 pub use attach::{attach, attach_binary_entry, AttachOptions};
 pub use detach::Detaching;
 #[cfg(test)]

@@ -63,6 +63,40 @@ pub struct Limits {
     pub follow_forks: bool,
     /// FILTER_CGROUP: the traced subtree's root (id, depth).
     pub cgroup: CgroupFilter,
+    /// The programs read the trace's settings (sampling and filter) from
+    /// the SETTINGS map: loaded ahead of the trace (agent/ahead.rs).
+    pub settings_in_map: bool,
+}
+
+impl Limits {
+    /// The trace's settings as the SETTINGS map holds them.
+    pub fn trace_settings(&self) -> tracer_common::TraceSettings {
+        tracer_common::TraceSettings {
+            sample_rate: self.sampling.rate(),
+            filter: self.filter,
+            cgroup_level: self.cgroup.level,
+            follow_forks: if self.follow_forks {
+                tracer_common::FORKS_FOLLOW
+            } else {
+                tracer_common::FORKS_COUNT
+            },
+            _pad: 0,
+            comm: self.comm,
+        }
+    }
+
+    /// Whether programs loaded with `self` (ahead of any trace) serve a
+    /// trace of `trace`: the same sizes and unwinding; the trace's settings
+    /// are given to them in the map.
+    pub fn serves(&self, trace: &Limits) -> bool {
+        self.settings_in_map
+            && self.max_live == trace.max_live
+            && self.stack_storage_size == trace.stack_storage_size
+            && self.ringbuf_bytes == trace.ringbuf_bytes
+            && self.unwind == trace.unwind
+            && self.stack_bytes == trace.stack_bytes
+            && self.unwind_rows == trace.unwind_rows
+    }
 }
 
 /// `--cgroup`: the cgroup v2 id of the subtree's root (its directory's

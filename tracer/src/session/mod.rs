@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use end_reason::EndReason;
+pub use settings::limits_of;
 
 use crate::{
     collect::{

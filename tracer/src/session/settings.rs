@@ -34,6 +34,25 @@ pub struct Settings<'a> {
     pub otlp: Option<crate::otlp::Destination>,
 }
 
+/// The BPF object's sizes, unwinding and sampling chosen by `probes`, with
+/// a pid-set filter of no pid.
+pub fn limits_of(probes: &crate::session::config::ProbeChoice) -> Limits {
+    Limits {
+        max_live: probes.max_live,
+        stack_storage_size: probes.stack_storage_size,
+        ringbuf_bytes: probes.ringbuf_mb << 20,
+        unwind: probes.unwind,
+        stack_bytes: probes.stack_bytes,
+        sampling: probes.sampling,
+        unwind_rows: probes.unwind_rows,
+        filter: tracer_common::FILTER_PIDS,
+        comm: [0; 16],
+        follow_forks: false,
+        cgroup: crate::probes::CgroupFilter::default(),
+        settings_in_map: false,
+    }
+}
+
 impl<'a> Settings<'a> {
     /// Checks what can be checked before attaching: the output path and
     /// the privileges.
@@ -77,19 +96,12 @@ impl<'a> Settings<'a> {
 
     /// The BPF object's sizes and filters for tracing `scope`.
     pub fn limits(&self, scope: &Scope) -> Limits {
-        let probes = self.config.probes;
         Limits {
-            max_live: probes.max_live,
-            stack_storage_size: probes.stack_storage_size,
-            ringbuf_bytes: probes.ringbuf_mb << 20,
-            unwind: probes.unwind,
-            stack_bytes: probes.stack_bytes,
-            sampling: probes.sampling,
-            unwind_rows: probes.unwind_rows,
             filter: scope.filter(),
             comm: self.comm,
             follow_forks: scope.follows_forks(),
             cgroup: scope.cgroup_filter(),
+            ..limits_of(&self.config.probes)
         }
     }
 

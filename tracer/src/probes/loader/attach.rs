@@ -118,36 +118,7 @@ fn attach_sessions(
     pid: Option<NonZeroU32>,
 ) -> anyhow::Result<()> {
     let object = hooked.id;
-    if loaded.session_progs.is_empty() {
-        // The kernel lets a session program tail-call only programs of the
-        // same attach type: load session copies of the real programs.
-        let session_roles: Vec<Role> = Role::ALL.into_iter().filter(|r| *r != Role::Free).collect();
-        let mut names: Vec<&str> = session_roles
-            .iter()
-            .map(|&r| roles::of(r).program)
-            .collect();
-        names.push(RETURN_PROGRAM);
-        let mut copies =
-            uprobe_session::load_copies(&loaded.object, &names, &loaded.map_fds, true)?;
-        for (role, name) in session_roles.iter().zip(&names) {
-            let fd = copies.remove(*name).context("session copy")?;
-            uprobe_session::set_prog_slot(loaded.progs_fd, *role as u32, &fd)?;
-            loaded.session_progs.push(fd);
-        }
-        let ret = copies.remove(RETURN_PROGRAM).context("session copy")?;
-        uprobe_session::set_prog_slot(loaded.progs_fd, uprobe_session::RETURN_SLOT, &ret)?;
-        loaded.session_progs.push(ret);
-        // The dispatcher last: it is the one that is attached.
-        let dispatcher = uprobe_session::load_dispatcher(loaded.progs_fd)?;
-        loaded.session_progs.push(dispatcher);
-        // free as a uprobe_multi link where the kernel takes one (it has
-        // sessions, so it should): cheaper per call than a perf-event
-        // uprobe (uprobe_session.rs). If not, a plain uprobe.
-        let frees = [roles::of(Role::Free).program, roles::FREE_GLIBC_PROGRAM];
-        loaded.free_multi =
-            uprobe_session::load_copies(&loaded.object, &frees, &loaded.map_fds, false)
-                .unwrap_or_default();
-    }
+    load_session_programs(loaded)?;
 
     let placed = || planned.iter().filter_map(|p| Some((p.role, p.placed()?)));
     let (offsets, cookies): (Vec<u64>, Vec<u64>) = placed()
@@ -223,4 +194,40 @@ pub(super) fn uprobe<'a>(ebpf: &'a mut Ebpf, program: &str) -> anyhow::Result<&'
         .program_mut(program)
         .with_context(|| format!("BPF object has no program {program}"))?
         .try_into()?)
+}
+
+/// Loads the session copies of the allocating functions' programs, the
+/// dispatcher that is attached, and free's uprobe_multi copies, once per
+/// trace (ahead of it when its programs are: ahead.rs).
+pub(super) fn load_session_programs(loaded: &mut Loaded) -> anyhow::Result<()> {
+    if !loaded.session_progs.is_empty() {
+        return Ok(());
+    }
+    // The kernel lets a session program tail-call only programs of the
+    // same attach type: load session copies of the real programs.
+    let session_roles: Vec<Role> = Role::ALL.into_iter().filter(|r| *r != Role::Free).collect();
+    let mut names: Vec<&str> = session_roles
+        .iter()
+        .map(|&r| roles::of(r).program)
+        .collect();
+    names.push(RETURN_PROGRAM);
+    let mut copies = uprobe_session::load_copies(&loaded.object, &names, &loaded.map_fds, true)?;
+    for (role, name) in session_roles.iter().zip(&names) {
+        let fd = copies.remove(*name).context("session copy")?;
+        uprobe_session::set_prog_slot(loaded.progs_fd, *role as u32, &fd)?;
+        loaded.session_progs.push(fd);
+    }
+    let ret = copies.remove(RETURN_PROGRAM).context("session copy")?;
+    uprobe_session::set_prog_slot(loaded.progs_fd, uprobe_session::RETURN_SLOT, &ret)?;
+    loaded.session_progs.push(ret);
+    // The dispatcher last: it is the one that is attached.
+    let dispatcher = uprobe_session::load_dispatcher(loaded.progs_fd)?;
+    loaded.session_progs.push(dispatcher);
+    // free as a uprobe_multi link where the kernel takes one (it has
+    // sessions, so it should): cheaper per call than a perf-event
+    // uprobe (uprobe_session.rs). If not, a plain uprobe.
+    let frees = [roles::of(Role::Free).program, roles::FREE_GLIBC_PROGRAM];
+    loaded.free_multi = uprobe_session::load_copies(&loaded.object, &frees, &loaded.map_fds, false)
+        .unwrap_or_default();
+    Ok(())
 }

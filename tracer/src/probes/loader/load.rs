@@ -58,6 +58,9 @@ pub fn load(
     features: &KernelFeatures,
     verbose: bool,
 ) -> anyhow::Result<(Loaded, EventMaps)> {
+    if let Some(given) = super::ahead::take_for(limits)? {
+        return Ok(given);
+    }
     raise_memlock_limit();
     let object: std::sync::Arc<[u8]> = object_patch::for_kernel(BPF_OBJECT, features)?.into();
     let ((mut loaded, maps), rejected) = first_that_loads(
@@ -123,10 +126,14 @@ fn load_mode(
         .as_raw_fd();
     seed_countdowns(&mut ebpf, limits.sampling.rate(), &table)?;
     let verified = load_programs(&mut ebpf, &features.release, unwind.name())?;
-    for (program, tracepoint) in TRACEPOINTS {
-        attach_tracepoint(&mut ebpf, program, tracepoint)?;
-    }
-    let code_gen = attach_code_gen(&mut ebpf);
+    // Programs loaded ahead of a trace attach nothing until one is given
+    // to them (ahead.rs): until then the host runs none of them.
+    let code_gen = if limits.settings_in_map {
+        super::ahead::idle_settings(&mut ebpf)?;
+        Err(super::ahead::NOT_ARMED.into())
+    } else {
+        arm(&mut ebpf)?
+    };
     Ok((
         Loaded {
             ebpf: Some(ebpf),
@@ -146,6 +153,7 @@ fn load_mode(
             features: features.clone(),
             object: std::sync::Arc::clone(object),
             fallback: None,
+            loaded_ahead: false,
             verified,
         },
         maps,
@@ -172,6 +180,7 @@ fn load_object(
     let inflight_by_tid = u32::from(!features.task_storage);
     let attach_cookies = u32::from(features.attach_cookie);
     let atomic_slots = u32::from(features.atomics);
+    let cgroup_helper = 1u32;
     // Statistics and the error's own lines only: a verbose log of a large
     // program runs to megabytes, and aya retries a load with a larger
     // buffer each time the log does not fit, verifying it again.
@@ -196,7 +205,7 @@ fn load_object(
         // process reported (8 MiB); a page when sampling, which uses LIVE.
         .map_max_entries(
             map::SEEN,
-            if limits.sampling.is_exact() {
+            if limits.sampling.is_exact() || limits.settings_in_map {
                 tracer_common::SEEN_PAGES
             } else {
                 1
@@ -216,8 +225,24 @@ fn load_object(
         .override_global(global::INFLIGHT_BY_TID, &inflight_by_tid, true)
         .override_global(global::ATTACH_COOKIES, &attach_cookies, true)
         .override_global(global::ATOMIC_SLOTS, &atomic_slots, true)
+        .override_global(
+            global::SETTINGS_IN_MAP,
+            &u32::from(limits.settings_in_map),
+            true,
+        )
+        .override_global(global::CGROUP_HELPER, &cgroup_helper, true)
         .load(object)
         .context("loading the BPF object into the kernel")
+}
+
+/// Attaches the programs that run for every process of the host (its
+/// processes' lives, the code-generation hook): how code generations are
+/// kept, as `Loaded::code_gen`.
+pub(super) fn arm(ebpf: &mut Ebpf) -> anyhow::Result<Result<(bool, Option<String>), String>> {
+    for (program, tracepoint) in TRACEPOINTS {
+        attach_tracepoint(ebpf, program, tracepoint)?;
+    }
+    Ok(attach_code_gen(ebpf))
 }
 
 /// Takes the maps the collector reads out of the loaded object.

@@ -58,6 +58,8 @@ pub struct Loaded {
     pub(super) fallback: Option<String>,
     /// Each program's verified instructions, largest first.
     pub(super) verified: Vec<(String, u32)>,
+    /// Loaded ahead of the trace (ahead.rs) rather than for it.
+    pub loaded_ahead: bool,
 }
 
 /// The maps the collector reads events and stacks from.
@@ -129,8 +131,13 @@ impl Loaded {
         } else {
             "uprobes + uretprobes"
         };
+        let ahead = if self.loaded_ahead {
+            ", loaded ahead (settings in a map)"
+        } else {
+            ""
+        };
         format!(
-            "kernel {}: mode: unwind {}, {probes}, {}",
+            "kernel {}: mode: unwind {}, {probes}, {}{ahead}",
             self.features.release,
             self.unwind.name(),
             self.features.inflight_words()
