@@ -1,6 +1,7 @@
-//! `memtrace-bpf agent`: nothing runs until a trace is asked for; traces of
-//! two processes at two sample rates run at once, each with its own
-//! numbers; a trace ends early on DELETE with its final profile; `go tool
+//! `memtrace-bpf agent`: nothing is attached until a trace is asked for
+//! (only the standby tracer runs, its programs loaded); traces of two
+//! processes at two sample rates run at once, the first given to the
+//! standby tracer, each with its own numbers; a trace ends early on DELETE with its final profile; `go tool
 //! pprof` reads the on-demand heap profile; `--agent` runs the usual
 //! command line through it; the Unix socket refuses other users; bad
 //! requests get a 4xx and start nothing.
@@ -125,8 +126,37 @@ impl Agent {
         crate::harness::parse_report(&text)
     }
 
-    /// The agent's tracer processes now.
-    pub(crate) fn children(&self) -> Vec<u32> {
+    /// The agent's tracers running a trace now (not the standby tracer).
+    pub(crate) fn tracers(&self) -> Vec<u32> {
+        let before = self.standby_pid();
+        let children = self.children();
+        let after = self.standby_pid();
+        children
+            .into_iter()
+            .filter(|&p| Some(p) != before && Some(p) != after)
+            .collect()
+    }
+
+    fn standby_pid(&self) -> Option<u32> {
+        let (_, list) = self.call("GET", "/traces", None);
+        list["standby_pid"].as_u64().map(|p| p as u32)
+    }
+
+    /// Waits until the standby tracer has its programs loaded; its pid.
+    fn standby_ready(&self) -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (_, list) = self.call("GET", "/traces", None);
+            if list["standby"] == "ready" {
+                return list["standby_pid"].as_u64().expect("its pid") as u32;
+            }
+            assert!(Instant::now() < deadline, "no standby tracer: {list}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The agent's child processes now.
+    fn children(&self) -> Vec<u32> {
         let pid = self.child.id();
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the agent's threads");
         tasks
@@ -148,6 +178,16 @@ impl Drop for Agent {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
     }
+}
+
+/// The probes a process holds: its perf-event and BPF-link descriptors.
+fn probes_held(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the process's descriptors")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|t| t.contains("perf_event") || t.contains("bpf_link"))
+        .collect()
 }
 
 fn sites_target() -> Target {
@@ -174,7 +214,11 @@ fn assert_sites_of(profile: &Value, pid: u32) {
 #[test]
 fn traces_start_on_request_run_side_by_side_and_end_early_on_delete() {
     let agent = Agent::start("traces");
-    assert!(agent.children().is_empty(), "nothing runs before a request");
+    // Before a request only the standby tracer runs: its programs are
+    // loaded, and attached nowhere.
+    let standby = agent.standby_ready();
+    assert_eq!(probes_held(standby), Vec::<String>::new());
+    assert!(agent.tracers().is_empty(), "nothing runs before a request");
     let (status, list) = agent.call("GET", "/traces", None);
     assert_eq!((status, &list["traces"]), (200, &Value::Array(vec![])));
 
@@ -187,9 +231,12 @@ fn traces_start_on_request_run_side_by_side_and_end_early_on_delete() {
         r#"{{"pid": {}, "seconds": 120, "sample_rate": 4096, "interval": 1}}"#,
         b.pid()
     ));
-    assert_eq!(agent.children().len(), 2);
-    for id in [exact, sampled] {
-        agent.wait(id, "attached", |s| s["attached"] == true);
+    assert_eq!(agent.tracers().len(), 2);
+    // The first was given to the standby tracer, the second loaded its own
+    // programs: both count exactly (below).
+    for (id, ahead) in [(exact, true), (sampled, false)] {
+        let state = agent.wait(id, "attached", |s| s["attached"] == true);
+        assert_eq!(state["loaded_ahead"], ahead, "{state}");
     }
     a.run_sites();
     b.run_sites();
@@ -232,11 +279,13 @@ fn traces_start_on_request_run_side_by_side_and_end_early_on_delete() {
         !pids.is_empty() && pids.iter().all(|&p| p == u64::from(b.pid())),
         "{pids:?}"
     );
-    assert!(agent.children().is_empty(), "the tracers were reaped");
-    // Their files: the final profile and the log of each, nothing older.
+    assert!(agent.tracers().is_empty(), "the tracers were reaped");
+    // Their files: the final profile and the log of each, nothing older
+    // (and the next standby tracer's log).
     let mut files: Vec<String> = std::fs::read_dir(&agent.dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| !name.starts_with("standby-"))
         .collect();
     files.sort();
     assert_eq!(files.len(), 4, "{files:?}");
@@ -402,6 +451,6 @@ fn the_socket_refuses_other_users_and_bad_requests_start_nothing() {
         agent.call("GET", "/traces", None).1["traces"],
         Value::Array(vec![])
     );
-    assert!(agent.children().is_empty(), "nothing was started");
+    assert!(agent.tracers().is_empty(), "nothing was started");
     assert!(!Path::new(&agent.dir).join("1.stderr").exists());
 }

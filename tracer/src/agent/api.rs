@@ -120,9 +120,14 @@ async fn not_found() -> Response {
 async fn list(State(agent): State<Arc<Agent>>) -> Response {
     let mut jobs = agent.jobs();
     jobs.sweep();
+    let (standby, standby_pid) = jobs.standby();
     json(
         StatusCode::OK,
-        &serde_json::json!({ "traces": jobs.statuses() }),
+        &serde_json::json!({
+            "traces": jobs.statuses(),
+            "standby": standby,
+            "standby_pid": standby_pid,
+        }),
     )
 }
 

@@ -4,6 +4,9 @@
 //! profile last. Separate processes keep every trace's numbers its own:
 //! two traces never share a sample rate, a filter or a live map.
 //!
+//! A trace is given to the standby tracer (spare.rs) when one is ready,
+//! and starts without waiting for the verifier.
+//!
 //! Bounded: at most `max_running` traces run at once (a request beyond is
 //! refused), the last `MAX_FINISHED` finished ones are kept with their
 //! final profile (older ones are removed, files and all), and of a running
@@ -21,10 +24,13 @@ use std::{
 
 use serde::Serialize;
 
-use super::request::TraceRequest;
+use super::{request::TraceRequest, spare::Spares};
 
 /// Finished traces kept, with their profiles.
 pub const MAX_FINISHED: usize = 32;
+/// How long a trace may take to attach its probes before the next
+/// standby tracer is started anyway.
+const STARTING: std::time::Duration = std::time::Duration::from_secs(10);
 /// The end of a failed tracer's stderr kept as its error.
 const MAX_ERROR: u64 = 2048;
 
@@ -48,6 +54,8 @@ pub struct Job {
     /// DELETE ended it before its time.
     ended_early: bool,
     ended: Option<Instant>,
+    /// Run by the standby tracer, with programs loaded ahead.
+    loaded_ahead: bool,
 }
 
 /// A trace as `GET /traces` lists it.
@@ -69,6 +77,8 @@ pub struct Status {
     pub attached: bool,
     /// Whether a profile can be had (`?format=`): a snapshot was written.
     pub profile: bool,
+    /// Its programs were loaded ahead of the request (the standby tracer).
+    pub loaded_ahead: bool,
 }
 
 pub enum StartError {
@@ -83,6 +93,7 @@ pub struct Jobs {
     max_running: usize,
     next_id: u64,
     jobs: BTreeMap<u64, Job>,
+    spares: Spares,
 }
 
 impl Jobs {
@@ -91,12 +102,15 @@ impl Jobs {
     /// at 1 again, and trace 1's profile must be this trace 1's.
     pub fn new(dir: PathBuf, exe: PathBuf, max_running: usize) -> Jobs {
         remove_left_over(&dir);
+        let mut spares = Spares::new(exe.clone(), dir.clone());
+        spares.refill();
         Jobs {
             dir,
             exe,
             max_running,
             next_id: 1,
             jobs: BTreeMap::new(),
+            spares,
         }
     }
 
@@ -114,28 +128,11 @@ impl Jobs {
             return Err(StartError::Busy(self.max_running));
         }
         let id = self.next_id;
-        let stderr = fs::File::create(self.stderr_path(id))
-            .map_err(|e| StartError::Spawn(format!("creating the trace's log: {e}")))?;
-        let mut command = Command::new(&self.exe);
-        command
-            .args(request.tracer_args(&self.dir.join(format!("{id}-{{n}}.json"))))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between
-        // fork and exec. The trace ends (and writes its report) when the
-        // agent's thread that started it, the runtime's only one, dies.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = command
-            .spawn()
-            .map_err(|e| StartError::Spawn(format!("starting {}: {e}", self.exe.display())))?;
+        let args = request.tracer_args(&self.dir.join(format!("{id}-{{n}}.json")));
+        let (child, loaded_ahead) = match self.spares.take(&args, &self.stderr_path(id)) {
+            Some(child) => (child, true),
+            None => (self.spawn(id, &args)?, false),
+        };
         self.next_id += 1;
         self.jobs.insert(
             id,
@@ -151,9 +148,36 @@ impl Jobs {
                 error: None,
                 ended_early: false,
                 ended: None,
+                loaded_ahead,
             },
         );
         Ok(id)
+    }
+
+    /// A tracer of its own for trace `id`.
+    fn spawn(&self, id: u64, args: &[std::ffi::OsString]) -> Result<Child, StartError> {
+        let stderr = fs::File::create(self.stderr_path(id))
+            .map_err(|e| StartError::Spawn(format!("creating the trace's log: {e}")))?;
+        let mut command = Command::new(&self.exe);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between
+        // fork and exec. The trace ends (and writes its report) when the
+        // agent's thread that started it, the runtime's only one, dies.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        command
+            .spawn()
+            .map_err(|e| StartError::Spawn(format!("starting {}: {e}", self.exe.display())))
     }
 
     /// Ends a running trace now: SIGINT, as Ctrl-C would; it writes its
@@ -214,10 +238,25 @@ impl Jobs {
             self.jobs.remove(id);
             remove_files(&self.dir, *id);
         }
+        // The next standby tracer's verification waits until the traces
+        // started are attached: it would compete with them for the CPU.
+        let starting = self.jobs.values().any(|j| {
+            j.state == State::Running
+                && j.started.elapsed() < STARTING
+                && !said_tracing(&self.stderr_path(j.id))
+        });
+        if !starting {
+            self.spares.refill();
+        }
     }
 
     pub fn get(&self, id: u64) -> Option<&Job> {
         self.jobs.get(&id)
+    }
+
+    /// The standby tracer's state (spare.rs) and pid.
+    pub fn standby(&self) -> (String, Option<u32>) {
+        (self.spares.state(), self.spares.pid())
     }
 
     pub fn statuses(&self) -> Vec<Status> {
@@ -244,6 +283,7 @@ impl Jobs {
                 .as_secs_f64(),
             attached: said_tracing(&self.stderr_path(job.id)),
             profile: newest_snapshot(&self.dir, job.id).is_some(),
+            loaded_ahead: job.loaded_ahead,
         }
     }
 
@@ -255,6 +295,7 @@ impl Jobs {
     /// The agent stops: every running trace ends and writes its profile
     /// (waited for up to `grace`, then killed).
     pub fn stop_all(&mut self, grace: std::time::Duration) {
+        self.spares.stop();
         let ids: Vec<u64> = self.jobs.keys().copied().collect();
         for id in ids {
             self.cancel(id);
@@ -319,6 +360,7 @@ fn remove_left_over(dir: &Path) {
         };
         let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
         let ours = match (name.strip_suffix(".json"), name.strip_suffix(".stderr")) {
+            (_, Some(stem)) if stem.strip_prefix("standby-").is_some_and(numbered) => true,
             (Some(stem), _) => stem
                 .split_once('-')
                 .is_some_and(|(a, b)| numbered(a) && numbered(b)),
@@ -350,7 +392,7 @@ fn said_tracing(path: &Path) -> bool {
 
 /// The last lines of a tracer's stderr (at most `MAX_ERROR` bytes),
 /// escaped: they quote paths and names the traced processes chose.
-fn tail_of(path: &Path) -> String {
+pub(super) fn tail_of(path: &Path) -> String {
     let Ok(mut file) = fs::File::open(path) else {
         return "the tracer failed and left no message".into();
     };
@@ -401,6 +443,8 @@ mod tests {
         assert!(newest_snapshot(&dir, 3).is_none());
         // A new agent starts with none of an earlier one's files.
         fs::write(dir.join("1.stderr"), "").unwrap();
+        fs::write(dir.join("standby-2.stderr"), "").unwrap();
+        fs::write(dir.join("standby-x.stderr"), "").unwrap();
         fs::write(dir.join("notes.txt"), "").unwrap();
         remove_left_over(&dir);
         let mut left: Vec<String> = fs::read_dir(&dir)
@@ -408,7 +452,7 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
-        assert_eq!(left, ["3-x.json", "notes.txt"]);
+        assert_eq!(left, ["3-x.json", "notes.txt", "standby-x.stderr"]);
         let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -22,6 +22,8 @@ mod jobs;
 mod listen;
 mod reports;
 pub mod request;
+mod spare;
+pub mod standby;
 pub mod triggers;
 mod watcher;
 
