@@ -92,8 +92,27 @@ attach() {
     note_timeout pid-attach "$d"
 }
 
+# The agent's standby tracer: it loads its programs with the settings in
+# a map, says "ready", then runs the command line it reads on stdin; "go"
+# after that line is left for the command.
+ahead() {
+    local name=loaded-ahead d=$out/loaded-ahead
+    mkdir -p "$d"
+    skipped "$d" && return
+    local start=$SECONDS
+    {
+        printf '["memtrace-bpf","--verbose","--sample-rate","1","-f","json","-o","%s","--","%s","exit"]\n' \
+            "$d/report.json" "$bin/sites"
+        echo go
+    } | timeout -s INT -k 10 "$limit" "$tracer" agent-ahead >"$d/stdout" 2>"$d/stderr"
+    echo $? >"$d/exit"
+    echo $((SECONDS - start)) >"$d/seconds"
+    note_timeout "$name" "$d"
+}
+
 launch exact-3-sites --sample-rate 1 -- "$bin/sites" exit
 attach
 launch sampling -- "$bin/sites" exit
 launch rust-jemalloc --sample-rate 1 -- "$bin/rjem" exit
+ahead
 echo finished >"$out/finished"

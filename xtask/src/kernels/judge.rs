@@ -14,6 +14,10 @@ pub enum Expect {
     Exact { by_caller: bool, complete: bool },
     /// Default sampling: some allocations recorded, no loss.
     Samples,
+    /// As `Exact` (complete stacks, by leaf), run by the agent's standby
+    /// tracer: programs loaded ahead, their settings in a map, which the
+    /// stderr's mode line must say.
+    LoadedAhead,
 }
 
 pub struct Check {
@@ -48,7 +52,14 @@ pub const CHECKS: &[Check] = &[
             complete: false,
         },
     },
+    Check {
+        name: "loaded-ahead",
+        expect: Expect::LoadedAhead,
+    },
 ];
+
+/// What the mode line says of programs loaded ahead.
+const LOADED_AHEAD: &str = "loaded ahead (settings in a map)";
 
 /// [in-use bytes, in-use objects, allocated bytes, allocated objects] per
 /// thread of the three sites that tests/targets/sites.c and
@@ -112,9 +123,9 @@ pub fn judge(check: &Check, raw: &Raw, guest_timed_out: bool) -> Judged {
         Some(0) => match raw.report.as_deref().map(serde_json::from_str::<Value>) {
             None => Outcome::Fail(format!("exit 0 but no report; {}", last_lines(&raw.stderr))),
             Some(Err(e)) => Outcome::Fail(format!("report is not JSON: {e}")),
-            Some(Ok(report)) => {
-                judge_report(&check.expect, &report).map_or(Outcome::Pass, Outcome::Fail)
-            }
+            Some(Ok(report)) => judge_report(&check.expect, &report)
+                .or_else(|| not_ahead(&check.expect, &raw.stderr))
+                .map_or(Outcome::Pass, Outcome::Fail),
         },
         Some(code) => Outcome::Fail(format!("exit {code}: {}", last_lines(&raw.stderr))),
     };
@@ -125,6 +136,16 @@ pub fn judge(check: &Check, raw: &Raw, guest_timed_out: bool) -> Judged {
         verified: verified(&raw.stderr),
         seconds: raw.seconds,
     }
+}
+
+/// Why a check of programs loaded ahead was not run by them.
+fn not_ahead(expect: &Expect, stderr: &str) -> Option<String> {
+    let wanted = matches!(expect, Expect::LoadedAhead);
+    let said = stderr
+        .lines()
+        .any(|l| l.contains(": mode: ") && l.contains(LOADED_AHEAD));
+    (wanted && !said)
+        .then(|| "the programs were not the ones loaded ahead (no such mode line)".into())
 }
 
 /// None when the report shows what `expect` asks, else why not.
@@ -143,6 +164,13 @@ fn judge_report(expect: &Expect, report: &Value) -> Option<String> {
             let samples: u64 = stacks.iter().map(|s| s.counts[3]).sum();
             (samples == 0).then(|| format!("no samples in {} stacks", stacks.len()))
         }
+        Expect::LoadedAhead => judge_report(
+            &Expect::Exact {
+                by_caller: false,
+                complete: true,
+            },
+            report,
+        ),
         Expect::Exact {
             by_caller,
             complete,

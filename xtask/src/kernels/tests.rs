@@ -181,6 +181,25 @@ fn an_exact_check_passes_only_with_exact_numbers_and_complete_stacks() {
 }
 
 #[test]
+fn the_loaded_ahead_check_needs_its_mode_line_and_exact_numbers() {
+    let ahead = CHECKS.iter().find(|c| c.name == "loaded-ahead").unwrap();
+    let good = report(1, &["_start"]);
+    let line = "memtrace-bpf: kernel 6.1.0-40-amd64: mode: unwind tables, uprobes + uretprobes, calls in flight in task storage, loaded ahead (settings in a map)\n";
+    assert_eq!(
+        judge(ahead, &raw(0, Some(&good), line), false).outcome,
+        Outcome::Pass
+    );
+    let Outcome::Fail(why) = judge(ahead, &raw(0, Some(&good), ""), false).outcome else {
+        panic!("a trace that loaded its own programs passes");
+    };
+    assert!(why.contains("not the ones loaded ahead"), "{why}");
+    assert!(matches!(
+        judge(ahead, &raw(0, Some(&report(2, &["_start"])), line), false).outcome,
+        Outcome::Fail(_)
+    ));
+}
+
+#[test]
 fn a_failed_load_reports_the_tracers_last_lines() {
     let stderr = "memtrace-bpf: loading\nverifier log line\n\
                   memtrace-bpf: error: failed to create map INFLIGHT: Invalid argument\n";
