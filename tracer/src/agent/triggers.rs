@@ -28,6 +28,9 @@ use crate::report::Format;
 
 /// Longest trigger line.
 const MAX_LINE: usize = 4096;
+/// The longest growth window: its readings, 4 a second, are kept for it
+/// (14,400 of 16 bytes at most).
+const MAX_WINDOW: Duration = Duration::from_secs(3600);
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -202,8 +205,8 @@ fn parse_condition(word: &str) -> Result<Condition, String> {
                 .split_once('/')
                 .ok_or("growth>SIZE/DURATION, e.g. growth>100M/60s")?;
             let window = duration(window)?;
-            if window < Duration::from_secs(1) {
-                return Err("growth: a window of at least 1s".into());
+            if !(Duration::from_secs(1)..=MAX_WINDOW).contains(&window) {
+                return Err("growth: a window of 1s to 1h".into());
             }
             Ok(Condition::Growth {
                 bytes: size(bytes)?,
@@ -374,7 +377,8 @@ mod tests {
         assert!(err("pid=1 memory").contains("a condition"));
         assert!(err("pid=1 memory>lots").contains("a size such as"));
         assert!(err("pid=1 growth>1M").contains("growth>SIZE/DURATION"));
-        assert!(err("pid=1 growth>1M/0.5s").contains("at least 1s"));
+        assert!(err("pid=1 growth>1M/0.5s").contains("1s to 1h"));
+        assert!(err("pid=1 growth>1M/120m").contains("1s to 1h"));
         assert!(err("pid=1 psi-some>2s/1s").contains("window of 500ms to 10s"));
         assert!(err("pid=1 events").contains("use cgroup=PATH"));
         assert!(err("pid=1 memory>1G seconds=0").contains("1 to 3600"));
