@@ -4,7 +4,8 @@
 //! The target (bench/alloc_loop.c: THREADS threads of malloc/free pairs of
 //! random sizes with a small live set, -O2 without frame pointers) times
 //! its own loop. It runs untraced, under no-op probes at the symbols (what
-//! naive tracers pay at least), under no-op probes at the placed offsets
+//! naive tracers pay at least), beside an idle `memtrace-bpf agent`, under
+//! no-op probes at the placed offsets
 //! (memtrace-bpf's floor), and under memtrace-bpf in several modes; REPEATS
 //! interleaved rounds, medians compared. The tracer's `--verbose` lines give
 //! its CPU time, peak RSS and unwinding throughput.
@@ -22,7 +23,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use crate::{
-    bench_proc::{json_u64, median_by, peak_rss_kib, Proc},
+    bench_proc::{json_u64, median_by, peak_rss_kib, IdleAgent, Proc},
     cmd::{repo_root, run as run_cmd, target_dir},
     cpu::cpu_secs,
 };
@@ -40,6 +41,8 @@ struct Mode {
     scrape: bool,
     /// malloc/free pairs per thread.
     pairs: u64,
+    /// Untraced, beside `memtrace-bpf agent` with its standby tracer ready.
+    agent: bool,
 }
 
 const MODES: &[Mode] = &[
@@ -49,6 +52,15 @@ const MODES: &[Mode] = &[
         tracer_args: None,
         scrape: false,
         pairs: PAIRS,
+        agent: false,
+    },
+    Mode {
+        name: "idle-agent",
+        what: "no probes, beside an idle agent (standby tracer loaded)",
+        tracer_args: None,
+        scrape: false,
+        pairs: PAIRS,
+        agent: true,
     },
     Mode {
         name: "noop-symbols",
@@ -56,6 +68,7 @@ const MODES: &[Mode] = &[
         tracer_args: Some(&["--noop-probes", "--probe-placement", "entry"]),
         scrape: false,
         pairs: PAIRS,
+        agent: false,
     },
     Mode {
         name: "noop-placed",
@@ -63,6 +76,7 @@ const MODES: &[Mode] = &[
         tracer_args: Some(&["--noop-probes"]),
         scrape: false,
         pairs: PAIRS,
+        agent: false,
     },
     Mode {
         name: "fp-exact",
@@ -70,6 +84,7 @@ const MODES: &[Mode] = &[
         tracer_args: Some(&["--unwind", "fp", "--sample-rate", "1"]),
         scrape: false,
         pairs: PAIRS,
+        agent: false,
     },
     Mode {
         name: "tables-exact",
@@ -77,6 +92,7 @@ const MODES: &[Mode] = &[
         tracer_args: Some(&["--sample-rate", "1"]),
         scrape: false,
         pairs: PAIRS,
+        agent: false,
     },
     Mode {
         name: "default-no-sessions",
@@ -84,6 +100,7 @@ const MODES: &[Mode] = &[
         tracer_args: Some(&["--uprobe-sessions", "off"]),
         scrape: false,
         pairs: PAIRS,
+        agent: false,
     },
     Mode {
         name: "default",
@@ -91,6 +108,7 @@ const MODES: &[Mode] = &[
         tracer_args: Some(&[]),
         scrape: false,
         pairs: PAIRS,
+        agent: false,
     },
     // Scraping is compared on runs of about 10 s: in a 1 s run the first
     // snapshot's one-time cost (reading the target's symbols) is most of
@@ -101,6 +119,7 @@ const MODES: &[Mode] = &[
         tracer_args: Some(&[]),
         scrape: false,
         pairs: LONG_PAIRS,
+        agent: false,
     },
     Mode {
         name: "default-scraped",
@@ -108,6 +127,7 @@ const MODES: &[Mode] = &[
         tracer_args: Some(&["--serve", "127.0.0.1:0"]),
         scrape: true,
         pairs: LONG_PAIRS,
+        agent: false,
     },
 ];
 
@@ -237,6 +257,10 @@ fn report(med: &[RunResult], dir: &Path) -> Result<()> {
     }
     println!();
     println!(
+        "untraced beside an idle agent / untraced: {:.2} (target 1.00: nothing attached)",
+        ns("idle-agent") / base
+    );
+    println!(
         "default / placed no-op floor: {:.2} (target <= 1.10)",
         ns("default") / ns("noop-placed")
     );
@@ -263,6 +287,10 @@ fn report(med: &[RunResult], dir: &Path) -> Result<()> {
 }
 
 fn run_once(bin: &Path, tracer: &Path, mode: &Mode, dir: &Path) -> Result<RunResult> {
+    let _agent = mode
+        .agent
+        .then(|| IdleAgent::start(tracer, dir))
+        .transpose()?;
     let mut cmd = Command::new(bin);
     cmd.arg(mode.pairs.to_string()).arg(THREADS.to_string());
     let mut target = Proc::spawn(cmd, true)?;

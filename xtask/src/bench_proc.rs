@@ -4,6 +4,7 @@
 
 use std::{
     io::{BufRead, BufReader, Write},
+    path::Path,
     process::{Child, ChildStdin, Command, Stdio},
     sync::mpsc::{self, Receiver},
     thread,
@@ -112,6 +113,48 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `memtrace-bpf agent` running beside a run, its standby tracer's
+/// programs loaded and nothing attached; killed when dropped.
+pub(crate) struct IdleAgent {
+    _agent: Proc,
+}
+
+impl IdleAgent {
+    pub(crate) fn start(tracer: &Path, dir: &Path) -> Result<IdleAgent> {
+        let socket = dir.join("agent/agent.sock");
+        let mut cmd = Command::new(tracer);
+        cmd.args(["agent", "--serve", "off", "--socket"])
+            .arg(&socket)
+            .arg("--dir")
+            .arg(dir.join("agent/traces"));
+        let mut agent = Proc::spawn(cmd, false)?;
+        agent.wait_line("agent ready")?;
+        let deadline = std::time::Instant::now() + LINE_TIMEOUT;
+        while !get_unix(&socket, "/traces")?.contains("\"standby\": \"ready\"") {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the agent's standby tracer never got ready"
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+        Ok(IdleAgent { _agent: agent })
+    }
+}
+
+/// One GET over a Unix socket; the whole answer.
+fn get_unix(socket: &Path, path: &str) -> Result<String> {
+    use std::io::Read as _;
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)
+        .with_context(|| format!("connect {}", socket.display()))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
 }
 
 #[cfg(test)]
