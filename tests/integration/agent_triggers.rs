@@ -1,5 +1,5 @@
 //! The agent's triggers: a slow leaker trips a growth-rate trigger on its
-//! pid; a program spiking in a memory-limited cgroup trips a memory
+//! pid, and its profile is pushed to an OTLP collector (`--otlp`); a program spiking in a memory-limited cgroup trips a memory
 //! trigger whose trace names the spiking stack before the OOM kill. Each
 //! report lands in the reports directory under a name that says when,
 //! what and why. PSI triggers are registered with the kernel.
@@ -12,7 +12,9 @@ use crate::{
     agent::Agent,
     harness::{
         cgroup::{MemoryCgroup, V2Cgroup},
-        compile_c, parse_report,
+        compile_c,
+        otlp::Receiver,
+        parse_report,
         sites::FP_FLAGS,
         Target,
     },
@@ -56,7 +58,12 @@ fn a_slow_leaker_trips_a_growth_trigger_and_its_report_is_named_for_it() {
     let bin = compile_c("rss_growth", "trigger-growth", FP_FLAGS);
     let target = Target::start(&bin, &["malloc", "120"]);
     let trigger = format!("pid={} growth>8M/3s seconds=4 formats=pprof", target.pid());
-    let agent = Agent::start_with("growth-trigger", &["--trigger", &trigger]);
+    let receiver = Receiver::start("agent-otlp", 0);
+    let url = receiver.url();
+    let agent = Agent::start_with(
+        "growth-trigger",
+        &["--trigger", &trigger, "--otlp", url.as_str()],
+    );
     let (name, report) = first_report(&agent, Duration::from_secs(90));
     assert!(
         name.ends_with(&format!("Z-pid-{}-growth.json", target.pid())),
@@ -75,6 +82,17 @@ fn a_slow_leaker_trips_a_growth_trigger_and_its_report_is_named_for_it() {
     assert_eq!(state["fired"], 1, "{state}");
     assert_eq!(state["trigger"]["line"], trigger.as_str());
     assert_eq!(state["last_report"], name.as_str());
+    // The trace pushed its profile before it ended, the report was kept
+    // after: the collector has it, of the leaker.
+    let request = receiver.request(1);
+    assert_eq!(request["path"], "/v1development/profiles");
+    let resource = crate::otlp::resource(&request, target.pid());
+    assert!(
+        resource["profiles"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty()),
+        "{resource}"
+    );
 }
 
 #[test]

@@ -28,7 +28,7 @@ const SAMPLE_TYPES: [(&str, &str); 4] = [
 ];
 
 /// The resource of process `pid` in a decoded request.
-fn resource(request: &Value, pid: u32) -> &Value {
+pub(crate) fn resource(request: &Value, pid: u32) -> &Value {
     request["resources"]
         .as_array()
         .expect("resources")

@@ -144,7 +144,7 @@ impl IdleAgent {
 }
 
 /// One GET over a Unix socket; the whole answer.
-fn get_unix(socket: &Path, path: &str) -> Result<String> {
+pub(crate) fn get_unix(socket: &Path, path: &str) -> Result<String> {
     use std::io::Read as _;
     let mut stream = std::os::unix::net::UnixStream::connect(socket)
         .with_context(|| format!("connect {}", socket.display()))?;

@@ -16,6 +16,7 @@
 //! A script for a person, not a CI test (the default run takes about ten
 //! minutes per scope); tests/integration/soak.rs holds the short versions.
 
+mod agent;
 mod monitor;
 mod single;
 mod tables;
@@ -111,6 +112,9 @@ enum Which {
     /// System-wide, every process, while python3.11, cc and rg start in
     /// turn: RSS and the unwind tables' rows and trie entries.
     Tables,
+    /// `memtrace-bpf agent` with a trigger firing about once a minute: its
+    /// RSS (run alone; `--seconds 3600` for the hour the agent is held to).
+    Agent,
 }
 
 /// What a scope found: lines to print, and what failed.
@@ -145,7 +149,8 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         Which::All => &[Which::Single, Which::Binary, Which::System],
         ref one => std::slice::from_ref(one),
     };
-    if scopes.iter().any(|s| *s != Which::Single) && !Path::new(PYTHON).exists() {
+    let python = |s: &Which| matches!(s, Which::Binary | Which::System | Which::Tables);
+    if scopes.iter().any(python) && !Path::new(PYTHON).exists() {
         bail!("{PYTHON} is missing: install Debian's python3.11 (apt-get install python3.11)");
     }
     let bin = match &args.tracer {
@@ -170,6 +175,7 @@ pub fn run(args: &SoakArgs) -> Result<()> {
         let verdict = match scope {
             Which::Single => single::soak(args, &bin)?,
             Which::Tables => tables::soak(args, &bin)?,
+            Which::Agent => agent::soak(args, &bin)?,
             Which::Binary => python_soak(args, &bin, "binary", &["--binary", PYTHON])?,
             _ => python_soak(args, &bin, "system-wide", system)?,
         };

@@ -42,6 +42,8 @@ pub struct Agent {
     pub jobs: Mutex<Jobs>,
     /// The triggers' states, as the triggers' thread last saw them.
     pub triggers: Mutex<Vec<super::triggers::TriggerState>>,
+    /// --otlp: where triggered traces push their profiles.
+    pub otlp: Option<String>,
 }
 
 impl Agent {

@@ -86,6 +86,12 @@ pub struct AgentCli {
     /// Most triggered reports kept; the oldest are removed first.
     #[arg(long, default_value_t = 100, value_name = "N")]
     pub max_reports: usize,
+
+    /// Push the profiles of triggered traces to an OpenTelemetry collector
+    /// as the tracer's --otlp does (URL, or its OTEL_EXPORTER_OTLP_*
+    /// variables without one).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub otlp: Option<String>,
 }
 
 /// Every trigger of the command line and of --triggers FILE, read.
@@ -146,6 +152,9 @@ fn check(cli: &AgentCli) -> anyhow::Result<(Option<SocketAddr>, Vec<triggers::Tr
     if !(1..=64).contains(&cli.max_traces) {
         anyhow::bail!("--max-traces takes 1 to 64, got {}", cli.max_traces);
     }
+    if let Some(url) = &cli.otlp {
+        crate::otlp::destination(url)?;
+    }
     Ok((tcp_address(cli)?, triggers(cli)?))
 }
 
@@ -187,6 +196,7 @@ fn run(
     let agent = Arc::new(api::Agent {
         jobs: Mutex::new(jobs::Jobs::new(cli.dir.clone(), exe, cli.max_traces)),
         triggers: Mutex::new(Vec::new()),
+        otlp: cli.otlp.clone(),
     });
     let watching = match triggers.is_empty() {
         true => None,

@@ -41,6 +41,8 @@ pub struct TraceRequest {
     /// How often the profile so far is written.
     pub interval: f64,
     pub min_age: Option<f64>,
+    /// The tracer's --otlp (triggered traces of an agent given --otlp).
+    pub otlp: Option<String>,
 }
 
 /// A `POST /traces` body, as sent.
@@ -179,6 +181,7 @@ impl TraceRequest {
             sample_rate,
             interval,
             min_age,
+            otlp: None,
         })
     }
 
@@ -200,6 +203,9 @@ impl TraceRequest {
         }
         if let Some(age) = self.min_age {
             args.extend(["--min-age".into(), age.to_string().into()]);
+        }
+        if let Some(url) = &self.otlp {
+            args.push(format!("--otlp={url}").into());
         }
         args.extend(["--format".into(), "json".into(), "--quiet".into()]);
         args.extend(["--output".into(), output.into()]);

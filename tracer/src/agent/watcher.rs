@@ -295,6 +295,7 @@ fn fire(w: &mut Watched, agent: &Agent) {
         sample_rate: t.sample_rate,
         interval: t.seconds.min(5.0),
         min_age: None,
+        otlp: agent.otlp.clone(),
     };
     match agent.jobs().start(request) {
         Ok(id) => {

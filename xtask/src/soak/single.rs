@@ -108,7 +108,7 @@ pub fn soak(args: &SoakArgs, bin: &Path) -> Result<Verdict> {
     Ok(v)
 }
 
-fn compile() -> Result<PathBuf> {
+pub(super) fn compile() -> Result<PathBuf> {
     let src = repo_root().join("tests/targets/soak_leak.c");
     let out = target_dir().join("soak/soak_leak");
     std::fs::create_dir_all(target_dir().join("soak")).context("creating target/soak")?;
@@ -122,7 +122,7 @@ fn compile() -> Result<PathBuf> {
 }
 
 /// Reads the target's lines until one starting with `prefix`.
-fn expect_line(
+pub(super) fn expect_line(
     lines: &mut impl Iterator<Item = std::io::Result<String>>,
     prefix: &str,
 ) -> Result<String> {
