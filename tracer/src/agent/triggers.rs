@@ -12,7 +12,7 @@
 //! then options. Conditions: `memory>SIZE` (a cgroup's charged memory, a
 //! process's RSS; `rss>` is the same), `growth>SIZE/DURATION` (it rose by
 //! SIZE within DURATION), `events` (a cgroup's `memory.events` `high` or
-//! `max` counters rose: v1's `memory.failcnt`), `psi-some>STALL/WINDOW` and
+//! `max` counters rose: v1's `memory.failcnt` and OOM kills), `psi-some>STALL/WINDOW` and
 //! `psi-full>STALL/WINDOW` (memory pressure, as the kernel's PSI triggers
 //! tell it: the cgroup's `memory.pressure`, else /proc/pressure/memory).
 //! Options: `seconds=` (the trace's longest; default 60), `sample-rate=`
@@ -50,7 +50,7 @@ pub enum Condition {
         #[serde(serialize_with = "secs")]
         window: Duration,
     },
-    /// The cgroup's high/max events (v1: failcnt) rose.
+    /// The cgroup's high/max events (v1: failcnt and oom_kill) rose.
     Events,
     /// PSI: `stall` of stalled time within `window` (some or full).
     Pressure {

@@ -1,6 +1,7 @@
 //! The triggers at work, on a thread of their own: every `ROUND` each
 //! trigger's memory is read (a cgroup's `memory.current` or v1
-//! `memory.usage_in_bytes`, its `memory.events` or v1 `memory.failcnt`; a
+//! `memory.usage_in_bytes`, its `memory.events` or v1 `memory.failcnt` and
+//! `memory.oom_control`'s `oom_kill`; a
 //! process's RSS), and PSI triggers are the kernel's own (written to the
 //! pressure file, waited on with poll: no polling of the numbers). A
 //! trigger that holds starts a trace of its cgroup or process unless one
@@ -260,7 +261,7 @@ fn evaluate(w: &mut Watched, secs: f64) -> bool {
 }
 
 /// The cgroup's "about to be OOM" counters: v2 memory.events `high` +
-/// `max`, v1 `memory.failcnt`.
+/// `max`, v1 `memory.failcnt` + `memory.oom_control`'s `oom_kill`.
 fn events(files: &CgroupMemoryFiles) -> Option<u64> {
     let read = |p: std::path::PathBuf| std::fs::read_to_string(p).ok();
     match files {
@@ -273,7 +274,10 @@ fn events(files: &CgroupMemoryFiles) -> Option<u64> {
             };
             Some(count("high ") + count("max "))
         }
-        CgroupMemoryFiles::V1(dir) => read(dir.join("memory.failcnt"))?.trim().parse().ok(),
+        CgroupMemoryFiles::V1(dir) => v1_events(
+            &read(dir.join("memory.failcnt"))?,
+            read(dir.join("memory.oom_control")).as_deref(),
+        ),
     }
 }
 
@@ -354,5 +358,27 @@ fn follow(w: &mut Watched, agent: &Agent, reports: &mut Reports) {
             w.state.running_trace = None;
             w.state.error = why.map(|e| format!("trace {id} failed: {e}"));
         }
+    }
+}
+
+/// v1: `memory.failcnt` plus `memory.oom_control`'s `oom_kill` (4.13+; the
+/// kills failcnt does not count where reclaim met the limit until then).
+fn v1_events(failcnt: &str, oom_control: Option<&str>) -> Option<u64> {
+    let failcnt: u64 = failcnt.trim().parse().ok()?;
+    let killed = oom_control.and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse::<u64>().ok())
+    });
+    Some(failcnt + killed.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn v1_events_count_failures_and_oom_kills() {
+        let control = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
+        assert_eq!(super::v1_events("5\n", Some(control)), Some(7));
+        assert_eq!(super::v1_events("5\n", None), Some(5));
+        assert_eq!(super::v1_events("x", Some(control)), None);
     }
 }
