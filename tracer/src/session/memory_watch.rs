@@ -79,6 +79,8 @@ pub struct MemoryWatch {
     running: HashMap<u32, (Option<u64>, Readings)>,
     exited: VecDeque<(ProcessKey, Readings)>,
     cgroup: Option<(CgroupMemoryFiles, Option<Readings>)>,
+    /// Whether a process seen was not read because MAX_WATCHED were.
+    full: bool,
 }
 
 impl MemoryWatch {
@@ -92,6 +94,7 @@ impl MemoryWatch {
             running: HashMap::new(),
             exited: VecDeque::new(),
             cgroup: cgroup.map(|files| (files, None)),
+            full: false,
         };
         watch.read(std::iter::empty());
         watch
@@ -115,12 +118,14 @@ impl MemoryWatch {
             self.read_process(pid, secs);
         }
         for pid in self.root.into_iter().chain(seen) {
+            if self.running.contains_key(&pid) {
+                continue;
+            }
             if self.running.len() >= MAX_WATCHED {
+                self.full = true;
                 break;
             }
-            if !self.running.contains_key(&pid) {
-                self.admit(pid, secs);
-            }
+            self.admit(pid, secs);
         }
         self.read_cgroup(secs);
     }
@@ -200,6 +205,16 @@ impl MemoryWatch {
         }
     }
 
+    /// The report's note when processes went unread for the bound.
+    pub fn bound_note(&self) -> Option<String> {
+        self.full.then(|| {
+            format!(
+                "the kernel's memory numbers: more than {MAX_WATCHED} processes ran at once, and \
+                 only {MAX_WATCHED} are read; the others have none in the report"
+            )
+        })
+    }
+
     /// The cgroup's readings, for the report.
     pub fn cgroup_memory(&self) -> Option<KernelMemory> {
         let (files, readings) = self.cgroup.as_ref()?;
@@ -267,5 +282,32 @@ mod tests {
         }
         assert!(watch.running.is_empty());
         assert_eq!(watch.exited.len(), MAX_EXITED);
+    }
+
+    #[test]
+    fn past_the_bound_processes_are_not_read_and_the_note_says_so() {
+        let mut children: Vec<std::process::Child> = (0..=MAX_WATCHED)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("30")
+                    .spawn()
+                    .expect("sleep")
+            })
+            .collect();
+        let pids: Vec<u32> = children.iter().map(std::process::Child::id).collect();
+        let mut watch = MemoryWatch::new(None, None);
+        watch.read(pids[..MAX_WATCHED].iter().copied());
+        assert_eq!(watch.running.len(), MAX_WATCHED);
+        assert_eq!(watch.bound_note(), None, "all of them were read");
+        watch.read(pids.iter().copied());
+        assert_eq!(watch.running.len(), MAX_WATCHED);
+        assert!(!watch.running.contains_key(&pids[MAX_WATCHED]));
+        assert!(watch
+            .bound_note()
+            .is_some_and(|n| n.contains("only 64 are read")));
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

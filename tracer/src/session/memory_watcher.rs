@@ -89,6 +89,11 @@ impl MemoryWatcher {
         self.published().fill(processes);
     }
 
+    /// See `MemoryWatch::bound_note`.
+    pub fn bound_note(&self) -> Option<String> {
+        self.published().bound_note()
+    }
+
     /// See `MemoryWatch::cgroup_memory`.
     pub fn cgroup_memory(&self) -> Option<KernelMemory> {
         self.published().cgroup_memory()

@@ -338,6 +338,9 @@ impl<'a> Trace<'a> {
         profile.group_by = self.settings.config.render.group_by;
         profile.notes.extend(self.peak_snapshots.note());
         profile
+            .notes
+            .extend(self.memory.bound_note().map(crate::report::Note::Text));
+        profile
     }
 
     /// Writes the final report, detaches, and says how the trace went.
