@@ -143,7 +143,7 @@ impl Agent {
     }
 
     /// Waits until the standby tracer has its programs loaded; its pid.
-    fn standby_ready(&self) -> u32 {
+    pub(crate) fn standby_ready(&self) -> u32 {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let (_, list) = self.call("GET", "/traces", None);
