@@ -19,7 +19,7 @@ use crate::harness::{
 const RINGBUF_MB: &str = "1024";
 
 /// `sites` built and copied to a scratch `dir/name`.
-fn sites_copy(tag: &str, name: &str) -> PathBuf {
+pub(crate) fn sites_copy(tag: &str, name: &str) -> PathBuf {
     let built = compile_c("sites", tag, O2_FLAGS);
     let dir = scratch(tag);
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -29,7 +29,7 @@ fn sites_copy(tag: &str, name: &str) -> PathBuf {
 }
 
 /// Process `pid`'s per-site numbers are exactly the known ones.
-fn assert_process_exact(report: &Value, pid: u32) {
+pub(crate) fn assert_process_exact(report: &Value, pid: u32) {
     let got = per_site(&crate::forks::only_pid(report, u64::from(pid)));
     for (site, per_thread) in EXPECTED_PER_THREAD {
         let want = per_thread.map(|v| v * THREADS);
@@ -159,16 +159,26 @@ fn cgroup_traces_its_subtree_only_with_processes_moved_in_during_the_trace() {
 /// came back.
 #[test]
 fn a_cgroup_removed_and_made_again_is_traced_again_and_said() {
-    let top = V2Cgroup::new("restart");
-    let bin = sites_copy("cgroup-restart", "memtrace_cgre");
+    restarted_service_traced_again("cgroup-restart", false);
+}
+
+/// The test above; `by_processes`: with the cgroup followed by its process
+/// list (cgroup_by_pids.rs), where a process moved in is traced from the
+/// tracer's next look, which it says with --verbose.
+pub(crate) fn restarted_service_traced_again(tag: &str, by_processes: bool) {
+    let top = V2Cgroup::new(tag);
+    let bin = sites_copy(tag, "memtrace_cgre");
     let service = top.child("service");
     let path = service.path();
     let mut first = Target::start(&bin, &[]);
     service.add(first.pid());
-    let mut tracer = JsonTracer::start(
-        "cgroup-restart",
-        &["--ringbuf-mb", RINGBUF_MB, "--cgroup", &path],
-    );
+    let mut args = vec!["--ringbuf-mb", RINGBUF_MB, "--cgroup", &path];
+    let mut env = Vec::new();
+    if by_processes {
+        args.push("--verbose");
+        env.push(("MEMTRACE_BPF_TEST_CGROUP_BY_PROCESSES", "1"));
+    }
+    let mut tracer = JsonTracer::start_with_env(tag, &args, &env);
     first.run_sites();
     let first_pid = first.pid();
     drop(first);
@@ -183,6 +193,12 @@ fn a_cgroup_removed_and_made_again_is_traced_again_and_said() {
         .wait_for("was made again", "the tracer sees the cgroup back");
     let mut second = Target::start(&bin, &[]);
     service.add(second.pid());
+    if by_processes {
+        tracer.stderr.wait_for(
+            &format!("pid {} uses ", second.pid()),
+            "the new process found",
+        );
+    }
     second.run_sites();
     let (report, _) = tracer.stop();
     assert_process_exact(&report, second.pid());

@@ -10,6 +10,7 @@ mod allocator_frames;
 mod allocators;
 mod big_saved;
 mod buildup;
+mod cgroup_by_pids;
 mod cgroups;
 mod debug_files;
 mod debuginfod;

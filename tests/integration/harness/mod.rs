@@ -149,9 +149,13 @@ impl Lines {
     }
 
     /// Waits for a line containing `needle`; panics with what was seen.
+    /// One deadline for the whole wait: a child that keeps printing other
+    /// lines (a --verbose tracer's stats) does not hold it for ever.
     pub fn wait_for(&mut self, needle: &str, what: &str) -> String {
+        let deadline = std::time::Instant::now() + TIMEOUT;
         loop {
-            match self.rx.recv_timeout(TIMEOUT) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
                 Ok(line) => {
                     self.seen.push(line.clone());
                     if line.contains(needle) {

@@ -31,6 +31,13 @@ pub struct KernelFeatures {
     /// slot with one (tracer-ebpf scratch.rs). Probed by loading a program
     /// that uses one: atomics are instructions, not named in the BTF.
     pub atomics: bool,
+    /// Whether the verifier offers `bpf_get_current_ancestor_cgroup_id`
+    /// to kprobe-type programs, uprobes among them: `--cgroup`'s filter
+    /// asks it. Without it `--cgroup` follows the subtree by its process
+    /// list (session/cgroup_members.rs). Probed by loading a program that
+    /// calls it: the helper is named in the BTF of kernels that refuse it
+    /// to these programs (Debian's 5.10), and backports move the release.
+    pub ancestor_cgroup: bool,
     /// The BTF ids of the kfuncs bpf_preempt_disable and
     /// bpf_preempt_enable (6.10), which every uprobe program calls around
     /// its body (tracer-ebpf scratch.rs), on kernels that give programs a
@@ -57,6 +64,7 @@ impl KernelFeatures {
         let btf = Btf::parse(&data).with_context(|| format!("parsing {VMLINUX_BTF}"))?;
         let mut features = Self::from_btf(release, &btf)?;
         features.atomics = verifier_takes_atomic_fetch();
+        features.ancestor_cgroup = verifier_offers_ancestor_cgroup();
         Ok(features)
     }
 
@@ -87,6 +95,7 @@ impl KernelFeatures {
             uprobe_multi: btf.has_enumerator("BPF_TRACE_UPROBE_MULTI"),
             uprobe_session: btf.has_enumerator("BPF_TRACE_UPROBE_SESSION"),
             atomics: false,
+            ancestor_cgroup: false,
             preempt_kfuncs: btf
                 .member_offset("bpf_prog_aux", "priv_stack_requested")
                 .and_then(|_| btf.function_id("bpf_preempt_disable"))
@@ -109,16 +118,41 @@ impl KernelFeatures {
 /// its stack: `*(u64 *)(r10 - 8) = 0; r1 = 1; r1 = atomic_fetch_or(
 /// (u64 *)(r10 - 8), r1); r0 = 0; exit`.
 fn verifier_takes_atomic_fetch() -> bool {
-    const BPF_PROG_LOAD: libc::c_long = 5;
     const BPF_PROG_TYPE_SOCKET_FILTER: u64 = 1;
-    // (code, dst | src << 4, off, imm) per instruction.
-    let insns: [(u8, u8, i16, i32); 5] = [
-        (0x7a, 10, -8, 0),             // *(u64 *)(r10 - 8) = 0
-        (0xb7, 1, 0, 1),               // r1 = 1
-        (0xdb, 10 | 1 << 4, -8, 0x41), // r1 = atomic_fetch_or((u64 *)(r10 - 8), r1)
-        (0xb7, 0, 0, 0),               // r0 = 0
-        (0x95, 0, 0, 0),               // exit
-    ];
+    verifier_loads(
+        BPF_PROG_TYPE_SOCKET_FILTER,
+        &[
+            (0x7a, 10, -8, 0),             // *(u64 *)(r10 - 8) = 0
+            (0xb7, 1, 0, 1),               // r1 = 1
+            (0xdb, 10 | 1 << 4, -8, 0x41), // r1 = atomic_fetch_or((u64 *)(r10 - 8), r1)
+            (0xb7, 0, 0, 0),               // r0 = 0
+            (0x95, 0, 0, 0),               // exit
+        ],
+    )
+}
+
+/// Whether the kernel loads a kprobe program calling
+/// bpf_get_current_ancestor_cgroup_id: `r1 = 0; call 123; r0 = 0; exit`.
+/// 5.10 answers "unknown func bpf_get_current_ancestor_cgroup_id#123".
+fn verifier_offers_ancestor_cgroup() -> bool {
+    const BPF_PROG_TYPE_KPROBE: u64 = 2;
+    const BPF_FUNC_GET_CURRENT_ANCESTOR_CGROUP_ID: i32 = 123;
+    verifier_loads(
+        BPF_PROG_TYPE_KPROBE,
+        &[
+            (0xb7, 1, 0, 0), // r1 = 0
+            (0x85, 0, 0, BPF_FUNC_GET_CURRENT_ANCESTOR_CGROUP_ID),
+            (0xb7, 0, 0, 0), // r0 = 0
+            (0x95, 0, 0, 0), // exit
+        ],
+    )
+}
+
+/// Whether bpf(BPF_PROG_LOAD) takes a GPL program of type `prog_type`
+/// made of `insns`: (code, dst | src << 4, off, imm) per instruction. The
+/// program is closed at once; kprobe programs are attached to nothing.
+fn verifier_loads(prog_type: u64, insns: &[(u8, u8, i16, i32)]) -> bool {
+    const BPF_PROG_LOAD: libc::c_long = 5;
     let code: Vec<u64> = insns
         .iter()
         .map(|&(op, regs, off, imm)| {
@@ -130,7 +164,7 @@ fn verifier_takes_atomic_fetch() -> bool {
         .collect();
     let license = b"GPL\0";
     let mut attr = [0u64; 16];
-    attr[0] = BPF_PROG_TYPE_SOCKET_FILTER | ((code.len() as u64) << 32);
+    attr[0] = prog_type | ((code.len() as u64) << 32);
     attr[1] = code.as_ptr() as u64;
     attr[2] = license.as_ptr() as u64;
     super::uprobe_session::bpf(BPF_PROG_LOAD, &mut attr)
@@ -149,7 +183,22 @@ mod tests {
         let f = KernelFeatures::probe().expect("features");
         assert!(f.task_storage && f.attach_cookie && f.uprobe_multi && f.uprobe_session);
         assert!(f.atomics, "6.18's verifier takes atomic fetch-or");
+        assert!(
+            f.ancestor_cgroup,
+            "6.18 offers bpf_get_current_ancestor_cgroup_id to uprobes"
+        );
         assert!(f.preempt_kfuncs.is_some(), "6.18 has bpf_preempt_disable");
         assert!(!f.release.is_empty());
+    }
+
+    /// The probe tells a helper the verifier refuses from one it takes:
+    /// helper ids past the kernel's last are unknown funcs, as 5.10's
+    /// answer to bpf_get_current_ancestor_cgroup_id in kprobe programs.
+    #[test]
+    fn a_program_calling_a_helper_the_kernel_lacks_does_not_load() {
+        let call =
+            |helper| verifier_loads(2, &[(0xb7, 1, 0, 0), (0x85, 0, 0, helper), (0x95, 0, 0, 0)]);
+        assert!(call(123), "bpf_get_current_ancestor_cgroup_id");
+        assert!(!call(100_000), "no helper has that id");
     }
 }

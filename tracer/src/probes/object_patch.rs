@@ -193,6 +193,7 @@ mod tests {
             uprobe_multi: false,
             uprobe_session: false,
             atomics: false,
+            ancestor_cgroup: false,
             preempt_kfuncs: None,
         }
     }

@@ -49,6 +49,15 @@ pub enum Note {
         removals: Vec<CgroupRemoval>,
         more: u64,
     },
+    /// --cgroup on a kernel that offers uprobe programs no cgroup
+    /// ancestry: the cgroup at `path` was followed by its process list;
+    /// `not_traced` of its processes found the filter map (`max_pids`)
+    /// full.
+    CgroupByProcesses {
+        path: String,
+        not_traced: u64,
+        max_pids: u32,
+    },
     /// The process whose exit ended the trace; `status` as `ProcessInfo::exit_status`.
     RootExited { pid: u32, status: Option<String> },
     /// Other processes that exited during the trace, and what `unfreed` of

@@ -57,6 +57,11 @@ impl fmt::Display for Note {
                 removals,
                 more,
             } => super::notes_cgroup::removed(f, path, removals, *more),
+            Note::CgroupByProcesses {
+                path,
+                not_traced,
+                max_pids,
+            } => super::notes_cgroup::by_processes(f, path, *not_traced, *max_pids),
             Note::ExecsFromThreads { pid, execs } => write!(
                 f,
                 "process {pid} exec'ed from a thread other than its main one {}: each time its \
@@ -191,6 +196,7 @@ fn words_of_output(note: &Note, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         | Note::PeakSnapshotsCapped { .. }
         | Note::ExecedAway { .. }
         | Note::CgroupRemoved { .. }
+        | Note::CgroupByProcesses { .. }
         | Note::ExecsFromThreads { .. }
         | Note::RootExited { .. }
         | Note::ProcessesExited { .. }

@@ -1,9 +1,9 @@
-//! The words of `Note::CgroupRemoved`: when the traced cgroup went, and
-//! when one came back at its path.
+//! The words of `Note::CgroupRemoved` (when the traced cgroup went, and
+//! when one came back at its path) and `Note::CgroupByProcesses`.
 
 use std::fmt;
 
-use super::counted;
+use super::{counted, plural};
 use crate::profile::CgroupRemoval;
 
 /// "the cgroup /x.service was removed during the trace: at 3.2 s, made
@@ -32,6 +32,32 @@ pub(super) fn removed(
         ". A cgroup made again at that path is traced from when the tracer sees it (it looks \
          every 100 ms): what its processes allocated before that is not in the report",
     )
+}
+
+/// "the cgroup /x.service was followed by its process list: ...".
+pub(super) fn by_processes(
+    f: &mut fmt::Formatter<'_>,
+    path: &str,
+    not_traced: u64,
+    max_pids: u32,
+) -> fmt::Result {
+    write!(
+        f,
+        "the cgroup {path} was followed by its process list, as this kernel's BPF cannot ask \
+         a uprobe's cgroup: its processes were traced by pid, their children from their \
+         fork, and a process moved in from the tracer's next look at the cgroup (every \
+         100 ms)"
+    )?;
+    if not_traced > 0 {
+        write!(
+            f,
+            "; {} of it {} not traced when found, the process filter map ({max_pids} entries) \
+             full, until others exited or left",
+            counted(not_traced, "process", "processes"),
+            plural(not_traced, "was", "were"),
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -64,5 +90,24 @@ mod tests {
              it (it looks every 100 ms): what its processes allocated before that is not in the \
              report"
         );
+    }
+
+    #[test]
+    fn a_cgroup_followed_by_its_processes_says_so_and_counts_those_left_out() {
+        let note = |not_traced| Note::CgroupByProcesses {
+            path: "/a".into(),
+            not_traced,
+            max_pids: 8192,
+        };
+        assert_eq!(
+            note(0).to_string(),
+            "the cgroup /a was followed by its process list, as this kernel's BPF cannot ask a \
+             uprobe's cgroup: its processes were traced by pid, their children from their fork, \
+             and a process moved in from the tracer's next look at the cgroup (every 100 ms)"
+        );
+        assert!(note(1).to_string().ends_with(
+            "; 1 process of it was not traced when found, the process filter map (8192 \
+             entries) full, until others exited or left"
+        ));
     }
 }

@@ -7,6 +7,11 @@
 //! processes at the start, each exec in it, and a look at the subtree
 //! every POLL_INTERVAL for processes moved in.
 //!
+//! Where the kernel's verifier does not offer that helper to uprobe
+//! programs, the subtree is followed by its process list instead
+//! (cgroup_members.rs): the same looks put its processes into the
+//! process filter.
+//!
 //! The path given is what is traced: a cgroup removed and made again at
 //! it (a systemd service restarted) is a new cgroup, with a new id, and
 //! the same look every POLL_INTERVAL finds it, tells the BPF filter its
@@ -20,7 +25,9 @@ use std::{
     time::Instant,
 };
 
+use super::cgroup_members::Members;
 use crate::{
+    collect::ProcessChange,
     console, escape,
     probes::{hooks::Hooks, loader::Loaded, CgroupFilter},
     report::{CgroupRemoval, Note},
@@ -47,11 +54,29 @@ pub struct Cgroup {
     /// Processes of the subtree whose allocators were looked at: bounded by
     /// the processes in the subtree (those gone leave at the next poll).
     seen: BTreeSet<u32>,
+    /// Followed by its process list (the kernel cannot filter by cgroup
+    /// here); None where the kernel filters. Freed with the trace.
+    members: Option<Members>,
+    /// Followed by its process list: the kernel threads met in the subtree
+    /// (the root cgroup holds them), kept out of the filter without reading
+    /// /proc again. Bounded by the subtree's processes: those no longer in
+    /// it leave at each look.
+    kernel_threads: BTreeSet<u32>,
+    /// --verbose: processes that leave the filter are said.
+    verbose: bool,
+}
+
+/// MEMTRACE_BPF_TEST_CGROUP_BY_PROCESSES=1: the integration tests follow
+/// the cgroup by its process list on a kernel that could filter by it.
+pub fn by_processes_forced() -> bool {
+    std::env::var_os("MEMTRACE_BPF_TEST_CGROUP_BY_PROCESSES").is_some_and(|v| v == "1")
 }
 
 impl Cgroup {
     /// Resolves the path given (errors say which mount to use).
-    pub fn new(given: &Path) -> anyhow::Result<Cgroup> {
+    /// `by_processes`: the kernel cannot filter by cgroup in uprobe
+    /// programs, so the subtree is followed by its process list.
+    pub fn new(given: &Path, by_processes: bool, verbose: bool) -> anyhow::Result<Cgroup> {
         Ok(Cgroup {
             cgroup: cgroup::resolve(given)?,
             given: given.to_path_buf(),
@@ -59,7 +84,15 @@ impl Cgroup {
             removals: Vec::new(),
             more_removals: 0,
             seen: BTreeSet::new(),
+            members: by_processes.then(Members::default),
+            kernel_threads: BTreeSet::new(),
+            verbose,
         })
+    }
+
+    /// Whether the subtree is followed by its process list.
+    pub fn by_processes(&self) -> bool {
+        self.members.is_some()
     }
 
     pub fn filter(&self) -> CgroupFilter {
@@ -71,10 +104,15 @@ impl Cgroup {
 
     /// Hooks what this process's program uses (the host's allocators, for
     /// processes started in the subtree later) and the allocators of every
-    /// process in the subtree now. The tracer itself is filtered out first.
+    /// process in the subtree now. The tracer itself is filtered out first
+    /// or, followed by its process list, the subtree's processes are put
+    /// into the filter before any probe is attached.
     pub fn hook_initial(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> anyhow::Result<()> {
         let me = std::process::id();
-        loaded.add_filtered_pid(me)?;
+        match self.members {
+            Some(_) => drop(self.follow_members(loaded)),
+            None => loaded.add_filtered_pid(me)?,
+        }
         hooks.hook(loaded, &Program::running(me)?, None, None)?;
         hooks.forget(me);
         self.poll(loaded, hooks);
@@ -94,7 +132,10 @@ impl Cgroup {
     pub fn poll(&mut self, loaded: &mut Loaded, hooks: &mut Hooks) -> Vec<u32> {
         self.follow_path(loaded);
         let me = std::process::id();
-        let now = self.cgroup.processes();
+        let now = match self.members {
+            Some(_) => self.follow_members(loaded),
+            None => self.cgroup.processes(),
+        };
         self.seen.retain(|pid| now.binary_search(pid).is_ok());
         let mut found = Vec::new();
         for pid in now {
@@ -107,6 +148,57 @@ impl Cgroup {
             found.push(pid);
         }
         found
+    }
+
+    /// Followed by its process list: the subtree's processes now (the
+    /// tracer and kernel threads left out) made the filter's, the first
+    /// full map said. Returns them.
+    fn follow_members(&mut self, loaded: &mut Loaded) -> Vec<u32> {
+        let me = std::process::id();
+        let Some(members) = &mut self.members else {
+            return Vec::new();
+        };
+        let mut now = self.cgroup.processes();
+        let kernel = &mut self.kernel_threads;
+        kernel.retain(|pid| now.binary_search(pid).is_ok());
+        // /proc is read once for each process new to the subtree.
+        now.retain(|&pid| {
+            let new = !members.is_traced(pid) && !kernel.contains(&pid);
+            if new && is_kernel_thread(pid) {
+                kernel.insert(pid);
+            }
+            pid != me && !kernel.contains(&pid)
+        });
+        let look = members.sync(&now, loaded);
+        let path = escape::text(&self.cgroup.path);
+        for pid in look.left.iter().filter(|_| self.verbose) {
+            console::say(format_args!(
+                "pid {pid} left the cgroup {path}: no longer traced"
+            ));
+        }
+        if look.first_full {
+            console::warn(format_args!(
+                "the process filter is full ({} processes): processes of the cgroup {path} \
+                 beyond it are not traced until others exit or leave it (the report counts them)",
+                crate::probes::loader::MAX_FILTERED_PIDS,
+            ));
+        }
+        now
+    }
+
+    /// Followed by its process list: children forked in the kernel joined
+    /// the filter, processes that exited left it.
+    pub fn on_process_changes(&mut self, changes: Vec<ProcessChange>) {
+        let Some(members) = &mut self.members else {
+            return;
+        };
+        for change in changes {
+            match change {
+                ProcessChange::Forked { child, .. } => members.forked(child),
+                ProcessChange::Exited { pid } => members.exited(pid),
+                ProcessChange::Executed { .. } => {}
+            }
+        }
     }
 
     /// Whether the path given still names the cgroup traced (its
@@ -162,11 +254,19 @@ impl Cgroup {
     /// What the report says of the cgroup's removals, with times from
     /// `started` (the trace's start).
     pub fn notes(&self, started: Instant) -> Vec<Note> {
+        let mut notes = Vec::new();
+        if let Some(members) = &self.members {
+            notes.push(Note::CgroupByProcesses {
+                path: self.cgroup.path.clone(),
+                not_traced: members.untraced_total(),
+                max_pids: crate::probes::loader::MAX_FILTERED_PIDS,
+            });
+        }
         if self.removals.is_empty() {
-            return Vec::new();
+            return notes;
         }
         let since = |t: Instant| t.saturating_duration_since(started);
-        vec![Note::CgroupRemoved {
+        notes.push(Note::CgroupRemoved {
             path: self.cgroup.path.clone(),
             removals: self
                 .removals
@@ -177,7 +277,8 @@ impl Cgroup {
                 })
                 .collect(),
             more: self.more_removals,
-        }]
+        });
+        notes
     }
 
     /// `cgroup /x/y`, for the report's target.
@@ -187,8 +288,14 @@ impl Cgroup {
 
     /// For stderr, escaped.
     pub fn label(&self) -> String {
+        let how = match self.members {
+            Some(_) => {
+                ", followed by its process list (this kernel's BPF cannot ask a uprobe's cgroup)"
+            }
+            None => "",
+        };
         format!(
-            "every process in the cgroup {} and below it",
+            "every process in the cgroup {} and below it{how}",
             crate::escape::text(&self.cgroup.path)
         )
     }

@@ -179,15 +179,19 @@ impl Forks {
         if children > 0 {
             notes.push(Note::ChildrenNotTraced { children, root });
         }
-        let children = read_counter(counters, counter::CHILD_NOT_FOLLOWED);
-        if children > 0 {
-            notes.push(Note::ChildrenNotFollowed {
-                children,
-                max_pids: crate::probes::loader::MAX_FILTERED_PIDS,
-            });
-        }
+        notes.extend(not_followed(counters));
         notes
     }
+}
+
+/// Children the kernel could not put in the process filter (full), as
+/// counted there.
+pub fn not_followed(counters: &PerCpuArray<MapData, u64>) -> Option<Note> {
+    let children = read_counter(counters, counter::CHILD_NOT_FOLLOWED);
+    (children > 0).then_some(Note::ChildrenNotFollowed {
+        children,
+        max_pids: crate::probes::loader::MAX_FILTERED_PIDS,
+    })
 }
 
 /// The parent pid field of /proc/PID/stat (the 4th; the command name

@@ -6,6 +6,7 @@
 
 mod binary;
 mod cgroup;
+mod cgroup_members;
 pub mod config;
 mod end_reason;
 mod facts;
@@ -171,7 +172,7 @@ impl<'a> Trace<'a> {
         // A DEBUGINFOD_URLS that does not parse is said before anything is attached.
         let names = Names::new(crate::stacks::debuginfod::Debuginfod::from_env()?);
         let features = KernelFeatures::probe()?;
-        let mut scope = Scope::start(config)?;
+        let mut scope = Scope::start(config, features.ancestor_cgroup)?;
         let (mut loaded, mut maps) = loading::load(
             runtime,
             &mut signals,

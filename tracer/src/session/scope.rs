@@ -26,7 +26,9 @@ pub enum Scope {
 }
 
 impl Scope {
-    pub fn start(config: &TraceConfig) -> anyhow::Result<Scope> {
+    /// `ancestor_cgroup`: the kernel offers uprobe programs the calling
+    /// task's cgroup ancestry (else --cgroup follows its process list).
+    pub fn start(config: &TraceConfig, ancestor_cgroup: bool) -> anyhow::Result<Scope> {
         Ok(match &config.target {
             Target::Pid(pid) => Scope::Single(Single::attach_to(
                 *pid,
@@ -39,7 +41,11 @@ impl Scope {
                 config.exited_processes,
             )?),
             Target::Binary(binary) => Scope::Binary(Binary::new(binary)?),
-            Target::Cgroup(path) => Scope::Cgroup(Cgroup::new(path)?),
+            Target::Cgroup(path) => Scope::Cgroup(Cgroup::new(
+                path,
+                !ancestor_cgroup || super::cgroup::by_processes_forced(),
+                config.verbose,
+            )?),
             Target::SystemWide { .. } => Scope::SystemWide,
         })
     }
@@ -83,19 +89,30 @@ impl Scope {
         match self {
             Scope::Single(single) => single.on_process_changes(changes),
             Scope::Binary(binary) => binary.on_process_changes(changes),
-            Scope::Cgroup(_) | Scope::SystemWide => {}
+            Scope::Cgroup(cgroup) => cgroup.on_process_changes(changes),
+            Scope::SystemWide => {}
         }
     }
 
-    /// Whether children join the traced set (--follow-forks).
+    /// Whether children join the traced set in the kernel at fork
+    /// (--follow-forks, and --cgroup followed by its process list).
     pub fn follows_forks(&self) -> bool {
-        matches!(self, Scope::Single(single) if single.forks.follow)
+        match self {
+            Scope::Single(single) => single.forks.follow,
+            Scope::Cgroup(cgroup) => cgroup.by_processes(),
+            Scope::Binary(_) | Scope::SystemWide => false,
+        }
     }
 
     /// What the report says about the children of the traced process.
     pub fn fork_notes(&self, loaded: &Loaded) -> Vec<Note> {
         match self {
             Scope::Single(single) => single.forks.notes(single.pid, &loaded.counters),
+            Scope::Cgroup(cgroup) if cgroup.by_processes() => {
+                super::forks::not_followed(&loaded.counters)
+                    .into_iter()
+                    .collect()
+            }
             Scope::Binary(_) | Scope::Cgroup(_) | Scope::SystemWide => Vec::new(),
         }
     }
@@ -105,6 +122,7 @@ impl Scope {
             Scope::Single(_) if self.follows_forks() => FILTER_PIDS,
             Scope::Single(_) => FILTER_NONE,
             Scope::Binary(_) => FILTER_PIDS,
+            Scope::Cgroup(cgroup) if cgroup.by_processes() => FILTER_PIDS,
             Scope::Cgroup(_) => FILTER_CGROUP,
             Scope::SystemWide => FILTER_ALL,
         }
@@ -186,7 +204,7 @@ impl Scope {
 
     /// What is traced, for stderr: escaped already.
     pub fn label(&self) -> String {
-        let children = if self.follows_forks() {
+        let children = if matches!(self, Scope::Single(single) if single.forks.follow) {
             " and the processes it forks"
         } else {
             ""

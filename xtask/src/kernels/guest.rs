@@ -43,6 +43,10 @@ pub fn build(dir: &Path, release: bool) -> Result<Programs> {
         .args(["-O2", "-g", "-fomit-frame-pointer", "-pthread", "-o"])
         .arg(bin.join("sites"))
         .arg(root.join("tests/targets/sites.c")))?;
+    run(Command::new("cc")
+        .args(["-O2", "-g", "-o"])
+        .arg(bin.join("rss_growth"))
+        .arg(root.join("tests/targets/rss_growth.c")))?;
     let rjem_target = dir.join("rjem");
     run(cargo()
         .args(["build", "--release", "--locked", "--manifest-path"])

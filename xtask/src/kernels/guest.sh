@@ -110,9 +110,39 @@ ahead() {
     note_timeout "$name" "$d"
 }
 
+# --cgroup on a cgroup v2 with the memory controller (this host's is on
+# v1): a cgroup2 hierarchy is mounted in the guest, a program that grows
+# through mmap runs in a cgroup of it, and the report must read the
+# cgroup's memory from its own files.
+cgroup_v2() {
+    local d=$out/cgroup-v2-memory
+    mkdir -p "$d"
+    skipped "$d" && return
+    local start=$SECONDS
+    local root
+    root=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+    if [ -z "$root" ]; then
+        root=/sys/fs/cgroup
+        mount -t cgroup2 none "$root" 2>"$d/stderr" || { echo 1 >"$d/exit"; return; }
+    fi
+    echo +memory >"$root/cgroup.subtree_control" 2>>"$d/stderr"
+    mkdir -p "$root/memtrace-traced"
+    "$bin/rss_growth" mmap 120 >"$d/target.out" &
+    local target=$!
+    echo $target >"$root/memtrace-traced/cgroup.procs"
+    timeout -s INT -k 10 "$limit" "$tracer" --verbose --cgroup "$root/memtrace-traced" \
+        -d 3 -f json -o "$d/report.json" >"$d/stdout" 2>>"$d/stderr"
+    echo $? >"$d/exit"
+    kill $target 2>/dev/null
+    wait $target 2>/dev/null
+    echo $((SECONDS - start)) >"$d/seconds"
+    note_timeout cgroup-v2-memory "$d"
+}
+
 launch exact-3-sites --sample-rate 1 -- "$bin/sites" exit
 attach
 launch sampling -- "$bin/sites" exit
 launch rust-jemalloc --sample-rate 1 -- "$bin/rjem" exit
 ahead
+cgroup_v2
 echo finished >"$out/finished"

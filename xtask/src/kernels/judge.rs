@@ -18,6 +18,10 @@ pub enum Expect {
     /// tracer: programs loaded ahead, their settings in a map, which the
     /// stderr's mode line must say.
     LoadedAhead,
+    /// --cgroup on a cgroup v2 with the memory controller: the cgroup's
+    /// memory read from its own files, and its growth through mmap said
+    /// to be no heap.
+    CgroupV2Memory,
 }
 
 pub struct Check {
@@ -55,6 +59,10 @@ pub const CHECKS: &[Check] = &[
     Check {
         name: "loaded-ahead",
         expect: Expect::LoadedAhead,
+    },
+    Check {
+        name: "cgroup-v2-memory",
+        expect: Expect::CgroupV2Memory,
     },
 ];
 
@@ -160,6 +168,7 @@ fn judge_report(expect: &Expect, report: &Value) -> Option<String> {
     }
     let stacks = stacks(report);
     match expect {
+        Expect::CgroupV2Memory => cgroup_memory(&report["cgroup_memory"]),
         Expect::Samples => {
             let samples: u64 = stacks.iter().map(|s| s.counts[3]).sum();
             (samples == 0).then(|| format!("no samples in {} stacks", stacks.len()))
@@ -185,6 +194,19 @@ fn judge_report(expect: &Expect, report: &Value) -> Option<String> {
                 .or_else(|| complete.then(|| incomplete(&stacks)).flatten())
         }
     }
+}
+
+/// rss_growth.c maps 20 MiB/s by its own clock: a 3-second trace sees
+/// well over 8 MiB of anonymous growth, none of it heap.
+fn cgroup_memory(memory: &Value) -> Option<String> {
+    if memory["source"] != "cgroup v2" {
+        return Some(format!("cgroup_memory: {memory}"));
+    }
+    let growth = &memory["growth"];
+    let anon = growth["anon_growth_bytes"].as_i64().unwrap_or(0);
+    let share = growth["heap_share"].as_f64();
+    (anon < 8 << 20 || !share.is_some_and(|s| s < 0.1))
+        .then(|| format!("cgroup_memory's growth: {growth}"))
 }
 
 fn exact_sites(stacks: &[Stack], by_caller: bool) -> Option<String> {

@@ -275,6 +275,44 @@ fn sampling_needs_samples_and_the_rust_check_sums_by_calling_site() {
 }
 
 #[test]
+fn the_cgroup_check_needs_v2_numbers_that_say_the_growth_is_no_heap() {
+    let check = CHECKS
+        .iter()
+        .find(|c| c.name == "cgroup-v2-memory")
+        .unwrap();
+    assert_eq!(check.name, "cgroup-v2-memory");
+    let with =
+        |memory: Value| json!({"frames": [], "stacks": [], "losses": {}, "cgroup_memory": memory});
+    let v2 = with(
+        json!({"source": "cgroup v2", "growth": {"anon_growth_bytes": 60 << 20, "heap_share": 0.0}}),
+    );
+    assert_eq!(
+        judge(check, &raw(0, Some(&v2), ""), false).outcome,
+        Outcome::Pass
+    );
+    for bad in [
+        with(
+            json!({"source": "cgroup v1", "growth": {"anon_growth_bytes": 60 << 20, "heap_share": 0.0}}),
+        ),
+        with(
+            json!({"source": "cgroup v2", "growth": {"anon_growth_bytes": 1 << 20, "heap_share": null}}),
+        ),
+        with(
+            json!({"source": "cgroup v2", "growth": {"anon_growth_bytes": 60 << 20, "heap_share": 0.9}}),
+        ),
+        with(Value::Null),
+    ] {
+        assert!(
+            matches!(
+                judge(check, &raw(0, Some(&bad), ""), false).outcome,
+                Outcome::Fail(_)
+            ),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
 fn verified_counts_in_both_forms() {
     let stderr = "program alloc_return verified in 1,000,001 instructions\n\
                   memtrace-bpf: program free_enter verified in 120 instructions\n\

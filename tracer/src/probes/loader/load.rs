@@ -180,7 +180,7 @@ fn load_object(
     let inflight_by_tid = u32::from(!features.task_storage);
     let attach_cookies = u32::from(features.attach_cookie);
     let atomic_slots = u32::from(features.atomics);
-    let cgroup_helper = 1u32;
+    let cgroup_helper = u32::from(features.ancestor_cgroup);
     // Statistics and the error's own lines only: a verbose log of a large
     // program runs to megabytes, and aya retries a load with a larger
     // buffer each time the log does not fit, verifying it again.
