@@ -21,6 +21,7 @@ use tracer_common::{
     INFLIGHT_FRAMES, STATE_SLOTS, UNWIND_FP,
 };
 
+pub(crate) use crate::settings::tunable;
 use crate::settings::{cgroup_helper, cgroup_level, comm, filter};
 
 // Sizes here are defaults; user space sets the real ones with
@@ -297,14 +298,6 @@ pub(crate) static EXP_TABLE: [u32; EXP_TABLE_LEN] = [0; EXP_TABLE_LEN];
 /// same). Seeded by the loader with a random draw.
 #[map]
 pub(crate) static COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
-
-/// Reads a tunable (a global above, or an element of one) of any type.
-#[inline(always)]
-pub(crate) fn tunable<T: Copy>(value: &T) -> T {
-    // SAFETY: a plain read of a global; volatile so the compiler does not
-    // fold in the default, since the loader rewrites it before loading.
-    unsafe { core::ptr::read_volatile(value) }
-}
 
 #[inline(always)]
 pub(crate) fn stopped() -> bool {

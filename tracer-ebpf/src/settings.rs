@@ -8,8 +8,6 @@
 use aya_ebpf::{macros::map, maps::Array};
 use tracer_common::{TraceSettings, FILTER_NONE, FORKS_COUNT};
 
-use crate::maps::tunable;
-
 /// See tracer_common::FILTER_*; set at load time.
 #[unsafe(no_mangle)]
 pub(crate) static FILTER: u32 = FILTER_NONE;
@@ -100,4 +98,13 @@ pub(crate) fn sample_rate() -> u64 {
 #[inline(always)]
 pub(crate) fn cgroup_helper() -> bool {
     tunable(&CGROUP_HELPER) != 0
+}
+
+/// Reads a tunable (a read-only global the loader sets, or an element of
+/// one) of any type.
+#[inline(always)]
+pub(crate) fn tunable<T: Copy>(value: &T) -> T {
+    // SAFETY: a plain read of a global; volatile so the compiler does not
+    // fold in the default, since the loader rewrites it before loading.
+    unsafe { core::ptr::read_volatile(value) }
 }

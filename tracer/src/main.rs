@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use memtrace_bpf::{agent, cli};
+use memtrace_bpf::{agent, cli, console, escape};
 
 fn main() -> ExitCode {
     // `report` and `diff` work on saved files: dispatched before anything
@@ -20,5 +20,18 @@ fn main() -> ExitCode {
         return agent::standby::main();
     }
     let cli = cli::Cli::parse(); // exits with status 2 on a bad command line
-    cli::run(&cli)
+    if let Err(code) = cli::validated(&cli) {
+        return code;
+    }
+    let Some(address) = &cli.agent else {
+        return cli::run_here(&cli);
+    };
+    match agent::client::run(&cli, address) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            // console, not eprintln!: a closed stderr must not panic.
+            console::error(escape::text(&format!("{err:#}")));
+            ExitCode::FAILURE
+        }
+    }
 }

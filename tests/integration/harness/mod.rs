@@ -9,6 +9,7 @@ use std::{
     time::Duration,
 };
 
+pub mod agent;
 pub mod cgroup;
 pub mod chromium;
 pub mod hostile;

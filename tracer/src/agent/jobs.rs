@@ -15,7 +15,7 @@
 use std::{
     collections::BTreeMap,
     fs,
-    io::{Read as _, Seek as _},
+    io::Read as _,
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -24,15 +24,13 @@ use std::{
 
 use serde::Serialize;
 
-use super::{request::TraceRequest, spare::Spares};
+use super::{log_tail::tail_of, request::TraceRequest, spare::Spares};
 
 /// Finished traces kept, with their profiles.
 pub const MAX_FINISHED: usize = 32;
 /// How long a trace may take to attach its probes before the next
 /// standby tracer is started anyway.
 const STARTING: std::time::Duration = std::time::Duration::from_secs(10);
-/// The end of a failed tracer's stderr kept as its error.
-const MAX_ERROR: u64 = 2048;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -388,29 +386,6 @@ fn said_tracing(path: &Path) -> bool {
         && head
             .split(|&b| b == b'\n')
             .any(|l| l.starts_with(b"memtrace-bpf: tracing "))
-}
-
-/// The last lines of a tracer's stderr (at most `MAX_ERROR` bytes),
-/// escaped: they quote paths and names the traced processes chose.
-pub(super) fn tail_of(path: &Path) -> String {
-    let Ok(mut file) = fs::File::open(path) else {
-        return "the tracer failed and left no message".into();
-    };
-    let len = file.metadata().map_or(0, |m| m.len());
-    let _ = file.seek(std::io::SeekFrom::Start(len.saturating_sub(MAX_ERROR)));
-    let mut raw = Vec::new();
-    let _ = file.take(MAX_ERROR).read_to_end(&mut raw);
-    match raw
-        .split(|&b| b == b'\n')
-        .rfind(|line| !line.trim_ascii().is_empty())
-    {
-        Some(last) => {
-            let last = last.trim_ascii();
-            let last = last.strip_prefix(b"memtrace-bpf: ").unwrap_or(last);
-            crate::escape::bytes(last.strip_prefix(b"error: ").unwrap_or(last))
-        }
-        None => "the tracer failed and left no message".into(),
-    }
 }
 
 #[cfg(test)]

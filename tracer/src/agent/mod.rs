@@ -20,6 +20,7 @@ pub mod api;
 pub mod client;
 mod jobs;
 mod listen;
+mod log_tail;
 mod reports;
 pub mod request;
 mod spare;

@@ -139,7 +139,7 @@ impl Spares {
             return;
         };
         let _ = spare.child.wait();
-        let why = super::jobs::tail_of(&spare.log);
+        let why = super::log_tail::tail_of(&spare.log);
         let _ = fs::remove_file(&spare.log);
         self.failures += 1;
         if self.failures >= MAX_FAILURES {

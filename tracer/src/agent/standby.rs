@@ -40,13 +40,21 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cli::Cli::try_parse_from(args) {
-        Ok(cli) => cli::run(&cli),
+    let cli = match cli::Cli::try_parse_from(args) {
+        Ok(cli) => cli,
         Err(err) => {
             console::error(escape::text(err.to_string().trim_end()));
-            ExitCode::from(2)
+            return ExitCode::from(2);
         }
+    };
+    if let Err(code) = cli::validated(&cli) {
+        return code;
     }
+    if cli.agent.is_some() {
+        console::error("the standby tracer runs its trace itself: --agent is not for it");
+        return ExitCode::from(2);
+    }
+    cli::run_here(&cli)
 }
 
 /// The programs for a trace of the default sizes and unwinding.

@@ -3,8 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-
-pub use run::run;
+pub use run::{run_here, validated};
 
 use crate::{
     probes::{ProbePlacement, Sessions, UnwindMode},

@@ -1,27 +1,22 @@
-//! A trace's command line, parsed, run to its exit status.
+//! A parsed command line: checked, then its trace run here.
 
 use std::process::ExitCode;
 
 use super::Cli;
 use crate::{console, error::TraceError, escape, session};
 
-/// Validates the command line, then runs the trace, locally or through
-/// `--agent`; a failure is said on stderr, escaped.
-pub fn run(cli: &Cli) -> ExitCode {
-    if let Err(msg) = cli.validate() {
+/// Checks what clap cannot; a refusal is said on stderr and is the exit
+/// status (2).
+pub fn validated(cli: &Cli) -> Result<(), ExitCode> {
+    cli.validate().map_err(|msg| {
         // console, not eprintln!: a closed stderr must not panic (status 101).
         console::error(escape::text(&msg));
-        return ExitCode::from(2);
-    }
-    if let Some(agent) = &cli.agent {
-        return match crate::agent::client::run(cli, agent) {
-            Ok(code) => ExitCode::from(code),
-            Err(err) => {
-                console::error(escape::text(&format!("{err:#}")));
-                ExitCode::FAILURE
-            }
-        };
-    }
+        ExitCode::from(2)
+    })
+}
+
+/// Runs the trace in this process; a failure is said on stderr, escaped.
+pub fn run_here(cli: &Cli) -> ExitCode {
     match session::run(&cli.trace_config()) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {

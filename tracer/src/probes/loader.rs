@@ -18,5 +18,18 @@ pub use attach::{attach, attach_binary_entry, AttachOptions};
 pub use detach::Detaching;
 #[cfg(test)]
 pub(crate) use load::bpf_object;
-pub use load::{load, MAX_FILTERED_PIDS};
+pub use load::MAX_FILTERED_PIDS;
 pub use loaded::{EventMaps, Loaded};
+
+/// Loads the BPF object for a trace of `limits` (load.rs), or hands over
+/// the programs loaded ahead of it when they serve it (ahead.rs).
+pub fn load(
+    limits: &crate::probes::Limits,
+    features: &crate::probes::kernel_features::KernelFeatures,
+    verbose: bool,
+) -> anyhow::Result<(Loaded, EventMaps)> {
+    if let Some(given) = ahead::take_for(limits)? {
+        return Ok(given);
+    }
+    load::load(limits, features, verbose)
+}

@@ -12,7 +12,7 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, PerCpuValues},
     Ebpf,
 };
-use tracer_common::names::map;
+use tracer_common::{names::map, TraceSettings};
 
 use crate::{
     probes::{Limits, UnwindMode},
@@ -115,4 +115,23 @@ pub(super) fn map_fds(ebpf: &Ebpf) -> anyhow::Result<HashMap<String, OwnedFd>> {
         fds.insert(name.to_string(), data.fd().as_fd().try_clone_to_owned()?);
     }
     Ok(fds)
+}
+
+/// `Loaded::code_gen` of programs loaded ahead until a trace is given to
+/// them (loader/ahead.rs).
+pub(super) const NOT_ARMED: &str = "not attached: no trace was given to the programs yet";
+
+/// Writes `TraceSettings::IDLE` (records nothing) into freshly loaded
+/// programs' SETTINGS map.
+pub(super) fn idle_settings(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    settings_map(ebpf)?
+        .set(0, TraceSettings::IDLE, 0)
+        .context("writing the idle settings")
+}
+
+pub(super) fn settings_map(ebpf: &mut Ebpf) -> anyhow::Result<Array<&mut MapData, TraceSettings>> {
+    Ok(Array::try_from(
+        ebpf.map_mut(map::SETTINGS)
+            .context("BPF object has no map SETTINGS")?,
+    )?)
 }

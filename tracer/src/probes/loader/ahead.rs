@@ -11,17 +11,9 @@
 use std::sync::Mutex;
 
 use anyhow::Context as _;
-use aya::{
-    maps::{Array, MapData},
-    Ebpf,
-};
-use tracer_common::{names::map, TraceSettings};
 
 use super::loaded::{EventMaps, Loaded};
 use crate::probes::{kernel_features::KernelFeatures, object_maps, Limits};
-
-/// `Loaded::code_gen` until the programs are given a trace.
-pub(super) const NOT_ARMED: &str = "not attached: no trace was given to the programs yet";
 
 struct Ahead {
     loaded: Loaded,
@@ -42,7 +34,7 @@ pub fn load_ahead(limits: &Limits, features: &KernelFeatures) -> anyhow::Result<
         settings_in_map: true,
         ..*limits
     };
-    let (mut loaded, maps) = super::load(&limits, features, false)?;
+    let (mut loaded, maps) = super::load::load(&limits, features, false)?;
     // Their session copies too, verified apart: a failure here is met
     // again, and said, when the trace attaches.
     if features.uprobe_session {
@@ -91,24 +83,9 @@ fn give(loaded: &mut Loaded, limits: &Limits) -> anyhow::Result<()> {
         .cgroup
         .set(0, limits.cgroup.id, 0)
         .context("setting the traced cgroup")?;
-    settings_map(ebpf)?
+    object_maps::settings_map(ebpf)?
         .set(0, limits.trace_settings(), 0)
         .context("writing the trace's settings")?;
-    loaded.code_gen = super::load::arm(ebpf)?;
+    loaded.code_gen = super::kernel_programs::arm(ebpf)?;
     Ok(())
-}
-
-/// Writes `TraceSettings::IDLE` (records nothing) into freshly loaded
-/// programs' SETTINGS map.
-pub(super) fn idle_settings(ebpf: &mut Ebpf) -> anyhow::Result<()> {
-    settings_map(ebpf)?
-        .set(0, TraceSettings::IDLE, 0)
-        .context("writing the idle settings")
-}
-
-fn settings_map(ebpf: &mut Ebpf) -> anyhow::Result<Array<&mut MapData, TraceSettings>> {
-    Ok(Array::try_from(
-        ebpf.map_mut(map::SETTINGS)
-            .context("BPF object has no map SETTINGS")?,
-    )?)
 }

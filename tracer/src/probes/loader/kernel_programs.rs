@@ -26,6 +26,16 @@ const CODE_GEN_FUNCTION: &str = "vm_mmap_pgoff";
 pub(super) const CODE_GEN_SYSCALL_PROGRAM: &str = program::MAPS_CHANGE_SYSCALL;
 const CODE_GEN_TRACEPOINT: &str = "sys_exit";
 
+/// Attaches the programs that run for every process of the host (its
+/// processes' lives, the code-generation hook): how code generations are
+/// kept, as `Loaded::code_gen`.
+pub(super) fn arm(ebpf: &mut Ebpf) -> anyhow::Result<Result<(bool, Option<String>), String>> {
+    for (program, tracepoint) in TRACEPOINTS {
+        attach_tracepoint(ebpf, program, tracepoint)?;
+    }
+    Ok(attach_code_gen(ebpf))
+}
+
 /// Loads and attaches a code-generation program: the fexit one, else the
 /// sys_exit one. An error leaves the trace without generations (said
 /// with --verbose), never fails it.

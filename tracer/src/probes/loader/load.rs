@@ -16,7 +16,7 @@ use tracer_common::{
 };
 
 use super::{
-    kernel_programs::{attach_code_gen, attach_tracepoint, CODE_GEN_SYSCALL_PROGRAM, TRACEPOINTS},
+    kernel_programs::{arm, CODE_GEN_SYSCALL_PROGRAM},
     loaded::{EventMaps, Loaded},
 };
 use crate::{
@@ -58,9 +58,6 @@ pub fn load(
     features: &KernelFeatures,
     verbose: bool,
 ) -> anyhow::Result<(Loaded, EventMaps)> {
-    if let Some(given) = super::ahead::take_for(limits)? {
-        return Ok(given);
-    }
     raise_memlock_limit();
     let object: std::sync::Arc<[u8]> = object_patch::for_kernel(BPF_OBJECT, features)?.into();
     let ((mut loaded, maps), rejected) = first_that_loads(
@@ -129,8 +126,8 @@ fn load_mode(
     // Programs loaded ahead of a trace attach nothing until one is given
     // to them (ahead.rs): until then the host runs none of them.
     let code_gen = if limits.settings_in_map {
-        super::ahead::idle_settings(&mut ebpf)?;
-        Err(super::ahead::NOT_ARMED.into())
+        object_maps::idle_settings(&mut ebpf)?;
+        Err(object_maps::NOT_ARMED.into())
     } else {
         arm(&mut ebpf)?
     };
@@ -233,16 +230,6 @@ fn load_object(
         .override_global(global::CGROUP_HELPER, &cgroup_helper, true)
         .load(object)
         .context("loading the BPF object into the kernel")
-}
-
-/// Attaches the programs that run for every process of the host (its
-/// processes' lives, the code-generation hook): how code generations are
-/// kept, as `Loaded::code_gen`.
-pub(super) fn arm(ebpf: &mut Ebpf) -> anyhow::Result<Result<(bool, Option<String>), String>> {
-    for (program, tracepoint) in TRACEPOINTS {
-        attach_tracepoint(ebpf, program, tracepoint)?;
-    }
-    Ok(attach_code_gen(ebpf))
 }
 
 /// Takes the maps the collector reads out of the loaded object.
