@@ -2,7 +2,8 @@
 //! pid, and its profile is pushed to an OTLP collector (`--otlp`); a program spiking in a memory-limited cgroup trips a memory
 //! trigger whose trace names the spiking stack before the OOM kill. Each
 //! report lands in the reports directory under a name that says when,
-//! what and why. PSI triggers are registered with the kernel.
+//! what and why. PSI triggers are registered with the kernel, and one
+//! fires when a reader thrashes the page cache in a small memory cgroup.
 
 use std::time::{Duration, Instant};
 
@@ -155,4 +156,61 @@ fn psi_triggers_are_registered_with_the_kernel() {
     }
     assert_eq!(state["error"], Value::Null, "{state}");
     assert_eq!(state["trigger"]["condition"]["pressure"]["window"], 2.0);
+}
+
+#[test]
+fn page_cache_thrashing_fires_a_psi_trigger() {
+    use std::io::Write as _;
+    let bin = compile_c("file_thrash", "trigger-psi", FP_FLAGS);
+    // A file four times the cgroup's limit: each pass reads it from disk.
+    let data = crate::harness::scratch("psi-thrash.data");
+    {
+        let mut file = std::fs::File::create(&data).expect("the data file");
+        let chunk = vec![0x5au8; 1 << 20];
+        for _ in 0..96 {
+            file.write_all(&chunk).expect("write the data file");
+        }
+        file.sync_all().expect("sync the data file");
+    }
+    let limited = MemoryCgroup::new("psi-trigger", 24 << 20);
+    let mut reader = std::process::Command::new(&bin)
+        .arg(&data)
+        .arg("60")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the reader");
+    let mut out = crate::harness::Lines::new(reader.stdout.take().expect("stdout"));
+    out.wait_for("ready", "the reader starts");
+    std::fs::write(limited.procs(), reader.id().to_string()).expect("join the memory cgroup");
+    let trigger = format!(
+        "pid={} psi-some>100ms/2s seconds=5 sample-rate=1",
+        reader.id()
+    );
+    let agent = Agent::start_with("psi-fire", &["--trigger", &trigger]);
+    // Registered first: the kernel's trigger only sees stalls after it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while agent.call("GET", "/triggers", None).1["triggers"][0].is_null() {
+        assert!(Instant::now() < deadline, "the trigger never armed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    writeln!(reader.stdin.as_ref().expect("stdin"), "go").expect("start the reads");
+    let (name, report) = first_report(&agent, Duration::from_secs(90));
+    assert!(name.contains("-psi-some"), "{name}");
+    let (_, triggers) = agent.call("GET", "/triggers", None);
+    assert!(
+        triggers["triggers"][0]["fired"].as_u64() >= Some(1),
+        "{triggers}"
+    );
+    // The trace was of the reader: its buffers, allocated in read_pass.
+    let allocated = report["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .any(|s| s["frames"][0]["function"] == "read_pass");
+    assert!(allocated, "{}", report["stacks"]);
+    let _ = reader.kill();
+    let _ = reader.wait();
+    drop(limited);
+    let _ = std::fs::remove_file(&data);
 }
