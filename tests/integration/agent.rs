@@ -134,6 +134,19 @@ fn traces_start_on_request_run_side_by_side_and_end_early_on_delete() {
         .collect();
     files.sort();
     assert_eq!(files.len(), 4, "{files:?}");
+    // Stopped (SIGTERM) while a trace runs, the agent ends its standby
+    // tracer and starts no other as the trace winds down: no standby
+    // tracer's log is left.
+    let last = agent.post(&format!(r#"{{"pid": {}, "seconds": 120}}"#, a.pid()));
+    agent.wait(last, "attached", |s| s["attached"] == true);
+    let dir = agent.dir.clone();
+    drop(agent);
+    let standby_logs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("standby-"))
+        .collect();
+    assert_eq!(standby_logs, Vec::<String>::new());
 }
 
 #[test]
@@ -298,4 +311,35 @@ fn the_socket_refuses_other_users_and_bad_requests_start_nothing() {
     );
     assert!(agent.tracers().is_empty(), "nothing was started");
     assert!(!Path::new(&agent.dir).join("1.stderr").exists());
+}
+
+#[test]
+fn a_trace_past_the_process_budget_is_refused() {
+    let agent = Agent::start_with("budget", &["--max-processes", "2"]);
+    let cgroup = crate::harness::cgroup::V2Cgroup::new("agent-budget");
+    let mut sleepers: Vec<std::process::Child> = (0..3)
+        .map(|_| Command::new("sleep").arg("60").spawn().expect("sleep"))
+        .collect();
+    for s in &sleepers {
+        cgroup.add(s.id());
+    }
+    let body = format!(r#"{{"cgroup": "{}", "seconds": 5}}"#, cgroup.path());
+    let (status, answer) = agent.call("POST", "/traces", Some(&body));
+    assert_eq!(status, 429, "{answer}");
+    assert!(
+        answer
+            .to_string()
+            .contains("would cover 3 processes and the running traces cover 0"),
+        "{answer}"
+    );
+    assert!(agent.tracers().is_empty(), "nothing was started");
+    // Two fit.
+    let _ = sleepers[2].kill();
+    let _ = sleepers[2].wait();
+    let id = agent.post(&body);
+    agent.wait(id, "ended", |s| s["state"] != "running");
+    for s in &mut sleepers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
 }

@@ -125,6 +125,10 @@ fn a_spike_in_a_limited_cgroup_is_traced_before_the_oom_kill() {
     let (name, report) = first_report(&agent, Duration::from_secs(150));
     let status = spike.wait().expect("the spike ends");
     assert!(name.contains("memory-above"), "{name}");
+    // A sampled trace of a cgroup, run by the standby tracer: its
+    // settings came from the map.
+    let (_, traces) = agent.call("GET", "/traces", None);
+    assert_eq!(traces["traces"][0]["loaded_ahead"], true, "{traces}");
     assert_eq!(
         top_function(&report),
         "leak_block",

@@ -167,6 +167,18 @@ fn start_job(agent: &Agent, request: TraceRequest) -> Result<u64, Refused> {
                  one with DELETE /traces/ID"
             ),
         ),
+        StartError::TooManyProcesses {
+            asked,
+            covered,
+            max,
+        } => Refused::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this trace would cover {asked} processes and the running traces cover \
+                 {covered}; together they may cover {max} (the agent's --max-processes): wait \
+                 for a trace to end, or trace a smaller cgroup"
+            ),
+        ),
         StartError::Spawn(why) => Refused::new(StatusCode::INTERNAL_SERVER_ERROR, why),
     })
 }

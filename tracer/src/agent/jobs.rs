@@ -15,16 +15,20 @@
 use std::{
     collections::BTreeMap,
     fs,
-    io::Read as _,
     os::unix::process::CommandExt as _,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Instant, SystemTime},
 };
 
 use serde::Serialize;
 
-use super::{log_tail::tail_of, request::TraceRequest, spare::Spares};
+use super::{
+    log_tail::tail_of,
+    request::TraceRequest,
+    spare::Spares,
+    trace_files::{newest_snapshot, prune_snapshots, remove_files, remove_left_over, said_tracing},
+};
 
 /// Finished traces kept, with their profiles.
 pub const MAX_FINISHED: usize = 32;
@@ -54,6 +58,8 @@ pub struct Job {
     ended: Option<Instant>,
     /// Run by the standby tracer, with programs loaded ahead.
     loaded_ahead: bool,
+    /// The processes its target had when it started (see `covered`).
+    processes: usize,
 }
 
 /// A trace as `GET /traces` lists it.
@@ -82,6 +88,13 @@ pub struct Status {
 pub enum StartError {
     /// `max_running` traces run already.
     Busy(usize),
+    /// The trace would cover `asked` processes, the running ones cover
+    /// `covered`, and together they may cover `max`.
+    TooManyProcesses {
+        asked: usize,
+        covered: usize,
+        max: usize,
+    },
     Spawn(String),
 }
 
@@ -89,6 +102,8 @@ pub struct Jobs {
     dir: PathBuf,
     exe: PathBuf,
     max_running: usize,
+    /// The most processes the running traces may cover together.
+    max_processes: usize,
     next_id: u64,
     jobs: BTreeMap<u64, Job>,
     spares: Spares,
@@ -98,7 +113,7 @@ impl Jobs {
     /// Traces run `exe` and write into `dir` (made already, root's only).
     /// Files an earlier agent's traces left there are removed: ids start
     /// at 1 again, and trace 1's profile must be this trace 1's.
-    pub fn new(dir: PathBuf, exe: PathBuf, max_running: usize) -> Jobs {
+    pub fn new(dir: PathBuf, exe: PathBuf, max_running: usize, max_processes: usize) -> Jobs {
         remove_left_over(&dir);
         let mut spares = Spares::new(exe.clone(), dir.clone());
         spares.refill();
@@ -106,10 +121,22 @@ impl Jobs {
             dir,
             exe,
             max_running,
+            max_processes,
             next_id: 1,
             jobs: BTreeMap::new(),
             spares,
         }
+    }
+
+    /// The processes the running traces' targets had when they started:
+    /// a cgroup's, or one for a pid or a program (whose processes the
+    /// tracer bounds itself).
+    pub fn covered(&self) -> usize {
+        self.jobs
+            .values()
+            .filter(|j| j.state == State::Running)
+            .map(|j| j.processes)
+            .sum()
     }
 
     pub fn running(&self) -> usize {
@@ -121,9 +148,20 @@ impl Jobs {
 
     /// Starts a trace; its id.
     pub fn start(&mut self, request: TraceRequest) -> Result<u64, StartError> {
-        self.sweep();
+        // Not `sweep`: a standby tracer started now would verify while
+        // this trace's own tracer starts.
+        self.reap();
         if self.running() >= self.max_running {
             return Err(StartError::Busy(self.max_running));
+        }
+        let asked = request.target.processes();
+        let covered = self.covered();
+        if covered + asked > self.max_processes {
+            return Err(StartError::TooManyProcesses {
+                asked,
+                covered,
+                max: self.max_processes,
+            });
         }
         let id = self.next_id;
         let args = request.tracer_args(&self.dir.join(format!("{id}-{{n}}.json")));
@@ -147,6 +185,7 @@ impl Jobs {
                 ended_early: false,
                 ended: None,
                 loaded_ahead,
+                processes: asked,
             },
         );
         Ok(id)
@@ -196,8 +235,24 @@ impl Jobs {
     }
 
     /// Reaps the traces that ended, keeps only each running trace's newest
-    /// snapshot, and removes the oldest finished beyond `MAX_FINISHED`.
+    /// snapshot, removes the oldest finished beyond `MAX_FINISHED`, and
+    /// starts the next standby tracer when it is time.
     pub fn sweep(&mut self) {
+        self.reap();
+        // The next standby tracer's verification waits until the traces
+        // started are attached: it would compete with them for the CPU.
+        let starting = self.jobs.values().any(|j| {
+            j.state == State::Running
+                && j.started.elapsed() < STARTING
+                && !said_tracing(&self.stderr_path(j.id))
+        });
+        if !starting {
+            self.spares.refill();
+        }
+    }
+
+    /// `sweep` without the standby tracer.
+    fn reap(&mut self) {
         for job in self.jobs.values_mut() {
             let Some(child) = job.child.as_mut() else {
                 continue;
@@ -235,16 +290,6 @@ impl Jobs {
         {
             self.jobs.remove(id);
             remove_files(&self.dir, *id);
-        }
-        // The next standby tracer's verification waits until the traces
-        // started are attached: it would compete with them for the CPU.
-        let starting = self.jobs.values().any(|j| {
-            j.state == State::Running
-                && j.started.elapsed() < STARTING
-                && !said_tracing(&self.stderr_path(j.id))
-        });
-        if !starting {
-            self.spares.refill();
         }
     }
 
@@ -301,7 +346,7 @@ impl Jobs {
         let deadline = Instant::now() + grace;
         while self.running() > 0 && Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(50));
-            self.sweep();
+            self.reap();
         }
         for job in self.jobs.values_mut() {
             if let Some(child) = job.child.as_mut() {
@@ -313,121 +358,5 @@ impl Jobs {
 
     fn stderr_path(&self, id: u64) -> PathBuf {
         self.dir.join(format!("{id}.stderr"))
-    }
-}
-
-/// `ID-N.json` with the highest N.
-fn newest_snapshot(dir: &Path, id: u64) -> Option<(u64, PathBuf)> {
-    snapshots(dir, id).into_iter().max_by_key(|(n, _)| *n)
-}
-
-fn snapshots(dir: &Path, id: u64) -> Vec<(u64, PathBuf)> {
-    let prefix = format!("{id}-");
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let n = name.strip_prefix(&prefix)?.strip_suffix(".json")?;
-            Some((n.parse::<u64>().ok()?, e.path()))
-        })
-        .collect()
-}
-
-/// Every snapshot of trace `id` but the newest.
-fn prune_snapshots(dir: &Path, id: u64) {
-    let mut all = snapshots(dir, id);
-    all.sort_by_key(|(n, _)| *n);
-    all.pop();
-    for (_, path) in all {
-        let _ = fs::remove_file(path);
-    }
-}
-
-/// Every `ID-N.json` and `ID.stderr` in `dir`.
-fn remove_left_over(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.filter_map(Result::ok) {
-        let name = e.file_name();
-        let Some(name) = name.to_str() else {
-            continue;
-        };
-        let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        let ours = match (name.strip_suffix(".json"), name.strip_suffix(".stderr")) {
-            (_, Some(stem)) if stem.strip_prefix("standby-").is_some_and(numbered) => true,
-            (Some(stem), _) => stem
-                .split_once('-')
-                .is_some_and(|(a, b)| numbered(a) && numbered(b)),
-            (_, Some(stem)) => numbered(stem),
-            _ => false,
-        };
-        if ours {
-            let _ = fs::remove_file(e.path());
-        }
-    }
-}
-
-fn remove_files(dir: &Path, id: u64) {
-    for (_, path) in snapshots(dir, id) {
-        let _ = fs::remove_file(path);
-    }
-    let _ = fs::remove_file(dir.join(format!("{id}.stderr")));
-}
-
-/// The tracer's stderr has its "tracing ..." line (within its first 8 KiB).
-fn said_tracing(path: &Path) -> bool {
-    let mut head = Vec::new();
-    let read = fs::File::open(path).and_then(|f| f.take(8192).read_to_end(&mut head));
-    read.is_ok()
-        && head
-            .split(|&b| b == b'\n')
-            .any(|l| l.starts_with(b"memtrace-bpf: tracing "))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_newest_snapshot_is_kept_and_found() {
-        let dir = std::env::temp_dir().join(format!("memtrace-jobs-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        for name in ["3-1.json", "3-2.json", "3-10.json", "31-1.json", "3-x.json"] {
-            fs::write(dir.join(name), "{}").unwrap();
-        }
-        assert_eq!(newest_snapshot(&dir, 3).map(|s| s.0), Some(10));
-        prune_snapshots(&dir, 3);
-        let mut left: Vec<String> = fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["3-10.json", "3-x.json", "31-1.json"]);
-        fs::write(
-            dir.join("3.stderr"),
-            "memtrace-bpf: tracing\nmemtrace-bpf: error: no \u{1b}[2J\n",
-        )
-        .unwrap();
-        assert_eq!(tail_of(&dir.join("3.stderr")), "no \\x1b[2J");
-        remove_files(&dir, 3);
-        assert!(newest_snapshot(&dir, 3).is_none());
-        // A new agent starts with none of an earlier one's files.
-        fs::write(dir.join("1.stderr"), "").unwrap();
-        fs::write(dir.join("standby-2.stderr"), "").unwrap();
-        fs::write(dir.join("standby-x.stderr"), "").unwrap();
-        fs::write(dir.join("notes.txt"), "").unwrap();
-        remove_left_over(&dir);
-        let mut left: Vec<String> = fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["3-x.json", "notes.txt", "standby-x.stderr"]);
-        let _ = fs::remove_dir_all(&dir);
     }
 }

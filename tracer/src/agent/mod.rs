@@ -25,6 +25,7 @@ mod reports;
 pub mod request;
 mod spare;
 pub mod standby;
+mod trace_files;
 pub mod triggers;
 mod watcher;
 
@@ -59,6 +60,12 @@ pub struct AgentCli {
     /// Most traces running at once; a request beyond gets 429.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub max_traces: usize,
+
+    /// Most processes the running traces may cover together, counted when
+    /// each starts (a cgroup's processes; one for a pid or a program); a
+    /// trace beyond is refused with 429, a trigger's counted as skipped.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_processes: usize,
 
     /// Let --serve listen on an address other hosts reach: anyone who
     /// reaches it can start traces that read any process's stacks.
@@ -153,6 +160,12 @@ fn check(cli: &AgentCli) -> anyhow::Result<(Option<SocketAddr>, Vec<triggers::Tr
     if !(1..=64).contains(&cli.max_traces) {
         anyhow::bail!("--max-traces takes 1 to 64, got {}", cli.max_traces);
     }
+    if !(1..=65536).contains(&cli.max_processes) {
+        anyhow::bail!(
+            "--max-processes takes 1 to 65536, got {}",
+            cli.max_processes
+        );
+    }
     if let Some(url) = &cli.otlp {
         crate::otlp::destination(url)?;
     }
@@ -195,7 +208,12 @@ fn run(
     }
     let exe = std::env::current_exe().context("finding the tracer's own binary")?;
     let agent = Arc::new(api::Agent {
-        jobs: Mutex::new(jobs::Jobs::new(cli.dir.clone(), exe, cli.max_traces)),
+        jobs: Mutex::new(jobs::Jobs::new(
+            cli.dir.clone(),
+            exe,
+            cli.max_traces,
+            cli.max_processes,
+        )),
         triggers: Mutex::new(Vec::new()),
         otlp: cli.otlp.clone(),
     });

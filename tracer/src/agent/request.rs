@@ -32,6 +32,19 @@ pub enum Target {
     Cgroup(PathBuf),
 }
 
+impl Target {
+    /// The processes it has now, as the agent's --max-processes counts
+    /// them: a cgroup's subtree (at least one), else one.
+    pub fn processes(&self) -> usize {
+        match self {
+            Target::Cgroup(path) => {
+                crate::tracee::cgroup::resolve(path).map_or(1, |c| c.processes().len().max(1))
+            }
+            Target::Pid(_) | Target::Binary(_) => 1,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TraceRequest {
     pub target: Target,

@@ -6,9 +6,10 @@
 //! sweep, once the one given a trace was handed its command line.
 //!
 //! Bounded: one standby tracer at a time (its maps, about 40 MiB of kernel
-//! memory, and its process), ended with the agent. Standby tracers that
-//! fail to load `MAX_FAILURES` times in a row are not started again, and
-//! the agent says why.
+//! memory, and its process), ended with the agent and none started after
+//! it stops. Standby tracers that end before they are given a trace
+//! `MAX_FAILURES` times in a row (a load the kernel refuses) are not
+//! started again, and the agent says why.
 
 use std::{
     ffi::OsString,
@@ -35,6 +36,8 @@ pub struct Spares {
     failures: u32,
     /// Why no standby tracer is started any more.
     given_up: Option<String>,
+    /// The agent stops: no more standby tracers.
+    closed: bool,
 }
 
 struct Spare {
@@ -54,6 +57,7 @@ impl Spares {
             started: 0,
             failures: 0,
             given_up: None,
+            closed: false,
         }
     }
 
@@ -71,7 +75,7 @@ impl Spares {
                 _ => self.failed(),
             }
         }
-        if self.given_up.is_some() || self.held.is_some() {
+        if self.given_up.is_some() || self.held.is_some() || self.closed {
             return;
         }
         self.started += 1;
@@ -97,26 +101,32 @@ impl Spares {
         for a in args {
             line.push(a.to_str()?);
         }
+        let mut text = serde_json::to_vec(&line).ok()?;
+        text.push(b'\n');
+        if text.len() > standby::MAX_LINE {
+            return None;
+        }
         let mut spare = self.held.take()?;
-        let given = fs::rename(&spare.log, log).is_ok()
-            && serde_json::to_writer(&mut spare.stdin, &line).is_ok()
-            && spare.stdin.write_all(b"\n").is_ok();
-        if !given {
+        if spare.stdin.write_all(&text).is_err() || fs::rename(&spare.log, log).is_err() {
+            // It ended (or its log is gone): the trace gets a tracer of
+            // its own, and this one counts as a failure.
             let _ = spare.child.kill();
-            let _ = spare.child.wait();
-            let _ = fs::remove_file(&spare.log);
+            self.held = Some(spare);
+            self.failed();
             return None;
         }
         self.failures = 0;
         Some(spare.child)
     }
 
-    /// "ready", "loading", or "none: " and why no more are started.
+    /// "ready", "loading", "starting" (at the next sweep), or "none: "
+    /// and why no more are started.
     pub fn state(&self) -> String {
         match (&self.held, &self.given_up) {
             (Some(spare), _) if spare.ready => "ready".into(),
-            (_, Some(why)) => format!("none: {why}"),
-            _ => "loading".into(),
+            (Some(_), _) => "loading".into(),
+            (None, Some(why)) => format!("none: {why}"),
+            (None, None) => "starting".into(),
         }
     }
 
@@ -125,8 +135,10 @@ impl Spares {
         self.held.as_ref().map(|spare| spare.child.id())
     }
 
-    /// Ends the standby tracer (nothing is attached in it).
+    /// Ends the standby tracer (nothing is attached in it); no other is
+    /// started after.
     pub fn stop(&mut self) {
+        self.closed = true;
         if let Some(mut spare) = self.held.take() {
             let _ = spare.child.kill();
             let _ = spare.child.wait();

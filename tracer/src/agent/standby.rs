@@ -20,7 +20,7 @@ pub const WORD: &str = "agent-ahead";
 /// The line of stdout that says the programs are loaded.
 pub const READY: &str = "ready";
 /// Bytes of the command line read at most.
-const MAX_LINE: usize = 64 * 1024;
+pub const MAX_LINE: usize = 64 * 1024;
 
 pub fn main() -> ExitCode {
     if let Err(err) = load() {
@@ -32,6 +32,11 @@ pub fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     drop(out);
+    // The agent stops reading it: later writes must not meet a closed pipe.
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: dup2 onto stdout, whose writer (`out`) is dropped.
+        unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1) };
+    }
     let args = match read_args() {
         Ok(Some(args)) => args,
         Ok(None) => return ExitCode::SUCCESS,
@@ -72,7 +77,10 @@ fn load() -> anyhow::Result<()> {
 fn read_args() -> anyhow::Result<Option<Vec<String>>> {
     let mut line = Vec::new();
     let mut byte = 0u8;
-    while line.len() < MAX_LINE {
+    loop {
+        if line.len() >= MAX_LINE {
+            anyhow::bail!("the trace's command line is longer than {MAX_LINE} bytes");
+        }
         // Not through std's Stdin, whose buffer would take what follows.
         // SAFETY: reads one byte into a byte this function owns.
         let n = unsafe { libc::read(0, std::ptr::from_mut(&mut byte).cast(), 1) };

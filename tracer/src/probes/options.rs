@@ -64,7 +64,7 @@ pub struct Limits {
     /// FILTER_CGROUP: the traced subtree's root (id, depth).
     pub cgroup: CgroupFilter,
     /// The programs read the trace's settings (sampling and filter) from
-    /// the SETTINGS map: loaded ahead of the trace (agent/ahead.rs).
+    /// the SETTINGS map: loaded ahead of the trace (loader/ahead.rs).
     pub settings_in_map: bool,
 }
 

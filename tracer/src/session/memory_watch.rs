@@ -210,7 +210,8 @@ impl MemoryWatch {
         self.full.then(|| {
             format!(
                 "the kernel's memory numbers: more than {MAX_WATCHED} processes ran at once, and \
-                 only {MAX_WATCHED} are read; the others have none in the report"
+                 only {MAX_WATCHED} are read; the others have none in the report (trace a \
+                 narrower target, e.g. --pid or a smaller cgroup, to have them all)"
             )
         })
     }
@@ -304,7 +305,7 @@ mod tests {
         assert!(!watch.running.contains_key(&pids[MAX_WATCHED]));
         assert!(watch
             .bound_note()
-            .is_some_and(|n| n.contains("only 64 are read")));
+            .is_some_and(|n| n.contains(&format!("only {MAX_WATCHED} are read"))));
         for child in &mut children {
             let _ = child.kill();
             let _ = child.wait();

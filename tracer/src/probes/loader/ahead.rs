@@ -30,13 +30,24 @@ static AHEAD: Mutex<Option<Ahead>> = Mutex::new(None);
 /// Loads the programs for traces of `limits`' sizes and unwinding, with
 /// their settings in the SETTINGS map, and keeps them for the next `load`.
 pub fn load_ahead(limits: &Limits, features: &KernelFeatures) -> anyhow::Result<()> {
+    // Following forks needs the task's offsets from the kernel's BTF: a
+    // load that could not follow them fails here, not in a trace.
     let limits = Limits {
         settings_in_map: true,
+        follow_forks: true,
         ..*limits
     };
     let (mut loaded, maps) = super::load::load(&limits, features, false)?;
-    // Their session copies too, verified apart: a failure here is met
-    // again, and said, when the trace attaches.
+    // A trace that loads its own programs might get the mode asked for
+    // where these, with more to verify, fell back: they are not kept.
+    if let Some(why) = loaded.fallback() {
+        anyhow::bail!(
+            "the programs loaded ahead were refused in the unwind mode asked for ({why}): each \
+             trace loads its own"
+        );
+    }
+    // Their session copies too, verified apart: a failure leaves none,
+    // and is met again, and said, when the trace attaches.
     if features.uprobe_session {
         let _ = super::attach::load_session_programs(&mut loaded);
     }

@@ -212,17 +212,19 @@ pub(super) fn load_session_programs(loaded: &mut Loaded) -> anyhow::Result<()> {
         .collect();
     names.push(RETURN_PROGRAM);
     let mut copies = uprobe_session::load_copies(&loaded.object, &names, &loaded.map_fds, true)?;
+    // Kept only once all of them loaded: a part would look complete.
+    let mut progs = Vec::new();
     for (role, name) in session_roles.iter().zip(&names) {
         let fd = copies.remove(*name).context("session copy")?;
         uprobe_session::set_prog_slot(loaded.progs_fd, *role as u32, &fd)?;
-        loaded.session_progs.push(fd);
+        progs.push(fd);
     }
     let ret = copies.remove(RETURN_PROGRAM).context("session copy")?;
     uprobe_session::set_prog_slot(loaded.progs_fd, uprobe_session::RETURN_SLOT, &ret)?;
-    loaded.session_progs.push(ret);
+    progs.push(ret);
     // The dispatcher last: it is the one that is attached.
-    let dispatcher = uprobe_session::load_dispatcher(loaded.progs_fd)?;
-    loaded.session_progs.push(dispatcher);
+    progs.push(uprobe_session::load_dispatcher(loaded.progs_fd)?);
+    loaded.session_progs = progs;
     // free as a uprobe_multi link where the kernel takes one (it has
     // sessions, so it should): cheaper per call than a perf-event
     // uprobe (uprobe_session.rs). If not, a plain uprobe.
