@@ -15,7 +15,6 @@
 use std::{
     collections::BTreeMap,
     fs,
-    os::unix::process::CommandExt as _,
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Instant, SystemTime},
@@ -201,17 +200,7 @@ impl Jobs {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between
-        // fork and exec. The trace ends (and writes its report) when the
-        // agent's thread that started it, the runtime's only one, dies.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        super::child::ends_with_the_agent(&mut command);
         command
             .spawn()
             .map_err(|e| StartError::Spawn(format!("starting {}: {e}", self.exe.display())))

@@ -17,6 +17,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 pub mod api;
+mod child;
 pub mod client;
 mod jobs;
 mod listen;

@@ -16,7 +16,6 @@ use std::{
     fs,
     io::{Read as _, Write as _},
     os::fd::AsRawFd as _,
-    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
 };
@@ -176,15 +175,7 @@ fn spawn(exe: &Path, log: &Path) -> std::io::Result<Spare> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr);
-    // SAFETY: as in jobs.rs: prctl only, between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    super::child::ends_with_the_agent(&mut command);
     let mut child = command.spawn()?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         let _ = child.kill();

@@ -8,9 +8,9 @@
 //! trace wrote its report.
 
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
+    io::Write as _,
     path::Path,
-    process::{Command, Stdio},
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
@@ -33,16 +33,8 @@ pub fn soak(args: &SoakArgs, bin: &Path) -> Result<Verdict> {
     let dir = target_dir().join("soak/agent");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let target = super::single::compile()?;
-    let mut child = Command::new(&target)
-        .args([RATE, 1, LEAK, 4096, args.seconds + 60].map(|n| n.to_string()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", target.display()))?;
-    let mut stdin = child.stdin.take().context("target stdin")?;
-    let mut lines = BufReader::new(child.stdout.take().context("target stdout")?).lines();
-    super::single::expect_line(&mut lines, "ready")?;
+    let (mut child, mut stdin, _lines) =
+        super::single::start([RATE, 1, LEAK, 4096, args.seconds + 60])?;
     writeln!(stdin, "go")?;
     let socket = dir.join("run/agent.sock");
     let trigger = format!("pid={} memory>1M seconds=10 cooldown=60", child.id());

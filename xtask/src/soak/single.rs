@@ -7,9 +7,9 @@
 //! counter is set that sampling does not explain.
 
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
+    io::{BufRead as _, BufReader, Lines, Write as _},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
 };
 
 use anyhow::{bail, Context, Result};
@@ -31,22 +31,13 @@ const EXPLAINED: &[&str] = &[
 
 pub fn soak(args: &SoakArgs, bin: &Path) -> Result<Verdict> {
     let name = "single";
-    let target = compile()?;
-    let mut child = Command::new(&target)
-        .args([
-            args.rate.to_string(),
-            args.threads.to_string(),
-            args.leak.to_string(),
-            args.leak_block.to_string(),
-            args.seconds.to_string(),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", target.display()))?;
-    let mut stdin = child.stdin.take().context("target stdin")?;
-    let mut lines = BufReader::new(child.stdout.take().context("target stdout")?).lines();
-    expect_line(&mut lines, "ready")?;
+    let (mut child, mut stdin, mut lines) = start([
+        args.rate,
+        u64::from(args.threads),
+        args.leak,
+        args.leak_block,
+        args.seconds,
+    ])?;
     let pid = child.id().to_string();
     let monitor = Monitor::start(bin, name, &["--pid", &pid], &args.tracer_args, args.every)?;
     writeln!(stdin, "go").context("starting the target's run")?;
@@ -108,7 +99,25 @@ pub fn soak(args: &SoakArgs, bin: &Path) -> Result<Verdict> {
     Ok(v)
 }
 
-pub(super) fn compile() -> Result<PathBuf> {
+/// soak_leak built and started with RATE THREADS LEAK BLOCK SECONDS,
+/// once it said "ready": the process, its stdin and its output's lines.
+pub(super) fn start(
+    numbers: [u64; 5],
+) -> Result<(Child, ChildStdin, Lines<BufReader<ChildStdout>>)> {
+    let target = compile()?;
+    let mut child = Command::new(&target)
+        .args(numbers.map(|n| n.to_string()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", target.display()))?;
+    let stdin = child.stdin.take().context("target stdin")?;
+    let mut lines = BufReader::new(child.stdout.take().context("target stdout")?).lines();
+    expect_line(&mut lines, "ready")?;
+    Ok((child, stdin, lines))
+}
+
+fn compile() -> Result<PathBuf> {
     let src = repo_root().join("tests/targets/soak_leak.c");
     let out = target_dir().join("soak/soak_leak");
     std::fs::create_dir_all(target_dir().join("soak")).context("creating target/soak")?;
@@ -122,7 +131,7 @@ pub(super) fn compile() -> Result<PathBuf> {
 }
 
 /// Reads the target's lines until one starting with `prefix`.
-pub(super) fn expect_line(
+fn expect_line(
     lines: &mut impl Iterator<Item = std::io::Result<String>>,
     prefix: &str,
 ) -> Result<String> {
